@@ -1,0 +1,1 @@
+//! criterion benchmarks live in `benches/benches/`.

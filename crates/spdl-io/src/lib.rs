@@ -1,1 +1,8 @@
-//! Placeholder: built by its issue.
+//! Media decoding for spdl-rs: images, audio and video decoded straight into [`spdl_buffer::Buffer`]s.
+//!
+//! (Being built: images by issue 3, audio/video by issue 4.)
+#![deny(missing_docs)]
+
+mod error;
+
+pub use error::{BoxError, Error, Result};

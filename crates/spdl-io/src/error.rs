@@ -1,0 +1,66 @@
+use std::path::PathBuf;
+
+/// Boxed cause carried by decode errors.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Every error from spdl-io. Each variant names the item (a path, or the name given to in-memory bytes)
+/// so a failure in a pipeline of millions of files says which one and why.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Reading the file failed.
+    #[error("{path}: cannot read: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The input has no bytes.
+    #[error("{item}: empty input (0 bytes)")]
+    Empty {
+        /// The item.
+        item: String,
+    },
+    /// The bytes are not in any format this build can read.
+    #[error("{item}: unrecognized or unsupported format ({detail})")]
+    UnknownFormat {
+        /// The item.
+        item: String,
+        /// What was seen (magic bytes, extension).
+        detail: String,
+    },
+    /// The bytes claim a format but do not decode (corrupt, truncated).
+    #[error("{item}: cannot decode {format}: {cause}")]
+    Decode {
+        /// The item.
+        item: String,
+        /// The format being decoded ("jpeg", "flac", "h264", ...).
+        format: String,
+        /// The decoder's error.
+        #[source]
+        cause: BoxError,
+    },
+    /// The input would exceed a configured limit (decompression bomb, absurd header values).
+    #[error("{item}: {what} is {value}, above the limit of {limit}")]
+    LimitExceeded {
+        /// The item.
+        item: String,
+        /// What was limited ("pixels", "samples", "frames", ...).
+        what: String,
+        /// The value the input asked for.
+        value: u64,
+        /// The configured limit.
+        limit: u64,
+    },
+    /// Options that cannot be satisfied (zero size, crop larger than the image, ...).
+    #[error("invalid options: {0}")]
+    InvalidOptions(String),
+    /// Allocating or shaping the output buffer failed.
+    #[error("output buffer: {0}")]
+    Buffer(#[from] spdl_buffer::BufferError),
+}
+
+/// Result alias for spdl-io.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

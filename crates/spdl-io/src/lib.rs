@@ -5,4 +5,11 @@
 
 mod error;
 
+#[cfg(feature = "audio")]
+pub mod audio;
+#[cfg(feature = "image")]
+pub mod image;
+#[cfg(feature = "ffmpeg")]
+pub mod video;
+
 pub use error::{BoxError, Error, Result};

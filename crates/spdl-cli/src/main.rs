@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 
+mod corrupt;
 mod data;
 mod loader;
 mod probe;

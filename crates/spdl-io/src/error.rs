@@ -57,6 +57,15 @@ pub enum Error {
     /// Options that cannot be satisfied (zero size, crop larger than the image, ...).
     #[error("invalid options: {0}")]
     InvalidOptions(String),
+    /// An item of a strict batch failed (the first failing index; the batch has no output).
+    #[error("batch item {index}: {source}")]
+    BatchItem {
+        /// Position of the item in the batch.
+        index: usize,
+        /// Why it failed (names the item).
+        #[source]
+        source: Box<Error>,
+    },
     /// Allocating or shaping the output buffer failed.
     #[error("output buffer: {0}")]
     Buffer(#[from] spdl_buffer::BufferError),

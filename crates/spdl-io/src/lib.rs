@@ -9,7 +9,12 @@ mod error;
 pub mod audio;
 #[cfg(feature = "image")]
 pub mod image;
+#[cfg(feature = "synth")]
+pub mod synth;
 #[cfg(feature = "ffmpeg")]
 pub mod video;
 
 pub use error::{BoxError, Error, Result};
+
+#[cfg(feature = "audio")]
+pub use audio::{MediaInfo, MediaInput, StreamInfo, StreamKind, TimeWindow, probe};

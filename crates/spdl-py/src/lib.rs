@@ -1,1 +1,82 @@
-//! Placeholder: built by its issue.
+//! # spdl-py: the Python package `spdl_rs`
+//!
+//! A PyO3 module (built with maturin, see `pyproject.toml`) that puts the spdl-rs engine and decoders
+//! behind the Python API of Meta's SPDL, so that an SPDL user switches with an import change:
+//!
+//! - `spdl_rs.pipeline.PipelineBuilder` / `Pipeline` drive an [`spdl_exec::Pipeline`] over [`Value`]s.
+//!   Sync Python ops run on the engine's Rust thread pool and take the GIL only while Python code runs;
+//!   async ops run on an asyncio loop the pipeline owns, reached through a socket so that the scheduler
+//!   never takes the GIL; native ops ([`NativeOp`], e.g. `spdl_rs.io.ops.decode_image`) never take it.
+//! - `spdl_rs.Buffer` ([`PyBuffer`]) shows a Rust [`spdl_buffer::Buffer`] to numpy (array interface,
+//!   buffer protocol) and to any DLPack consumer, in place.
+//! - `spdl_rs.io` (feature `io`) wraps spdl-io's image decoders, each releasing the GIL.
+//! - `spdl_rs.source` (feature `source`) wraps spdl-source's samplers and dataset listings.
+//!
+//! The module is declared free-threading safe (`gil_used = false`): no Rust code relies on the GIL for its
+//! own safety (shared state is in atomics, channels and `Mutex`es that hold no Python object while Python
+//! runs).
+//!
+//! The type to start from, on the Rust side, is [`Value`] (what travels between stages); a new native op
+//! implements [`NativeOp`]:
+//!
+//! ```
+//! use spdl_py::{Error, NativeOp, Value};
+//!
+//! /// Doubles integers, without the GIL.
+//! #[derive(Debug)]
+//! struct Double;
+//!
+//! impl NativeOp for Double {
+//!     fn name(&self) -> &str { "double" }
+//!     fn expects(&self) -> &'static str { "an int" }
+//!     fn call(&self, stage: &str, input: Value) -> Result<Vec<Value>, Error> {
+//!         match input {
+//!             Value::Int(i) => Ok(vec![Value::Int(i * 2)]),
+//!             other => Err(Error::WrongInput {
+//!                 stage: stage.into(), op: "double".into(), item: other.describe(), expected: "an int",
+//!             }),
+//!         }
+//!     }
+//! }
+//!
+//! let out = Double.call("double", Value::Int(21))?;
+//! assert!(matches!(out.as_slice(), [Value::Int(42)]));
+//! assert!(Double.call("double", Value::Str("x".into())).is_err());
+//! # Ok::<(), Error>(())
+//! ```
+#![deny(missing_docs)]
+
+mod buffer;
+mod dlpack;
+mod error;
+#[cfg(feature = "io")]
+mod io;
+mod pipeline;
+#[cfg(feature = "source")]
+mod source;
+mod value;
+
+pub use buffer::PyBuffer;
+pub use error::Error;
+pub use pipeline::{AsyncBridge, NativeOp, PipelineCore, PyNativeOp, Reply};
+pub use value::Value;
+
+use pyo3::prelude::*;
+
+/// The native part of the `spdl_rs` package (`spdl_rs._native`); the Python package re-exports it.
+#[pymodule(gil_used = false)]
+#[pyo3(name = "_native")]
+fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<buffer::PyBuffer>()?;
+    m.add_class::<pipeline::PipelineCore>()?;
+    m.add_class::<pipeline::AsyncBridge>()?;
+    m.add_class::<pipeline::Reply>()?;
+    m.add_class::<pipeline::PyNativeOp>()?;
+    #[cfg(feature = "io")]
+    io::register(m)?;
+    m.add("HAS_IO", cfg!(feature = "io"))?;
+    #[cfg(feature = "source")]
+    source::register(m)?;
+    m.add("HAS_SOURCE", cfg!(feature = "source"))?;
+    Ok(())
+}

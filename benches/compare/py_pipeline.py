@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""Python-stage benchmark: spdl_rs.pipeline vs Meta's spdl.pipeline (SPDL 0.8.0).
+
+Run it with each interpreter that has one of them installed (they live in different venvs):
+
+    .venv/bin/python       benches/compare/py_pipeline.py --impl spdl_rs
+    .venv-ft/bin/python    benches/compare/py_pipeline.py --impl spdl_rs      # free-threaded 3.13t
+    .venv-peers/bin/python benches/compare/py_pipeline.py --impl spdl
+
+Benchmarks (each in a fresh subprocess, so that its peak RSS is its own):
+  (a) ``trivial``: a 3-stage pipeline of trivial Python functions over --items items (default 100,000);
+  (b) ``images``: decode + resize to 224x224 + batch of 32 through ``load_image_batch`` in a pipeline, over
+      the JPEG/PNG files in --images (skipped when no directory is given or it has no images);
+  (c) the peak RSS of each run (``ru_maxrss``).
+
+Prints one JSON object per line: bench, impl, python, gil, items, seconds, items_per_s, peak_rss_mb (the
+median of --repeat runs for the rates).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+
+def _builder(impl: str):
+    if impl == "spdl_rs":
+        from spdl_rs.pipeline import PipelineBuilder
+    else:
+        from spdl.pipeline import PipelineBuilder
+    return PipelineBuilder
+
+
+def bench_trivial(impl: str, items: int, num_threads: int) -> dict:
+    PipelineBuilder = _builder(impl)
+
+    def inc(x):
+        return x + 1
+
+    def double(x):
+        return x * 2
+
+    def dec(x):
+        return x - 1
+
+    pipeline = (
+        PipelineBuilder()
+        .add_source(range(items))
+        .pipe(inc)
+        .pipe(double)
+        .pipe(dec)
+        .add_sink(3)
+        .build(num_threads=num_threads)
+    )
+    t0 = time.perf_counter()
+    n = 0
+    with pipeline.auto_stop():
+        for _ in pipeline:
+            n += 1
+    dt = time.perf_counter() - t0
+    assert n == items, (n, items)
+    return {"items": n, "seconds": dt}
+
+
+def _image_paths(directory: str) -> list[str]:
+    exts = (".jpg", ".jpeg", ".png", ".webp")
+    out = []
+    for root, _dirs, files in os.walk(directory):
+        out.extend(os.path.join(root, f) for f in sorted(files) if f.lower().endswith(exts))
+    return sorted(out)
+
+
+def bench_images(impl: str, directory: str, num_threads: int) -> dict:
+    PipelineBuilder = _builder(impl)
+    paths = _image_paths(directory)
+    if impl == "spdl_rs":
+        from spdl_rs.io import ops
+
+        decode = ops.load_image_batch(224, 224)
+    else:
+        import spdl.io
+
+        def decode(batch):
+            return spdl.io.load_image_batch(batch, width=224, height=224, pix_fmt="rgb24")
+
+    pipeline = (
+        PipelineBuilder()
+        .add_source(paths)
+        .aggregate(32)
+        .pipe(decode, concurrency=num_threads)
+        .add_sink(4)
+        .build(num_threads=num_threads)
+    )
+    t0 = time.perf_counter()
+    n = 0
+    with pipeline.auto_stop():
+        for batch in pipeline:
+            n += len(batch) if hasattr(batch, "__len__") else batch.shape[0]
+    dt = time.perf_counter() - t0
+    return {"items": n, "seconds": dt}
+
+
+def _worker(args: argparse.Namespace) -> None:
+    if args.bench == "trivial":
+        r = bench_trivial(args.impl, args.items, args.num_threads)
+    else:
+        r = bench_images(args.impl, args.images, args.num_threads)
+    r["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(r))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--impl", choices=["spdl_rs", "spdl"], required=True)
+    ap.add_argument("--items", type=int, default=100_000)
+    ap.add_argument("--images", default=None, help="a directory of JPEG/PNG files for the image benchmark")
+    ap.add_argument("--num-threads", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--bench", choices=["trivial", "images"], help=argparse.SUPPRESS)
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        _worker(args)
+        return
+
+    gil = getattr(sys, "_is_gil_enabled", lambda: True)()
+    benches = ["trivial"]
+    if args.images and _image_paths(args.images):
+        benches.append("images")
+    elif args.images:
+        print(json.dumps({"bench": "images", "impl": args.impl, "skipped": f"no images in {args.images}"}))
+    for bench in benches:
+        runs = []
+        for _ in range(args.repeat):
+            cmd = [sys.executable, __file__, "--worker", "--bench", bench, "--impl", args.impl,
+                   "--items", str(args.items), "--num-threads", str(args.num_threads)]
+            if args.images:
+                cmd += ["--images", args.images]
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+            runs.append(json.loads(out))
+        rates = [r["items"] / r["seconds"] for r in runs]
+        print(json.dumps({
+            "bench": bench,
+            "impl": args.impl,
+            "python": platform.python_version() + ("t" if not gil else ""),
+            "gil": gil,
+            "num_threads": args.num_threads,
+            "items": runs[0]["items"],
+            "seconds": round(statistics.median(r["seconds"] for r in runs), 4),
+            "items_per_s": round(statistics.median(rates), 1),
+            "peak_rss_mb": round(max(r["peak_rss_mb"] for r in runs), 1),
+        }), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Side-by-side comparison of spdl-rs against peer loaders (Meta's SPDL 0.8.0, Pillow, torch DataLoader).
+#
+# Run through `cargo xtask compare` (or `bash benches/compare/run.sh [compare.py options]`).
+# 1. creates `.venv-peers` at the repository root once (SPDL, Pillow, numpy, psutil, matplotlib, torch, torchvision;
+#    ~6 GB, a few minutes) and reuses it while the pinned requirement list is unchanged;
+# 2. builds the `spdl` CLI in release;
+# 3. makes the demo corpus once (`spdl gen-data`, ~2,000 JPEGs) under target/compare-data;
+# 4. runs benches/compare/compare.py, which prints the table and writes docs/benchmarks.md's "## Comparison"
+#    section and docs/img/compare.png.
+#
+# Environment: PYTHON (interpreter for the venv, default python3), SPDL_PEERS_VENV (venv path),
+# SPDL_COMPARE_DATA (corpus directory), SPDL_COMPARE_SETUP_ONLY=1 (stop after the venv is ready),
+# SPDL_COMPARE_NO_BUILD=1 (reuse an existing target/release/spdl instead of building it).
+# Needs FFmpeg shared libraries (Debian: libavcodec59, libavformat59, ...) for SPDL's spdl.io.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+VENV=${SPDL_PEERS_VENV:-$ROOT/.venv-peers}
+DATA=${SPDL_COMPARE_DATA:-$ROOT/target/compare-data}
+PYTHON=${PYTHON:-python3}
+
+# One pinned list; the venv is rebuilt when it changes.
+REQUIREMENTS=(
+    "spdl==0.8.0"
+    "torch==2.15.0"
+    "torchvision==0.29.2"
+    "pillow"
+    "numpy"
+    "psutil"
+    "matplotlib"
+)
+
+log() { printf 'compare: %s\n' "$*" >&2; }
+
+setup_venv() {
+    local marker="$VENV/.spdl-compare-requirements"
+    local wanted
+    wanted=$(printf '%s\n' "${REQUIREMENTS[@]}")
+    if [[ -x "$VENV/bin/python" && -f "$marker" && "$(cat "$marker")" == "$wanted" ]]; then
+        log "reusing $VENV"
+        return
+    fi
+    if [[ ! -x "$VENV/bin/python" ]]; then
+        log "creating $VENV with $($PYTHON --version 2>&1)"
+        "$PYTHON" -m venv "$VENV"
+    fi
+    log "installing ${REQUIREMENTS[*]} into $VENV (torch is ~5.7 GB: a few minutes)"
+    "$VENV/bin/python" -m pip install --quiet --upgrade pip
+    "$VENV/bin/python" -m pip install --quiet "${REQUIREMENTS[@]}"
+    # Fail here, with the cause, rather than in the middle of a benchmark.
+    "$VENV/bin/python" -c 'import spdl.io, spdl.pipeline, torch, torchvision, PIL, numpy, psutil, matplotlib' \
+        || { log "the peers venv does not import (FFmpeg runtime libraries missing for spdl.io?)"; exit 1; }
+    printf '%s\n' "$wanted" >"$marker"
+}
+
+setup_venv
+if [[ "${SPDL_COMPARE_SETUP_ONLY:-0}" == 1 ]]; then
+    exit 0
+fi
+
+SPDL="$ROOT/target/release/spdl"
+if [[ "${SPDL_COMPARE_NO_BUILD:-0}" == 1 && -x "$SPDL" ]]; then
+    log "reusing $SPDL (SPDL_COMPARE_NO_BUILD=1)"
+else
+    log "building the spdl CLI (release)"
+    (cd "$ROOT" && cargo build --release -p spdl-cli)
+fi
+for sub in gen-data bench; do
+    if ! "$SPDL" "$sub" --help >/dev/null 2>&1; then
+        log "\`spdl $sub\` is not available in $SPDL yet (issue 3); cannot run the comparison"
+        exit 1
+    fi
+done
+
+# The corpus is made once; delete the directory to make it again.
+if [[ ! -f "$DATA/.spdl-compare-complete" ]]; then
+    log "making the demo corpus in $DATA"
+    rm -rf "$DATA"
+    "$SPDL" gen-data "$DATA"
+    touch "$DATA/.spdl-compare-complete"
+fi
+
+# Extra arguments go to compare.py (e.g. --rounds 5, --runners spdl-rs,spdl-0.8, --no-docs).
+if [[ $# -eq 0 ]]; then
+    export SPDL_COMPARE_COMMAND="cargo xtask compare"
+else
+    export SPDL_COMPARE_COMMAND="bash benches/compare/run.sh $*"
+fi
+"$VENV/bin/python" "$ROOT/benches/compare/compare.py" --data "$DATA" --corpus "\`spdl gen-data\`" \
+    --spdl-bin "$SPDL" "$@"

@@ -1,0 +1,378 @@
+//! The typed pipeline builder.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use futures::{FutureExt, Stream};
+
+use crate::context::Shared;
+use crate::driver::{self, Concurrent, Link};
+use crate::error::PipelineError;
+use crate::options::{BuildOptions, OutputOrder};
+use crate::pipeline::{Pipeline, Startup};
+use crate::pool::{Pool, PoolHandle};
+use crate::queue::{QueueRx, queue};
+use crate::runs::{self, IterSource};
+use crate::stage::{Stage, StageFn};
+use crate::stats::{StageCell, StageKind};
+
+/// Builder states: they make a pipeline without a source, or one built before its sink,
+/// fail to compile.
+pub mod state {
+    /// [`crate::PipelineBuilder::new`] gives this state; only a source can follow.
+    #[derive(Debug)]
+    pub struct NoSource(());
+    /// A source is set; stages, `aggregate`, `disaggregate` and `sink` can follow.
+    #[derive(Debug)]
+    pub struct Open(());
+    /// The sink is set; only `build` can follow.
+    #[derive(Debug)]
+    pub struct Sunk(());
+}
+
+use state::{NoSource, Open, Sunk};
+
+/// What the builder accumulates while the pipeline is wired (at `build`).
+pub(crate) struct Wiring {
+    opts: BuildOptions,
+    shared: Arc<Shared>,
+    pool: PoolHandle,
+    cells: Vec<Arc<StageCell>>,
+    tasks: Vec<(String, BoxFuture<'static, ()>)>,
+    error: Option<PipelineError>,
+    /// Capacity of the queue most recently created (it feeds the next stage).
+    last_capacity: usize,
+}
+
+impl Wiring {
+    fn invalid(&mut self, option: String, reason: String) {
+        if self.error.is_none() {
+            self.error = Some(PipelineError::InvalidOption { option, reason });
+        }
+    }
+
+    fn cell(&mut self, name: String, kind: StageKind, concurrency: usize) -> Arc<StageCell> {
+        let budget = crate::options::FailureBudget::Unlimited;
+        self.cell_with(name, kind, concurrency, budget)
+    }
+
+    fn cell_with(
+        &mut self,
+        name: String,
+        kind: StageKind,
+        concurrency: usize,
+        budget: crate::options::FailureBudget,
+    ) -> Arc<StageCell> {
+        let input_capacity = if kind == StageKind::Source { 0 } else { self.last_capacity };
+        let cell = Arc::new(StageCell::new(name, kind, concurrency, input_capacity, budget));
+        self.cells.push(Arc::clone(&cell));
+        cell
+    }
+
+    fn task(&mut self, name: &str, fut: impl Future<Output = ()> + Send + 'static) {
+        self.tasks.push((name.to_owned(), fut.boxed()));
+    }
+
+    fn capacity(&mut self, wanted: Option<usize>, stage: &str) -> usize {
+        let cap = wanted.unwrap_or(self.opts.queue_capacity);
+        if cap == 0 {
+            self.invalid(format!("{stage}: queue capacity"), "must be at least 1".into());
+        }
+        self.last_capacity = cap.max(1);
+        self.last_capacity
+    }
+}
+
+/// Wires one step: given the wiring and the capacity the sink wants for this step's output
+/// (only for the last step), returns the queue this step fills.
+type Wire<T> = Box<dyn FnOnce(&mut Wiring, Option<usize>) -> QueueRx<T> + Send + 'static>;
+
+/// Builds a [`Pipeline`]: a source, then stages, then a sink. Each step changes the item
+/// type, so a mis-wired pipeline does not compile.
+///
+/// ```
+/// use spdl_exec::{BuildOptions, PipelineBuilder, Stage};
+///
+/// # fn main() -> Result<(), spdl_exec::PipelineError> {
+/// let pipeline = PipelineBuilder::new()
+///     .source(0..100u32)
+///     .pipe(Stage::map("square", |x: u32| Ok::<_, std::io::Error>(x * x)).concurrency(4))
+///     .pipe(Stage::filter_map("even", |x: u32| Ok::<_, String>((x % 2 == 0).then_some(x))))
+///     .aggregate(10)
+///     .sink(4)
+///     .build(BuildOptions::default())?;
+///
+/// let mut total = 0;
+/// for batch in pipeline.iter() {
+///     total += batch?.len();
+/// }
+/// assert_eq!(total, 50);
+/// println!("{}", pipeline.stats());
+/// # Ok(())
+/// # }
+/// ```
+pub struct PipelineBuilder<T, S = Open> {
+    wire: Option<Wire<T>>,
+    sink_capacity: usize,
+    _state: PhantomData<fn() -> S>,
+}
+
+impl<T, S> std::fmt::Debug for PipelineBuilder<T, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PipelineBuilder")
+            .field("has_source", &self.wire.is_some())
+            .field("sink_capacity", &self.sink_capacity)
+            .finish()
+    }
+}
+
+impl Default for PipelineBuilder<(), NoSource> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+const SOURCE: &str = "source";
+
+impl PipelineBuilder<(), NoSource> {
+    /// An empty builder; give it a source next.
+    pub fn new() -> Self {
+        Self { wire: None, sink_capacity: 0, _state: PhantomData }
+    }
+
+    fn from_iter_source<I>(src: IterSource<I>) -> PipelineBuilder<I::Item, Open>
+    where
+        I: Iterator + Send + 'static,
+        I::Item: Send + 'static,
+    {
+        PipelineBuilder::with_wire(Box::new(move |w: &mut Wiring, cap| {
+            let cap = w.capacity(cap, SOURCE);
+            let (tx, rx) = queue(cap);
+            let cell = w.cell(SOURCE.into(), StageKind::Source, 1);
+            let fut = runs::iter_source(src, tx, cell, Arc::clone(&w.shared), w.pool.clone());
+            w.task(SOURCE, fut);
+            rx
+        }))
+    }
+
+    /// A one-pass source from any `IntoIterator`. `into_iter()` and every `next()` run on
+    /// the pipeline's thread pool, so they may block (list files, read a manifest).
+    pub fn source<I>(self, iterable: I) -> PipelineBuilder<I::Item, Open>
+    where
+        I: IntoIterator + Send + 'static,
+        I::IntoIter: Send + 'static,
+        I::Item: Send + 'static,
+    {
+        Self::from_iter_source(IterSource::OnePass {
+            make: Some(Box::new(move || iterable.into_iter())),
+            current: None,
+        })
+    }
+
+    /// A continuous source: `iterable` is cloned and iterated again for every epoch, and
+    /// each epoch's end is marked, so one [`Pipeline`] serves epoch after epoch (each
+    /// [`Pipeline::iter`] call yields one epoch). Runs on the thread pool like
+    /// [`PipelineBuilder::source`]. An epoch that yields nothing ends the pipeline.
+    pub fn continuous_source<I>(self, iterable: I) -> PipelineBuilder<I::Item, Open>
+    where
+        I: IntoIterator + Clone + Send + 'static,
+        I::IntoIter: Send + 'static,
+        I::Item: Send + 'static,
+    {
+        Self::from_iter_source(IterSource::Continuous {
+            make: Box::new(move || iterable.clone().into_iter()),
+            current: None,
+            epoch: 0,
+            in_epoch: 0,
+        })
+    }
+
+    /// A one-pass source from a `Stream`, polled on the scheduler's runtime (it must not
+    /// block).
+    pub fn source_stream<St>(self, stream: St) -> PipelineBuilder<St::Item, Open>
+    where
+        St: Stream + Send + 'static,
+        St::Item: Send + 'static,
+    {
+        PipelineBuilder::with_wire(Box::new(move |w: &mut Wiring, cap| {
+            let cap = w.capacity(cap, SOURCE);
+            let (tx, rx) = queue(cap);
+            let cell = w.cell(SOURCE.into(), StageKind::Source, 1);
+            let fut = driver::stream_source(stream, tx, cell, Arc::clone(&w.shared));
+            w.task(SOURCE, fut);
+            rx
+        }))
+    }
+}
+
+impl<T: Send + 'static> PipelineBuilder<T, Open> {
+    fn with_wire(wire: Wire<T>) -> Self {
+        Self { wire: Some(wire), sink_capacity: 0, _state: PhantomData }
+    }
+
+    fn then<U: Send + 'static>(
+        self,
+        step: impl FnOnce(&mut Wiring, QueueRx<T>, Option<usize>) -> QueueRx<U> + Send + 'static,
+    ) -> PipelineBuilder<U, Open> {
+        let prev = self.wire;
+        PipelineBuilder::with_wire(Box::new(move |w: &mut Wiring, cap| {
+            let input = match prev {
+                Some(prev) => prev(w, None),
+                // Unreachable by construction (an `Open` builder always has a source);
+                // a closed queue keeps it panic-free.
+                None => queue::<T>(1).1,
+            };
+            step(w, input, cap)
+        }))
+    }
+
+    /// Adds a stage `T → U`.
+    pub fn pipe<U: Send + 'static>(self, stage: Stage<T, U>) -> PipelineBuilder<U, Open> {
+        self.then(move |w, input, cap| {
+            let Stage { name, func, options, describe } = stage;
+            if options.concurrency == 0 {
+                w.invalid(format!("stage `{name}`: concurrency"), "must be at least 1".into());
+            }
+            if let Err(e) = options.failure_budget.validate(&format!("stage `{name}`: failure_budget")) {
+                w.error.get_or_insert(e);
+            }
+            let c = options.concurrency.max(1);
+            let kind = match func {
+                StageFn::Blocking(_) => StageKind::Blocking,
+                StageFn::Async(_) => StageKind::Async,
+            };
+            let cell = w.cell_with(name.clone(), kind, c, options.failure_budget);
+            let cap = w.capacity(cap.or(options.output_capacity), &format!("stage `{name}`"));
+            let (tx, rx) = queue(cap);
+            let shared = Arc::clone(&w.shared);
+            let link = Link { input, output: tx, cell: Arc::clone(&cell), shared: Arc::clone(&shared) };
+            match func {
+                StageFn::Async(f) => {
+                    let launch = driver::async_launcher(f, describe, cell);
+                    w.task(&name, Concurrent::new(link, launch, c, options.order).run());
+                }
+                StageFn::Blocking(f) if options.order == OutputOrder::Input && c > 1 => {
+                    let launch = driver::pool_launcher(f, describe, cell, w.pool.clone(), shared);
+                    w.task(&name, Concurrent::new(link, launch, c, options.order).run());
+                }
+                StageFn::Blocking(f) => {
+                    let fut = runs::blocking_stage(link, f, describe, w.pool.clone(), c);
+                    w.task(&name, fut);
+                }
+            }
+            rx
+        })
+    }
+
+    fn batch(self, size: usize, drop_last: bool) -> PipelineBuilder<Vec<T>, Open> {
+        self.then(move |w, input, cap| {
+            let name = format!("aggregate({size})");
+            if size == 0 {
+                w.invalid(format!("{name}: size"), "must be at least 1".into());
+            }
+            let cell = w.cell(name.clone(), StageKind::Aggregate, 1);
+            let cap = w.capacity(cap, &name);
+            let (tx, rx) = queue(cap);
+            let link = Link { input, output: tx, cell, shared: Arc::clone(&w.shared) };
+            w.task(&name, driver::aggregate(link, size.max(1), drop_last));
+            rx
+        })
+    }
+
+    /// Groups items into `Vec`s of `size`. The last batch of each epoch may be smaller.
+    pub fn aggregate(self, size: usize) -> PipelineBuilder<Vec<T>, Open> {
+        self.batch(size, false)
+    }
+
+    /// Groups items into `Vec`s of exactly `size`, dropping the incomplete last batch of
+    /// each epoch.
+    pub fn aggregate_drop_last(self, size: usize) -> PipelineBuilder<Vec<T>, Open> {
+        self.batch(size, true)
+    }
+
+    /// Sets the capacity of the queue the consumer reads from, and ends the wiring.
+    pub fn sink(self, buffer_size: usize) -> PipelineBuilder<T, Sunk> {
+        PipelineBuilder { wire: self.wire, sink_capacity: buffer_size, _state: PhantomData }
+    }
+}
+
+impl<C> PipelineBuilder<C, Open>
+where
+    C: IntoIterator + Send + 'static,
+    C::IntoIter: Send,
+    C::Item: Send + 'static,
+{
+    /// Flattens each item (a `Vec` from `aggregate`, or any `IntoIterator`) into its elements.
+    pub fn disaggregate(self) -> PipelineBuilder<C::Item, Open> {
+        self.then(move |w, input, cap| {
+            let name = "disaggregate";
+            let cell = w.cell(name.into(), StageKind::Disaggregate, 1);
+            let cap = w.capacity(cap, name);
+            let (tx, rx) = queue(cap);
+            let link = Link { input, output: tx, cell, shared: Arc::clone(&w.shared) };
+            w.task(name, driver::disaggregate(link));
+            rx
+        })
+    }
+}
+
+impl<T: Send + 'static> PipelineBuilder<T, Sunk> {
+    /// Wires the queues, stages and stats, and returns the pipeline, not started yet
+    /// (it starts with [`Pipeline::start`] or on the first item asked).
+    pub fn build(self, options: BuildOptions) -> Result<Pipeline<T>, PipelineError> {
+        if options.num_threads == 0 {
+            return Err(PipelineError::InvalidOption {
+                option: "num_threads".into(),
+                reason: "must be at least 1".into(),
+            });
+        }
+        if options.queue_capacity == 0 {
+            return Err(PipelineError::InvalidOption {
+                option: "queue_capacity".into(),
+                reason: "must be at least 1".into(),
+            });
+        }
+        if self.sink_capacity == 0 {
+            return Err(PipelineError::InvalidOption {
+                option: "sink buffer_size".into(),
+                reason: "must be at least 1".into(),
+            });
+        }
+        options.failure_budget.validate("failure_budget")?;
+        let shared = Arc::new(Shared::new(options.failure_budget));
+        let pool = Pool::new();
+        let mut w = Wiring {
+            opts: options.clone(),
+            shared: Arc::clone(&shared),
+            pool: pool.handle(),
+            cells: Vec::new(),
+            tasks: Vec::new(),
+            error: None,
+            last_capacity: 0,
+        };
+        let Some(wire) = self.wire else {
+            return Err(PipelineError::InvalidOption {
+                option: "source".into(),
+                reason: "a pipeline needs a source".into(),
+            });
+        };
+        let sink = wire(&mut w, Some(self.sink_capacity));
+        if let Some(err) = w.error {
+            return Err(err);
+        }
+        let sink_cell = w.cell("sink".into(), StageKind::Sink, 1);
+        let _ = shared.cells.set(w.cells.clone());
+        let report = options.report_interval.map(|every| {
+            let hook = options.report_hook.clone().unwrap_or_else(|| Arc::new(crate::pipeline::log_stats));
+            (every, hook)
+        });
+        Ok(Pipeline::new(
+            sink,
+            sink_cell,
+            shared,
+            w.cells,
+            Startup { tasks: w.tasks, pool, num_threads: options.num_threads, report },
+        ))
+    }
+}

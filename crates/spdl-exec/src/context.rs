@@ -1,0 +1,159 @@
+//! State shared by the pipeline, its scheduler and every driver: cancellation, the final
+//! outcome, and failure accounting with budgets.
+
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+use crate::error::{ItemFailure, PipelineError};
+use crate::options::{FRACTION_PROBATION, FailureBudget};
+use crate::stats::StageCell;
+
+/// Failures kept per stage for the error message.
+const KEPT_CAUSES: usize = 5;
+
+/// The outcome of one call of a stage function.
+pub(crate) struct Done<U> {
+    pub(crate) index: u64,
+    pub(crate) item: Option<String>,
+    pub(crate) elapsed: Duration,
+    pub(crate) result: Result<U, String>,
+}
+
+#[derive(Default)]
+pub(crate) struct Shared {
+    cancel: AtomicBool,
+    cancel_notify: Notify,
+    outcome: Mutex<Option<PipelineError>>,
+    pub(crate) budget: FailureBudget,
+    /// Every stats row, set once the pipeline is wired (for the pipeline-wide budget).
+    pub(crate) cells: OnceLock<Vec<Arc<StageCell>>>,
+    pub(crate) started: OnceLock<Instant>,
+}
+
+impl Shared {
+    pub(crate) fn new(budget: FailureBudget) -> Self {
+        Self { budget, ..Self::default() }
+    }
+
+    pub(crate) fn cancelled(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn cancel(&self) {
+        self.cancel.store(true, Ordering::SeqCst);
+        self.cancel_notify.notify_one();
+    }
+
+    /// Resolves once [`Shared::cancel`] has been called (one waiter: the scheduler).
+    pub(crate) async fn wait_cancelled(&self) {
+        loop {
+            let mut n = pin!(self.cancel_notify.notified());
+            n.as_mut().enable();
+            if self.cancel.load(Ordering::SeqCst) {
+                return;
+            }
+            n.await;
+        }
+    }
+
+    /// Records the error that ends the pipeline; the first one wins.
+    pub(crate) fn fail(&self, err: PipelineError) {
+        let mut slot = self.outcome.lock().unwrap_or_else(PoisonError::into_inner);
+        if slot.is_none() {
+            *slot = Some(err);
+        }
+    }
+
+    pub(crate) fn take_outcome(&self) -> Option<PipelineError> {
+        self.outcome.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
+
+    /// Books a finished call: stats, failure log and budgets. Returns the outputs on success.
+    pub(crate) fn settle<U>(&self, cell: &StageCell, done: Done<U>) -> Option<U> {
+        cell.hist.record(done.elapsed);
+        let calls = cell.completed.fetch_add(1, Ordering::Relaxed) + 1;
+        match done.result {
+            Ok(out) => {
+                if calls == FRACTION_PROBATION && cell.failed.load(Ordering::Relaxed) > 0 {
+                    self.judge(cell);
+                }
+                Some(out)
+            }
+            Err(cause) => {
+                cell.failed.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    target: "spdl_exec",
+                    stage = %cell.name,
+                    index = done.index,
+                    item = done.item.as_deref().unwrap_or("-"),
+                    cause = %cause,
+                    "item failed and was dropped"
+                );
+                {
+                    let mut causes = cell.causes.lock().unwrap_or_else(PoisonError::into_inner);
+                    if causes.len() < KEPT_CAUSES {
+                        causes.push(ItemFailure {
+                            stage: cell.name.clone(),
+                            index: done.index,
+                            item: done.item,
+                            cause,
+                        });
+                    }
+                }
+                self.judge(cell);
+                None
+            }
+        }
+    }
+
+    /// Checks the stage's budget and the pipeline's; stops feeding the stage when spent.
+    fn judge(&self, cell: &StageCell) {
+        let failed = cell.failed.load(Ordering::Relaxed);
+        let calls = cell.completed.load(Ordering::Relaxed);
+        let causes = || cell.causes.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        if cell.budget.is_exceeded(failed, calls) {
+            self.trip(
+                cell,
+                PipelineError::StageBudgetExceeded {
+                    stage: cell.name.clone(),
+                    budget: cell.budget,
+                    failed,
+                    calls,
+                    causes: causes(),
+                },
+            );
+            return;
+        }
+        if self.budget == FailureBudget::Unlimited {
+            return;
+        }
+        let (mut all_failed, mut all_calls) = (0, 0);
+        for c in self.cells.get().map(Vec::as_slice).unwrap_or_default() {
+            all_failed += c.failed.load(Ordering::Relaxed);
+            all_calls += c.completed.load(Ordering::Relaxed);
+        }
+        if self.budget.is_exceeded(all_failed, all_calls) {
+            self.trip(
+                cell,
+                PipelineError::PipelineBudgetExceeded {
+                    stage: cell.name.clone(),
+                    budget: self.budget,
+                    failed: all_failed,
+                    calls: all_calls,
+                    causes: causes(),
+                },
+            );
+        }
+    }
+
+    fn trip(&self, cell: &StageCell, err: PipelineError) {
+        if !cell.stop_feeding.swap(true, Ordering::SeqCst) {
+            tracing::error!(target: "spdl_exec", stage = %cell.name, "{err}");
+            self.fail(err);
+        }
+    }
+}

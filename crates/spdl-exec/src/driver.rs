@@ -1,0 +1,399 @@
+//! Async drivers run by the scheduler: concurrent stages (async functions, and blocking
+//! functions that must keep input order at concurrency > 1), aggregate, disaggregate and
+//! stream sources. Each driver owns the input end of its queue and the output end of the
+//! next; when it returns, dropping them closes the queue for the stage downstream (and, if
+//! it stopped early, for the stage upstream, which then stops too).
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use futures::stream::{FuturesOrdered, FuturesUnordered};
+use futures::{FutureExt, Stream, StreamExt};
+
+use crate::context::{Done, Shared};
+use crate::error::{PipelineError, error_chain, panic_message};
+use crate::options::OutputOrder;
+use crate::pool::PoolHandle;
+use crate::queue::{Msg, PopError, PushError, QueueRx, QueueTx};
+use crate::stage::{AsyncFn, BlockingFn, Describe, Outputs};
+use crate::stats::StageCell;
+
+/// The two queues around a stage, its stats and the pipeline's shared state.
+pub(crate) struct Link<T, U> {
+    pub(crate) input: QueueRx<T>,
+    pub(crate) output: QueueTx<U>,
+    pub(crate) cell: Arc<StageCell>,
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl<T, U> Link<T, U> {
+    /// The next input message, counting the wait as starved time. `None`: input closed.
+    async fn next_input(&self) -> Option<Msg<T>> {
+        match self.input.try_pop() {
+            Ok(m) => Some(m),
+            Err(PopError::Closed) => None,
+            Err(PopError::Empty) => {
+                self.output.flush();
+                let t0 = Instant::now();
+                let m = self.input.pop().await;
+                self.cell.add_starved(t0);
+                m
+            }
+        }
+    }
+
+    async fn emit(&self, msg: Msg<U>) -> bool {
+        emit(&self.output, &self.cell, msg).await
+    }
+}
+
+/// Puts `msg` into `output`, counting the wait as blocked time. `false`: the queue is closed.
+pub(crate) async fn emit<U>(output: &QueueTx<U>, cell: &StageCell, msg: Msg<U>) -> bool {
+    let is_item = matches!(msg, Msg::Item(_));
+    let sent = match output.try_push(msg) {
+        Ok(()) => true,
+        Err(PushError::Closed(_)) => false,
+        Err(PushError::Full(m)) => {
+            let t0 = Instant::now();
+            let sent = output.push(m).await.is_ok();
+            cell.add_blocked(t0);
+            sent
+        }
+    };
+    if sent && is_item {
+        cell.items_out.fetch_add(1, Relaxed);
+    } else if sent {
+        // An epoch marker: the consumer may be waiting for exactly this.
+        output.flush();
+    }
+    sent
+}
+
+pub(crate) fn panicked(payload: &(dyn std::any::Any + Send)) -> String {
+    format!("panicked: {}", panic_message(payload))
+}
+
+/// Calls a blocking function on the current thread, catching a panic.
+pub(crate) fn call_blocking<T, U>(
+    f: &BlockingFn<T, U>,
+    item: T,
+    index: u64,
+    described: Option<String>,
+) -> Done<Outputs<U>> {
+    let t0 = Instant::now();
+    let result = match catch_unwind(AssertUnwindSafe(|| f(item))) {
+        Ok(Ok(out)) => Ok(out),
+        Ok(Err(e)) => Err(error_chain(&*e)),
+        Err(p) => Err(panicked(&*p)),
+    };
+    Done { index, item: described, elapsed: t0.elapsed(), result }
+}
+
+/// Starts one call and gives a future of its outcome.
+pub(crate) type Launch<T, U> = Box<dyn Fn(T) -> BoxFuture<'static, Done<Outputs<U>>> + Send + Sync + 'static>;
+
+/// Calls of an async function, polled by the driver on the scheduler's runtime.
+pub(crate) fn async_launcher<T: Send + 'static, U: Send + 'static>(
+    f: AsyncFn<T, U>,
+    describe: Option<Describe<T>>,
+    cell: Arc<StageCell>,
+) -> Launch<T, U> {
+    Box::new(move |item| {
+        let index = cell.items_in.fetch_add(1, Relaxed);
+        let described = describe.as_ref().map(|d| d(&item));
+        let t0 = Instant::now();
+        let started = catch_unwind(AssertUnwindSafe(|| f(item)));
+        async move {
+            let result = match started {
+                Ok(fut) => match AssertUnwindSafe(fut).catch_unwind().await {
+                    Ok(Ok(out)) => Ok(out),
+                    Ok(Err(e)) => Err(error_chain(&*e)),
+                    Err(p) => Err(panicked(&*p)),
+                },
+                Err(p) => Err(panicked(&*p)),
+            };
+            Done { index, item: described, elapsed: t0.elapsed(), result }
+        }
+        .boxed()
+    })
+}
+
+/// Calls of a blocking function, one pool job each (used only for input order at
+/// concurrency > 1, where results must be re-sequenced).
+pub(crate) fn pool_launcher<T: Send + 'static, U: Send + 'static>(
+    f: BlockingFn<T, U>,
+    describe: Option<Describe<T>>,
+    cell: Arc<StageCell>,
+    pool: PoolHandle,
+    shared: Arc<Shared>,
+) -> Launch<T, U> {
+    Box::new(move |item| {
+        let index = cell.items_in.fetch_add(1, Relaxed);
+        let described = describe.as_ref().map(|d| d(&item));
+        let (tx, rx) = futures::channel::oneshot::channel();
+        let f = Arc::clone(&f);
+        let shared = Arc::clone(&shared);
+        pool.spawn(move || {
+            if !shared.cancelled() {
+                let _ = tx.send(call_blocking(&f, item, index, described));
+            }
+        });
+        async move {
+            rx.await.unwrap_or_else(|_| Done {
+                index,
+                item: None,
+                elapsed: Duration::ZERO,
+                result: Err("cancelled before it ran".to_owned()),
+            })
+        }
+        .boxed()
+    })
+}
+
+enum InFlight<D> {
+    Unordered(FuturesUnordered<BoxFuture<'static, D>>),
+    Ordered(FuturesOrdered<BoxFuture<'static, D>>),
+}
+
+impl<D> InFlight<D> {
+    fn push(&mut self, f: BoxFuture<'static, D>) {
+        match self {
+            Self::Unordered(s) => s.push(f),
+            Self::Ordered(s) => s.push_back(f),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Self::Unordered(s) => s.len(),
+            Self::Ordered(s) => s.len(),
+        }
+    }
+
+    async fn next(&mut self) -> Option<D> {
+        match self {
+            Self::Unordered(s) => s.next().await,
+            Self::Ordered(s) => s.next().await,
+        }
+    }
+}
+
+enum Event<D, T> {
+    Done(D),
+    Input(Option<Msg<T>>),
+}
+
+/// A stage with up to `concurrency` calls in flight, polled by one async task.
+pub(crate) struct Concurrent<T, U> {
+    link: Link<T, U>,
+    launch: Launch<T, U>,
+    concurrency: usize,
+    inflight: InFlight<Done<Outputs<U>>>,
+    input_done: bool,
+    output_closed: bool,
+}
+
+impl<T: Send + 'static, U: Send + 'static> Concurrent<T, U> {
+    pub(crate) fn new(link: Link<T, U>, launch: Launch<T, U>, concurrency: usize, order: OutputOrder) -> Self {
+        Self {
+            link,
+            launch,
+            concurrency: concurrency.max(1),
+            inflight: match order {
+                OutputOrder::Completion => InFlight::Unordered(FuturesUnordered::new()),
+                OutputOrder::Input => InFlight::Ordered(FuturesOrdered::new()),
+            },
+            input_done: false,
+            output_closed: false,
+        }
+    }
+
+    fn can_take(&self) -> bool {
+        !self.input_done
+            && !self.output_closed
+            && self.inflight.len() < self.concurrency
+            && !self.link.cell.feeding_stopped()
+            && !self.link.shared.cancelled()
+    }
+
+    pub(crate) async fn run(mut self) {
+        loop {
+            // Fill free slots with what is already queued, without waiting.
+            while self.can_take() {
+                match self.link.input.try_pop() {
+                    Ok(m) => self.on_input(m).await,
+                    Err(PopError::Empty) => break,
+                    Err(PopError::Closed) => self.input_done = true,
+                }
+            }
+            let event = if self.inflight.len() == 0 {
+                if !self.can_take() {
+                    return;
+                }
+                Event::Input(self.link.next_input().await)
+            } else {
+                let can_take = self.can_take();
+                let Self { inflight, link, .. } = &mut self;
+                let mut next_done = pin!(inflight.next());
+                // Poll once before waiting: trivial futures are ready at once, and the queue
+                // downstream is flushed only when this driver is really about to wait.
+                if let Poll::Ready(d) = futures::poll!(next_done.as_mut()) {
+                    match d {
+                        Some(d) => Event::Done(d),
+                        None => continue,
+                    }
+                } else {
+                    link.output.flush();
+                    if can_take {
+                        tokio::select! {
+                            biased;
+                            Some(d) = &mut next_done => Event::Done(d),
+                            m = link.input.pop() => Event::Input(m),
+                        }
+                    } else {
+                        match next_done.await {
+                            Some(d) => Event::Done(d),
+                            None => continue,
+                        }
+                    }
+                }
+            };
+            match event {
+                Event::Done(d) => self.on_done(d).await,
+                Event::Input(Some(m)) => self.on_input(m).await,
+                Event::Input(None) => self.input_done = true,
+            }
+        }
+    }
+
+    async fn on_input(&mut self, msg: Msg<T>) {
+        match msg {
+            Msg::Item(item) => self.inflight.push((self.launch)(item)),
+            Msg::EpochEnd(epoch) => {
+                // An epoch boundary is a barrier: finish this epoch's items first.
+                while let Some(d) = self.inflight.next().await {
+                    self.on_done(d).await;
+                }
+                if !self.output_closed && !self.link.emit(Msg::EpochEnd(epoch)).await {
+                    self.output_closed = true;
+                }
+            }
+        }
+    }
+
+    async fn on_done(&mut self, done: Done<Outputs<U>>) {
+        let Some(outputs) = self.link.shared.settle(&self.link.cell, done) else {
+            return;
+        };
+        for out in outputs {
+            if self.output_closed || !self.link.emit(Msg::Item(out)).await {
+                self.output_closed = true;
+                return;
+            }
+        }
+    }
+}
+
+/// Groups items into `Vec`s of `size`; a partial batch is emitted at the end of each epoch
+/// unless `drop_last`.
+pub(crate) async fn aggregate<T>(link: Link<T, Vec<T>>, size: usize, drop_last: bool) {
+    let mut batch = Vec::with_capacity(size);
+    while !link.shared.cancelled() {
+        let msg = link.next_input().await;
+        let (flush, marker, done) = match msg {
+            Some(Msg::Item(item)) => {
+                link.cell.items_in.fetch_add(1, Relaxed);
+                batch.push(item);
+                (batch.len() >= size, None, false)
+            }
+            Some(Msg::EpochEnd(e)) => (!drop_last, Some(e), false),
+            None => (!drop_last, None, true),
+        };
+        if flush && !batch.is_empty() {
+            let full = std::mem::replace(&mut batch, Vec::with_capacity(size));
+            if !link.emit(Msg::Item(full)).await {
+                return;
+            }
+        } else if marker.is_some() || done {
+            batch.clear();
+        }
+        if let Some(e) = marker
+            && !link.emit(Msg::EpochEnd(e)).await
+        {
+            return;
+        }
+        if done {
+            return;
+        }
+    }
+}
+
+/// Flattens each collection into its items.
+pub(crate) async fn disaggregate<C>(link: Link<C, C::Item>)
+where
+    C: IntoIterator,
+    C::IntoIter: Send,
+{
+    while !link.shared.cancelled() {
+        match link.next_input().await {
+            Some(Msg::Item(items)) => {
+                link.cell.items_in.fetch_add(1, Relaxed);
+                for item in items {
+                    if !link.emit(Msg::Item(item)).await {
+                        return;
+                    }
+                }
+            }
+            Some(Msg::EpochEnd(e)) => {
+                if !link.emit(Msg::EpochEnd(e)).await {
+                    return;
+                }
+            }
+            None => return,
+        }
+    }
+}
+
+/// Pulls a stream on the scheduler's runtime into the first queue.
+pub(crate) async fn stream_source<S>(stream: S, output: QueueTx<S::Item>, cell: Arc<StageCell>, shared: Arc<Shared>)
+where
+    S: Stream + Send,
+{
+    let mut stream = std::pin::pin!(stream);
+    let mut produced = 0u64;
+    while !shared.cancelled() {
+        let t0 = Instant::now();
+        let mut next = pin!(AssertUnwindSafe(stream.next()).catch_unwind());
+        let polled = match futures::poll!(next.as_mut()) {
+            Poll::Ready(r) => r,
+            Poll::Pending => {
+                output.flush();
+                next.await
+            }
+        };
+        match polled {
+            Ok(Some(item)) => {
+                cell.hist.record(t0.elapsed());
+                cell.completed.fetch_add(1, Relaxed);
+                produced += 1;
+                let slow = t0.elapsed() >= crate::queue::SLOW_ITEM;
+                if !emit(&output, &cell, Msg::Item(item)).await {
+                    return;
+                }
+                if slow {
+                    output.flush();
+                }
+            }
+            Ok(None) => return,
+            Err(p) => {
+                shared.fail(PipelineError::SourcePanicked { produced, message: panic_message(&*p) });
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! The crate's error type.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::options::FailureBudget;
+
+/// The error type of stage functions: anything that converts into it works
+/// (`std::io::Error`, `String`, `&str`, any `std::error::Error + Send + Sync`).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// One failed item, as recorded by the pipeline (plain data, cheap to pass on).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ItemFailure {
+    /// The stage the item failed in.
+    pub stage: String,
+    /// The item's position among the stage's inputs (0-based).
+    pub index: u64,
+    /// The item's `Debug` text, when the stage was asked to log it
+    /// ([`crate::Stage::log_failed_items`]).
+    pub item: Option<String>,
+    /// The error and its `source()` chain, joined by `": "`, or the panic message.
+    pub cause: String,
+}
+
+impl fmt::Display for ItemFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "item #{}", self.index)?;
+        if let Some(item) = &self.item {
+            write!(f, " ({item})")?;
+        }
+        write!(f, ": {}", self.cause)
+    }
+}
+
+fn join_causes(causes: &[ItemFailure]) -> String {
+    if causes.is_empty() {
+        return "none recorded".to_owned();
+    }
+    causes.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+}
+
+/// Everything that can go wrong when building, starting or iterating a pipeline.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PipelineError {
+    /// A builder or stage option is out of range.
+    #[error("invalid pipeline option `{option}`: {reason}")]
+    InvalidOption {
+        /// The option, e.g. `stage "decode": concurrency`.
+        option: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A stage failed more items than its own budget allows; the pipeline stopped feeding it.
+    #[error(
+        "stage `{stage}` exceeded its failure budget ({budget}): {failed} of {calls} calls failed; first causes: {}",
+        join_causes(causes)
+    )]
+    StageBudgetExceeded {
+        /// The stage's name.
+        stage: String,
+        /// Its budget.
+        budget: FailureBudget,
+        /// Items failed in the stage when it was judged.
+        failed: u64,
+        /// Calls completed in the stage when it was judged.
+        calls: u64,
+        /// The first few failures of the stage.
+        causes: Vec<ItemFailure>,
+    },
+    /// The stages together failed more items than the pipeline's budget allows.
+    #[error(
+        "the pipeline exceeded its failure budget ({budget}): {failed} of {calls} calls failed, last in stage `{stage}`; first causes: {}",
+        join_causes(causes)
+    )]
+    PipelineBudgetExceeded {
+        /// The stage whose failure exceeded the budget (the pipeline stopped feeding it).
+        stage: String,
+        /// The pipeline's budget.
+        budget: FailureBudget,
+        /// Items failed over all stages.
+        failed: u64,
+        /// Calls completed over all stages.
+        calls: u64,
+        /// The first few failures of that stage.
+        causes: Vec<ItemFailure>,
+    },
+    /// The source's iterator or stream panicked; the pipeline ended there.
+    #[error("the source panicked after {produced} items: {message}")]
+    SourcePanicked {
+        /// Items the source had produced.
+        produced: u64,
+        /// The panic message.
+        message: String,
+    },
+    /// [`crate::PipelineIter::next_timeout`] or [`crate::Pipeline::get_item`] waited this long
+    /// for nothing. Not fatal: iteration can go on.
+    #[error("no item within {waited:?}")]
+    Timeout {
+        /// How long it waited.
+        waited: Duration,
+    },
+    /// A thread of the pipeline could not be started.
+    #[error("could not start the pipeline's {what} thread")]
+    Spawn {
+        /// Which thread: `scheduler` or `pool`.
+        what: &'static str,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The scheduler's async runtime could not be created.
+    #[error("could not create the scheduler's runtime")]
+    Runtime(#[source] std::io::Error),
+    /// A driver of the pipeline itself failed (a bug in spdl-exec, not in a stage function).
+    #[error("internal failure of the pipeline's driver for `{stage}`: {message}")]
+    Internal {
+        /// The stage whose driver failed.
+        stage: String,
+        /// What happened.
+        message: String,
+    },
+}
+
+impl PipelineError {
+    /// Whether this is a [`PipelineError::Timeout`], after which iteration can go on.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Self::Timeout { .. })
+    }
+
+    /// The stage this error is about, if any.
+    pub fn stage(&self) -> Option<&str> {
+        match self {
+            Self::StageBudgetExceeded { stage, .. }
+            | Self::PipelineBudgetExceeded { stage, .. }
+            | Self::Internal { stage, .. } => Some(stage),
+            _ => None,
+        }
+    }
+
+    /// The first recorded failures behind a budget error (empty for other errors).
+    pub fn causes(&self) -> &[ItemFailure] {
+        match self {
+            Self::StageBudgetExceeded { causes, .. } | Self::PipelineBudgetExceeded { causes, .. } => causes,
+            _ => &[],
+        }
+    }
+}
+
+/// Formats an error with its whole `source()` chain.
+pub(crate) fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = err.to_string();
+    let mut cur = err.source();
+    while let Some(e) = cur {
+        out.push_str(": ");
+        out.push_str(&e.to_string());
+        cur = e.source();
+    }
+    out
+}
+
+/// The message of a caught panic.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_owned()
+    }
+}

@@ -1,0 +1,160 @@
+//! Options of stages and of the whole pipeline.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::stats::PipelineStats;
+
+/// Calls after which a [`FailureBudget::Fraction`] starts being judged.
+pub const FRACTION_PROBATION: u64 = 100;
+
+/// The order in which a stage emits its results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OutputOrder {
+    /// As soon as each item is done (fastest; the default).
+    #[default]
+    Completion,
+    /// In the order the items entered the stage. Failed items leave no gap to wait for.
+    Input,
+}
+
+/// How many failed items a stage (or the whole pipeline) tolerates before it stops.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum FailureBudget {
+    /// Never stop because of failures (the default).
+    #[default]
+    Unlimited,
+    /// Stop when more than this many items have failed.
+    Count(u64),
+    /// Stop when more than this fraction (0.0..=1.0) of the calls have failed, judged
+    /// only after [`FRACTION_PROBATION`] calls.
+    Fraction(f64),
+}
+
+impl FailureBudget {
+    /// Whether `failed` failures out of `calls` calls exceed the budget.
+    pub fn is_exceeded(&self, failed: u64, calls: u64) -> bool {
+        match *self {
+            Self::Unlimited => false,
+            Self::Count(n) => failed > n,
+            Self::Fraction(f) => calls >= FRACTION_PROBATION && (failed as f64) / (calls as f64) > f,
+        }
+    }
+
+    pub(crate) fn validate(&self, option: &str) -> Result<(), crate::PipelineError> {
+        match *self {
+            Self::Fraction(f) if !(0.0..=1.0).contains(&f) => Err(crate::PipelineError::InvalidOption {
+                option: option.to_owned(),
+                reason: format!("a failure fraction must be within 0.0..=1.0, got {f}"),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl fmt::Display for FailureBudget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Unlimited => f.write_str("unlimited"),
+            Self::Count(n) => write!(f, "at most {n} failures"),
+            Self::Fraction(x) => write!(f, "at most {:.2}% failures", x * 100.0),
+        }
+    }
+}
+
+/// Options of one stage. Build with struct update syntax or the [`crate::Stage`] methods.
+///
+/// ```
+/// use spdl_exec::{OutputOrder, StageOptions};
+/// let opts = StageOptions { concurrency: 4, order: OutputOrder::Input, ..Default::default() };
+/// assert_eq!(opts.concurrency, 4);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StageOptions {
+    /// Items processed at the same time (at least 1; default 1).
+    pub concurrency: usize,
+    /// Output order (default [`OutputOrder::Completion`]).
+    pub order: OutputOrder,
+    /// Failures this stage tolerates (default unlimited).
+    pub failure_budget: FailureBudget,
+    /// Capacity of the queue after this stage; `None` uses [`BuildOptions::queue_capacity`].
+    pub output_capacity: Option<usize>,
+}
+
+impl Default for StageOptions {
+    fn default() -> Self {
+        Self {
+            concurrency: 1,
+            order: OutputOrder::Completion,
+            failure_budget: FailureBudget::Unlimited,
+            output_capacity: None,
+        }
+    }
+}
+
+/// A hook called with a stats snapshot every [`BuildOptions::report_interval`].
+/// It runs on the scheduler thread: keep it short.
+pub type ReportHook = Arc<dyn Fn(&PipelineStats) + Send + Sync + 'static>;
+
+/// Options of the whole pipeline, given to [`crate::PipelineBuilder::build`].
+#[derive(Clone)]
+pub struct BuildOptions {
+    /// Threads of the pool that runs the iterator source and blocking stage functions
+    /// (default 4; at least 1).
+    pub num_threads: usize,
+    /// Default capacity of the queues between stages (default 8; at least 1).
+    ///
+    /// With trivial stages the cost per item is the thread wake-ups between stages, and a
+    /// queue moves about half its capacity per wake-up: for small items, 32–64 cut the
+    /// per-item overhead several-fold. Memory is bounded by capacity × item size, so keep
+    /// it small after `aggregate` (batches are large).
+    pub queue_capacity: usize,
+    /// Failures the pipeline tolerates over all its stages (default unlimited).
+    pub failure_budget: FailureBudget,
+    /// Report the stats this often (default: never).
+    pub report_interval: Option<Duration>,
+    /// What to do with each report (default: one `tracing` info line per stage).
+    pub report_hook: Option<ReportHook>,
+}
+
+impl Default for BuildOptions {
+    fn default() -> Self {
+        Self {
+            num_threads: 4,
+            queue_capacity: 8,
+            failure_budget: FailureBudget::Unlimited,
+            report_interval: None,
+            report_hook: None,
+        }
+    }
+}
+
+impl fmt::Debug for BuildOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BuildOptions")
+            .field("num_threads", &self.num_threads)
+            .field("queue_capacity", &self.queue_capacity)
+            .field("failure_budget", &self.failure_budget)
+            .field("report_interval", &self.report_interval)
+            .field("report_hook", &self.report_hook.as_ref().map(|_| "Fn(&PipelineStats)"))
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budgets() {
+        assert!(!FailureBudget::Unlimited.is_exceeded(1000, 1000));
+        assert!(!FailureBudget::Count(3).is_exceeded(3, 10));
+        assert!(FailureBudget::Count(3).is_exceeded(4, 10));
+        // Probation: 50 of 99 failing is not judged yet.
+        assert!(!FailureBudget::Fraction(0.1).is_exceeded(50, 99));
+        assert!(FailureBudget::Fraction(0.1).is_exceeded(11, 100));
+        assert!(!FailureBudget::Fraction(0.1).is_exceeded(10, 100));
+        assert!(FailureBudget::Fraction(1.5).validate("x").is_err());
+    }
+}

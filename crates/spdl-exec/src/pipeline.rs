@@ -1,0 +1,317 @@
+//! A built pipeline: lifecycle (start, stop, drop), the scheduler thread, and iteration.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+
+use crate::context::Shared;
+use crate::error::{PipelineError, panic_message};
+use crate::options::ReportHook;
+use crate::pool::Pool;
+use crate::queue::{Msg, PopError, QueueRx};
+use crate::stats::{self, PipelineStats, StageCell};
+
+/// What the consumer receives from [`Pipeline::get_item`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Item<T> {
+    /// An item out of the last stage.
+    Data(T),
+    /// The end of an epoch of a continuous source (numbered from 0).
+    EpochEnd {
+        /// The epoch that ended.
+        epoch: u64,
+    },
+}
+
+/// Everything the scheduler thread needs, kept until the pipeline starts.
+pub(crate) struct Startup {
+    pub(crate) tasks: Vec<(String, BoxFuture<'static, ()>)>,
+    pub(crate) pool: Pool,
+    pub(crate) num_threads: usize,
+    pub(crate) report: Option<(Duration, ReportHook)>,
+}
+
+enum Life {
+    Ready(Box<Startup>),
+    Running(JoinHandle<()>),
+    Stopped,
+}
+
+/// A running (or ready to run) pipeline. The consumer only iterates: [`Pipeline::iter`]
+/// gives one epoch (all items, for a one-pass source); [`Pipeline::get_item`] is the
+/// low-level call with a timeout and epoch markers.
+///
+/// All methods take `&self`, and `Pipeline` is `Sync`: [`Pipeline::stop`] and
+/// [`Pipeline::stats`] may be called from any thread while another one iterates.
+/// Dropping the pipeline stops it and joins every thread it started.
+pub struct Pipeline<T> {
+    sink: QueueRx<T>,
+    sink_cell: Arc<StageCell>,
+    shared: Arc<Shared>,
+    cells: Vec<Arc<StageCell>>,
+    life: Mutex<Life>,
+}
+
+impl<T> std::fmt::Debug for Pipeline<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let stages: Vec<&str> = self.cells.iter().map(|c| c.name.as_str()).collect();
+        f.debug_struct("Pipeline").field("stages", &stages).field("stopped", &self.shared.cancelled()).finish()
+    }
+}
+
+impl<T: Send + 'static> Pipeline<T> {
+    pub(crate) fn new(
+        sink: QueueRx<T>,
+        sink_cell: Arc<StageCell>,
+        shared: Arc<Shared>,
+        cells: Vec<Arc<StageCell>>,
+        startup: Startup,
+    ) -> Self {
+        Self { sink, sink_cell, shared, cells, life: Mutex::new(Life::Ready(Box::new(startup))) }
+    }
+
+    /// Starts the scheduler and the thread pool. Idempotent; implicit on the first item
+    /// asked. After [`Pipeline::stop`], does nothing.
+    pub fn start(&self) -> Result<(), PipelineError> {
+        let mut life = self.life.lock().unwrap_or_else(PoisonError::into_inner);
+        if !matches!(*life, Life::Ready(_)) {
+            return Ok(());
+        }
+        let Life::Ready(startup) = std::mem::replace(&mut *life, Life::Stopped) else {
+            return Ok(());
+        };
+        let _ = self.shared.started.set(Instant::now());
+        let shared = Arc::clone(&self.shared);
+        let cells = self.cells.clone();
+        let spawned = std::thread::Builder::new()
+            .name("spdl-exec-scheduler".into())
+            .spawn(move || schedule(*startup, &shared, cells));
+        match spawned {
+            Ok(handle) => {
+                *life = Life::Running(handle);
+                Ok(())
+            }
+            Err(source) => Err(PipelineError::Spawn { what: "scheduler", source }),
+        }
+    }
+}
+
+impl<T> Pipeline<T> {
+    /// Stops the pipeline: cancels pending work, lets running calls of stage functions
+    /// return, and joins every thread. Idempotent; callable from any thread. Iteration
+    /// then ends. A stage function or source `next()` that never returns blocks this.
+    ///
+    /// Called from inside a stage function it only requests the stop; the threads are
+    /// joined by the next `stop` from outside or by `Drop`.
+    pub fn stop(&self) {
+        self.shared.cancel();
+        if std::thread::current().name().is_some_and(|n| n.starts_with("spdl-exec-")) {
+            return;
+        }
+        let mut life = self.life.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Life::Running(handle) = std::mem::replace(&mut *life, Life::Stopped)
+            && handle.join().is_err()
+        {
+            tracing::error!(target: "spdl_exec", "the scheduler thread panicked");
+        }
+    }
+
+    /// A snapshot of every stage's stats (source first, sink last). Cheap; any thread.
+    pub fn stats(&self) -> PipelineStats {
+        let elapsed = self.shared.started.get().map_or(Duration::ZERO, Instant::elapsed);
+        stats::snapshot(&self.cells, elapsed)
+    }
+}
+
+impl<T: Send + 'static> Pipeline<T> {
+    /// The next item or epoch marker, waiting at most `timeout` (`None`: until one comes).
+    ///
+    /// `Ok(None)`: the pipeline has finished (or was stopped). `Err(Timeout)`: nothing came
+    /// in time; call again. Other errors end the pipeline (a spent failure budget, a
+    /// panicking source) and are returned once, after every item that made it through.
+    pub fn get_item(&self, timeout: Option<Duration>) -> Result<Option<Item<T>>, PipelineError> {
+        if self.shared.started.get().is_none() {
+            self.start()?;
+        }
+        if self.shared.cancelled() {
+            return Ok(None);
+        }
+        match self.pop(timeout) {
+            Ok(Msg::Item(item)) => {
+                self.sink_cell.items_in.fetch_add(1, Relaxed);
+                Ok(Some(Item::Data(item)))
+            }
+            Ok(Msg::EpochEnd(epoch)) => Ok(Some(Item::EpochEnd { epoch })),
+            Err(PopError::Empty) => Err(PipelineError::Timeout { waited: timeout.unwrap_or_default() }),
+            Err(PopError::Closed) => match self.shared.take_outcome() {
+                Some(err) => Err(err),
+                None => Ok(None),
+            },
+        }
+    }
+
+    /// Pops from the sink, returning early (as closed) once the pipeline is stopped, even if
+    /// a stuck stage function keeps the queue open.
+    fn pop(&self, timeout: Option<Duration>) -> Result<Msg<T>, PopError> {
+        const CHECK_STOP: Duration = Duration::from_millis(20);
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            let slice = match deadline {
+                None => CHECK_STOP,
+                Some(d) => d.saturating_duration_since(Instant::now()).min(CHECK_STOP),
+            };
+            match self.sink.pop_blocking(Some(slice)) {
+                Err(PopError::Empty) => {}
+                other => return other,
+            }
+            if self.shared.cancelled() {
+                return Err(PopError::Closed);
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(PopError::Empty);
+            }
+        }
+    }
+
+    /// Iterates over one epoch: every item of a one-pass source, or the items up to the
+    /// next epoch end of a continuous source (call again for the next epoch). Starts the
+    /// pipeline if needed. The last element is an `Err` if the pipeline failed.
+    pub fn iter(&self) -> PipelineIter<'_, T> {
+        PipelineIter { pipeline: self, ended: false }
+    }
+}
+
+impl<T> Drop for Pipeline<T> {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl<'a, T: Send + 'static> IntoIterator for &'a Pipeline<T> {
+    type Item = Result<T, PipelineError>;
+    type IntoIter = PipelineIter<'a, T>;
+
+    fn into_iter(self) -> PipelineIter<'a, T> {
+        self.iter()
+    }
+}
+
+/// Iterator over one epoch of a [`Pipeline`]; see [`Pipeline::iter`].
+#[derive(Debug)]
+pub struct PipelineIter<'a, T> {
+    pipeline: &'a Pipeline<T>,
+    ended: bool,
+}
+
+impl<T: Send + 'static> PipelineIter<'_, T> {
+    /// Like `next`, waiting at most `timeout`; on timeout returns
+    /// `Some(Err(PipelineError::Timeout { .. }))` and iteration can go on.
+    pub fn next_timeout(&mut self, timeout: Duration) -> Option<Result<T, PipelineError>> {
+        self.advance(Some(timeout))
+    }
+
+    fn advance(&mut self, timeout: Option<Duration>) -> Option<Result<T, PipelineError>> {
+        if self.ended {
+            return None;
+        }
+        match self.pipeline.get_item(timeout) {
+            Ok(Some(Item::Data(item))) => Some(Ok(item)),
+            Ok(Some(Item::EpochEnd { .. }) | None) => {
+                self.ended = true;
+                None
+            }
+            Err(err) if err.is_timeout() => Some(Err(err)),
+            Err(err) => {
+                self.ended = true;
+                Some(Err(err))
+            }
+        }
+    }
+}
+
+impl<T: Send + 'static> Iterator for PipelineIter<'_, T> {
+    type Item = Result<T, PipelineError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.advance(None)
+    }
+}
+
+/// The scheduler thread: starts the pool, runs every driver on a current-thread tokio
+/// runtime until they finish or the pipeline is stopped, then tears everything down.
+fn schedule(startup: Startup, shared: &Arc<Shared>, cells: Vec<Arc<StageCell>>) {
+    let Startup { tasks, mut pool, num_threads, report } = startup;
+    if let Err(err) = pool.start(num_threads) {
+        shared.fail(err);
+        return;
+    }
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_time().build() {
+        Ok(rt) => rt,
+        Err(err) => {
+            shared.fail(PipelineError::Runtime(err));
+            return;
+        }
+    };
+    rt.block_on(async {
+        let handles: Vec<_> = tasks.into_iter().map(|(name, task)| (name, tokio::spawn(task))).collect();
+        if let Some((every, hook)) = report {
+            tokio::spawn(report_loop(every, hook, cells, Arc::clone(shared)));
+        }
+        let all = async {
+            for (stage, handle) in handles {
+                if let Err(err) = handle.await
+                    && err.is_panic()
+                {
+                    shared.fail(PipelineError::Internal { stage, message: panic_message(&*err.into_panic()) });
+                }
+            }
+        };
+        tokio::select! {
+            () = all => {}
+            () = shared.wait_cancelled() => {}
+        }
+    });
+    // Dropping the runtime drops every driver (and the items they hold); runs on the pool
+    // see the cancel flag or their closed queues and return; then the pool is joined.
+    drop(rt);
+    pool.shutdown();
+}
+
+async fn report_loop(every: Duration, hook: ReportHook, cells: Vec<Arc<StageCell>>, shared: Arc<Shared>) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let elapsed = shared.started.get().map_or(Duration::ZERO, Instant::elapsed);
+        let snapshot = stats::snapshot(&cells, elapsed);
+        if catch_unwind(AssertUnwindSafe(|| hook(&snapshot))).is_err() {
+            tracing::error!(target: "spdl_exec", "the stats report hook panicked");
+        }
+    }
+}
+
+/// The default report hook: one `tracing` info line per stage.
+pub(crate) fn log_stats(stats: &PipelineStats) {
+    for s in &stats.stages {
+        tracing::info!(
+            target: "spdl_exec",
+            stage = %s.name,
+            items_in = s.items_in,
+            items_out = s.items_out,
+            failed = s.items_failed,
+            mean_us = s.task_mean.as_micros() as u64,
+            p50_us = s.task_p50.as_micros() as u64,
+            p99_us = s.task_p99.as_micros() as u64,
+            starved_ms = s.starved.as_millis() as u64,
+            blocked_ms = s.blocked.as_millis() as u64,
+            queue = s.queue_len,
+            busy_pct = (s.busy * 100.0).round() as u64,
+            "pipeline stage stats"
+        );
+    }
+}

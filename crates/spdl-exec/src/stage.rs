@@ -1,0 +1,249 @@
+//! Stages: a name, a function, and options.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+
+use crate::error::BoxError;
+use crate::options::{FailureBudget, OutputOrder, StageOptions};
+
+/// Zero, one or many outputs of one call.
+pub(crate) enum Outputs<U> {
+    None,
+    One(U),
+    Many(Vec<U>),
+}
+
+impl<U> IntoIterator for Outputs<U> {
+    type Item = U;
+    type IntoIter = OutputsIter<U>;
+
+    fn into_iter(self) -> OutputsIter<U> {
+        match self {
+            Self::None => OutputsIter::One(None),
+            Self::One(u) => OutputsIter::One(Some(u)),
+            Self::Many(v) => OutputsIter::Many(v.into_iter()),
+        }
+    }
+}
+
+pub(crate) enum OutputsIter<U> {
+    One(Option<U>),
+    Many(std::vec::IntoIter<U>),
+}
+
+impl<U> Iterator for OutputsIter<U> {
+    type Item = U;
+
+    fn next(&mut self) -> Option<U> {
+        match self {
+            Self::One(o) => o.take(),
+            Self::Many(it) => it.next(),
+        }
+    }
+}
+
+pub(crate) type BlockingFn<T, U> = Arc<dyn Fn(T) -> Result<Outputs<U>, BoxError> + Send + Sync + 'static>;
+pub(crate) type AsyncFn<T, U> =
+    Arc<dyn Fn(T) -> BoxFuture<'static, Result<Outputs<U>, BoxError>> + Send + Sync + 'static>;
+pub(crate) type Describe<T> = Arc<dyn Fn(&T) -> String + Send + Sync + 'static>;
+
+pub(crate) enum StageFn<T, U> {
+    Blocking(BlockingFn<T, U>),
+    Async(AsyncFn<T, U>),
+}
+
+/// One step of a pipeline: a named function from `T` to zero, one or many `U`, with
+/// [`StageOptions`].
+///
+/// Blocking functions (`map`, `filter_map`, `flat_map`) run on the pipeline's thread pool;
+/// async ones (`*_async`) run on the scheduler's tokio runtime and must not block. An `Err`
+/// or a panic fails that item only: it is counted, logged and dropped.
+///
+/// ```
+/// use spdl_exec::{OutputOrder, Stage};
+/// let parse = Stage::map("parse", |s: String| s.parse::<u32>()).concurrency(2);
+/// let evens = Stage::filter_map("evens", |n: u32| Ok::<_, &str>((n % 2 == 0).then_some(n)))
+///     .order(OutputOrder::Input);
+/// assert_eq!(parse.name(), "parse");
+/// assert_eq!(evens.options().order, OutputOrder::Input);
+/// ```
+pub struct Stage<T, U> {
+    pub(crate) name: String,
+    pub(crate) func: StageFn<T, U>,
+    pub(crate) options: StageOptions,
+    pub(crate) describe: Option<Describe<T>>,
+}
+
+impl<T, U> fmt::Debug for Stage<T, U> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Stage")
+            .field("name", &self.name)
+            .field(
+                "kind",
+                &match self.func {
+                    StageFn::Blocking(_) => "blocking",
+                    StageFn::Async(_) => "async",
+                },
+            )
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+impl<T: Send + 'static, U: Send + 'static> Stage<T, U> {
+    fn with(name: impl Into<String>, func: StageFn<T, U>) -> Self {
+        Self { name: name.into(), func, options: StageOptions::default(), describe: None }
+    }
+
+    /// A blocking one-to-one function.
+    pub fn map<F, E>(name: impl Into<String>, f: F) -> Self
+    where
+        F: Fn(T) -> Result<U, E> + Send + Sync + 'static,
+        E: Into<BoxError>,
+    {
+        Self::with(name, StageFn::Blocking(Arc::new(move |t| f(t).map(Outputs::One).map_err(Into::into))))
+    }
+
+    /// A blocking function that keeps (`Some`) or drops (`None`) each item.
+    pub fn filter_map<F, E>(name: impl Into<String>, f: F) -> Self
+    where
+        F: Fn(T) -> Result<Option<U>, E> + Send + Sync + 'static,
+        E: Into<BoxError>,
+    {
+        Self::with(
+            name,
+            StageFn::Blocking(Arc::new(move |t| match f(t) {
+                Ok(Some(u)) => Ok(Outputs::One(u)),
+                Ok(None) => Ok(Outputs::None),
+                Err(e) => Err(e.into()),
+            })),
+        )
+    }
+
+    /// A blocking function that splits each item into any number of outputs. The iterator
+    /// is drained on the pool thread right after the call.
+    pub fn flat_map<F, E, I>(name: impl Into<String>, f: F) -> Self
+    where
+        F: Fn(T) -> Result<I, E> + Send + Sync + 'static,
+        E: Into<BoxError>,
+        I: IntoIterator<Item = U>,
+    {
+        Self::with(
+            name,
+            StageFn::Blocking(Arc::new(move |t| {
+                f(t).map(|i| Outputs::Many(i.into_iter().collect())).map_err(Into::into)
+            })),
+        )
+    }
+
+    /// An async one-to-one function.
+    pub fn map_async<F, Fut, E>(name: impl Into<String>, f: F) -> Self
+    where
+        F: Fn(T) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<U, E>> + Send + 'static,
+        E: Into<BoxError>,
+    {
+        Self::with(
+            name,
+            StageFn::Async(Arc::new(move |t| f(t).map(|r| r.map(Outputs::One).map_err(Into::into)).boxed())),
+        )
+    }
+
+    /// An async function that keeps (`Some`) or drops (`None`) each item.
+    pub fn filter_map_async<F, Fut, E>(name: impl Into<String>, f: F) -> Self
+    where
+        F: Fn(T) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Option<U>, E>> + Send + 'static,
+        E: Into<BoxError>,
+    {
+        Self::with(
+            name,
+            StageFn::Async(Arc::new(move |t| {
+                f(t).map(|r| match r {
+                    Ok(Some(u)) => Ok(Outputs::One(u)),
+                    Ok(None) => Ok(Outputs::None),
+                    Err(e) => Err(e.into()),
+                })
+                .boxed()
+            })),
+        )
+    }
+
+    /// An async function that splits each item into any number of outputs.
+    pub fn flat_map_async<F, Fut, E, I>(name: impl Into<String>, f: F) -> Self
+    where
+        F: Fn(T) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<I, E>> + Send + 'static,
+        E: Into<BoxError>,
+        I: IntoIterator<Item = U>,
+    {
+        Self::with(
+            name,
+            StageFn::Async(Arc::new(move |t| {
+                f(t).map(|r| r.map(|i| Outputs::Many(i.into_iter().collect())).map_err(Into::into)).boxed()
+            })),
+        )
+    }
+}
+
+impl<T, U> Stage<T, U> {
+    /// The stage's name, as shown in logs, stats and errors.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The stage's options.
+    pub fn options(&self) -> &StageOptions {
+        &self.options
+    }
+
+    /// Replaces all options.
+    #[must_use]
+    pub fn with_options(mut self, options: StageOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Items processed at the same time (at least 1).
+    #[must_use]
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.options.concurrency = n;
+        self
+    }
+
+    /// The order of the outputs.
+    #[must_use]
+    pub fn order(mut self, order: OutputOrder) -> Self {
+        self.options.order = order;
+        self
+    }
+
+    /// The failures this stage tolerates.
+    #[must_use]
+    pub fn failure_budget(mut self, budget: FailureBudget) -> Self {
+        self.options.failure_budget = budget;
+        self
+    }
+
+    /// The capacity of the queue after this stage.
+    #[must_use]
+    pub fn output_capacity(mut self, capacity: usize) -> Self {
+        self.options.output_capacity = Some(capacity);
+        self
+    }
+}
+
+impl<T: fmt::Debug, U> Stage<T, U> {
+    /// Logs each failed item's `Debug` text with its failure. This formats every input
+    /// before the call (the function consumes the item), so it costs a `format!` per item:
+    /// a debugging aid, off by default.
+    #[must_use]
+    pub fn log_failed_items(mut self) -> Self {
+        self.describe = Some(Arc::new(|t: &T| format!("{t:?}")));
+        self
+    }
+}

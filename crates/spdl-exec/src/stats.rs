@@ -1,0 +1,359 @@
+//! Per-stage statistics: always on, updated with relaxed atomics (no lock per item).
+
+use std::fmt;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use crate::error::ItemFailure;
+use crate::options::FailureBudget;
+
+const BUCKETS: usize = 256;
+
+/// A streaming latency histogram: buckets at four steps per power of two (about 19%
+/// resolution) over the whole `u64` nanosecond range, so memory is fixed whatever the count.
+pub(crate) struct Histogram {
+    counts: [AtomicU64; BUCKETS],
+    sum_ns: AtomicU64,
+}
+
+impl Histogram {
+    fn new() -> Self {
+        Self { counts: std::array::from_fn(|_| AtomicU64::new(0)), sum_ns: AtomicU64::new(0) }
+    }
+
+    fn index(ns: u64) -> usize {
+        if ns < 4 {
+            return ns as usize;
+        }
+        let msb = 63 - ns.leading_zeros() as usize;
+        let sub = ((ns >> (msb - 2)) & 3) as usize;
+        (msb - 1) * 4 + sub
+    }
+
+    /// The middle of bucket `i`, in nanoseconds.
+    fn representative(i: usize) -> u64 {
+        if i < 4 {
+            return i as u64;
+        }
+        let msb = i / 4 + 1;
+        let sub = (i % 4) as u128;
+        let lo = (4 + sub) << (msb - 2);
+        let hi = (5 + sub) << (msb - 2);
+        u64::try_from((lo + hi) / 2).unwrap_or(u64::MAX)
+    }
+
+    pub(crate) fn record(&self, d: Duration) {
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        if let Some(c) = self.counts.get(Self::index(ns)) {
+            c.fetch_add(1, Relaxed);
+        }
+        self.sum_ns.fetch_add(ns, Relaxed);
+    }
+
+    fn snapshot(&self) -> ([u64; BUCKETS], u64) {
+        (std::array::from_fn(|i| self.counts.get(i).map_or(0, |c| c.load(Relaxed))), self.sum_ns.load(Relaxed))
+    }
+
+    fn quantile(counts: &[u64; BUCKETS], total: u64, q: f64) -> Duration {
+        if total == 0 {
+            return Duration::ZERO;
+        }
+        let rank = ((q * total as f64).ceil() as u64).clamp(1, total);
+        let mut seen = 0;
+        for (i, &c) in counts.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                return Duration::from_nanos(Self::representative(i));
+            }
+        }
+        Duration::ZERO
+    }
+}
+
+/// What a row of the stats is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StageKind {
+    /// The source (iterator on the pool, or stream on the scheduler).
+    Source,
+    /// A stage whose function runs on the thread pool.
+    Blocking,
+    /// A stage whose function is async, run on the scheduler's runtime.
+    Async,
+    /// `aggregate(n)`.
+    Aggregate,
+    /// `disaggregate()`.
+    Disaggregate,
+    /// The sink queue, read by the consumer.
+    Sink,
+}
+
+/// The live counters of one stage, shared by its driver, its workers and the snapshots.
+pub(crate) struct StageCell {
+    pub(crate) name: String,
+    pub(crate) kind: StageKind,
+    pub(crate) concurrency: usize,
+    /// Capacity of the queue feeding this stage (0 for the source).
+    pub(crate) input_capacity: usize,
+    pub(crate) budget: FailureBudget,
+    pub(crate) items_in: AtomicU64,
+    pub(crate) items_out: AtomicU64,
+    pub(crate) failed: AtomicU64,
+    pub(crate) completed: AtomicU64,
+    pub(crate) starved_ns: AtomicU64,
+    pub(crate) blocked_ns: AtomicU64,
+    pub(crate) hist: Histogram,
+    /// Set when the stage's budget (or the pipeline's) is spent: take no more input.
+    pub(crate) stop_feeding: AtomicBool,
+    /// The first few failures, kept for the error message (locked only on failure).
+    pub(crate) causes: Mutex<Vec<ItemFailure>>,
+}
+
+impl StageCell {
+    pub(crate) fn new(
+        name: String,
+        kind: StageKind,
+        concurrency: usize,
+        input_capacity: usize,
+        budget: FailureBudget,
+    ) -> Self {
+        Self {
+            name,
+            kind,
+            concurrency,
+            input_capacity,
+            budget,
+            items_in: AtomicU64::new(0),
+            items_out: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            completed: AtomicU64::new(0),
+            starved_ns: AtomicU64::new(0),
+            blocked_ns: AtomicU64::new(0),
+            hist: Histogram::new(),
+            stop_feeding: AtomicBool::new(false),
+            causes: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub(crate) fn add_starved(&self, since: Instant) {
+        self.starved_ns.fetch_add(nanos(since.elapsed()), Relaxed);
+    }
+
+    pub(crate) fn add_blocked(&self, since: Instant) {
+        self.blocked_ns.fetch_add(nanos(since.elapsed()), Relaxed);
+    }
+
+    pub(crate) fn feeding_stopped(&self) -> bool {
+        self.stop_feeding.load(Relaxed)
+    }
+
+    fn snapshot(&self, elapsed: Duration, queue_len: usize) -> StageStats {
+        let (counts, sum_ns) = self.hist.snapshot();
+        let calls: u64 = counts.iter().sum();
+        let task_time_total = Duration::from_nanos(sum_ns);
+        let wall = elapsed.as_secs_f64() * self.concurrency.max(1) as f64;
+        StageStats {
+            name: self.name.clone(),
+            kind: self.kind,
+            concurrency: self.concurrency,
+            items_in: self.items_in.load(Relaxed),
+            items_out: self.items_out.load(Relaxed),
+            items_failed: self.failed.load(Relaxed),
+            task_time_total,
+            task_mean: Duration::from_nanos(sum_ns.checked_div(calls).unwrap_or(0)),
+            task_p50: Histogram::quantile(&counts, calls, 0.50),
+            task_p90: Histogram::quantile(&counts, calls, 0.90),
+            task_p99: Histogram::quantile(&counts, calls, 0.99),
+            starved: Duration::from_nanos(self.starved_ns.load(Relaxed)),
+            blocked: Duration::from_nanos(self.blocked_ns.load(Relaxed)),
+            queue_len,
+            queue_capacity: self.input_capacity,
+            busy: if wall > 0.0 { (task_time_total.as_secs_f64() / wall).min(1.0) } else { 0.0 },
+        }
+    }
+}
+
+pub(crate) fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Builds a snapshot from the cells, in pipeline order (source first, sink last).
+pub(crate) fn snapshot(cells: &[std::sync::Arc<StageCell>], elapsed: Duration) -> PipelineStats {
+    let mut stages = Vec::with_capacity(cells.len());
+    let mut upstream_out = 0u64;
+    for cell in cells {
+        // Occupancy of the queue feeding this stage: pushed upstream minus popped here.
+        let items_in = cell.items_in.load(Relaxed);
+        let queue_len = if cell.kind == StageKind::Source {
+            0
+        } else {
+            usize::try_from(upstream_out.saturating_sub(items_in)).unwrap_or(usize::MAX).min(cell.input_capacity)
+        };
+        let s = cell.snapshot(elapsed, queue_len);
+        upstream_out = s.items_out;
+        stages.push(s);
+    }
+    PipelineStats { elapsed, stages }
+}
+
+/// A snapshot of one stage's counters. Times of concurrent workers are summed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StageStats {
+    /// The stage's name (`source`, `aggregate(32)`, `sink`, or the name given to [`crate::Stage`]).
+    pub name: String,
+    /// What the row is.
+    pub kind: StageKind,
+    /// The stage's concurrency.
+    pub concurrency: usize,
+    /// Items taken from the input queue (for the sink: items delivered to the consumer).
+    pub items_in: u64,
+    /// Items put into the output queue.
+    pub items_out: u64,
+    /// Items whose function returned an error or panicked.
+    pub items_failed: u64,
+    /// Total time spent in the stage's function.
+    pub task_time_total: Duration,
+    /// Mean time per call.
+    pub task_mean: Duration,
+    /// Median time per call (from a fixed log-bucket histogram, about 19% resolution).
+    pub task_p50: Duration,
+    /// 90th percentile time per call.
+    pub task_p90: Duration,
+    /// 99th percentile time per call.
+    pub task_p99: Duration,
+    /// Time spent waiting for input (the stage upstream is slower).
+    pub starved: Duration,
+    /// Time spent waiting to put output (the stage downstream is slower).
+    pub blocked: Duration,
+    /// Items waiting in the queue feeding this stage.
+    pub queue_len: usize,
+    /// Capacity of the queue feeding this stage (0 for the source).
+    pub queue_capacity: usize,
+    /// Share of the stage's capacity spent in its function: `task_time_total /
+    /// (concurrency × elapsed)`, 0.0..=1.0. The busiest stage is the bottleneck.
+    pub busy: f64,
+}
+
+/// A snapshot of the whole pipeline, from [`crate::Pipeline::stats`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct PipelineStats {
+    /// Time since the pipeline started (zero if not started).
+    pub elapsed: Duration,
+    /// One row per stage in pipeline order: the source first, the sink last.
+    pub stages: Vec<StageStats>,
+}
+
+impl PipelineStats {
+    /// The stage with the highest [`StageStats::busy`] share (source and stages; not the sink).
+    pub fn bottleneck(&self) -> Option<&StageStats> {
+        self.stages
+            .iter()
+            .filter(|s| s.kind != StageKind::Sink && s.task_time_total > Duration::ZERO)
+            .max_by(|a, b| a.busy.total_cmp(&b.busy))
+    }
+
+    /// The row named `name`, if any.
+    pub fn stage(&self, name: &str) -> Option<&StageStats> {
+        self.stages.iter().find(|s| s.name == name)
+    }
+}
+
+struct Dur(Duration);
+
+impl fmt::Display for Dur {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ns = self.0.as_nanos();
+        let s = if ns < 10_000 {
+            format!("{ns}ns")
+        } else if ns < 10_000_000 {
+            format!("{}us", ns / 1_000)
+        } else if ns < 10_000_000_000 {
+            format!("{}ms", ns / 1_000_000)
+        } else {
+            format!("{}s", ns / 1_000_000_000)
+        };
+        f.pad(&s)
+    }
+}
+
+impl fmt::Display for PipelineStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let bottleneck = self.bottleneck().map(|s| s.name.clone());
+        let width = self.stages.iter().map(|s| s.name.len()).max().unwrap_or(5).max(5);
+        writeln!(
+            f,
+            "{:<width$} {:>4} {:>9} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>5}",
+            "stage", "conc", "in", "out", "failed", "mean", "p50", "p90", "p99", "starved", "blocked", "queue", "busy"
+        )?;
+        for s in &self.stages {
+            let queue = if s.kind == StageKind::Source {
+                "-".to_owned()
+            } else {
+                format!("{}/{}", s.queue_len, s.queue_capacity)
+            };
+            write!(
+                f,
+                "{:<width$} {:>4} {:>9} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>4.0}%",
+                s.name,
+                s.concurrency,
+                s.items_in,
+                s.items_out,
+                s.items_failed,
+                Dur(s.task_mean),
+                Dur(s.task_p50),
+                Dur(s.task_p90),
+                Dur(s.task_p99),
+                Dur(s.starved),
+                Dur(s.blocked),
+                queue,
+                s.busy * 100.0
+            )?;
+            if bottleneck.as_deref() == Some(s.name.as_str()) {
+                write!(f, "  <- bottleneck")?;
+            }
+            writeln!(f)?;
+        }
+        match self.bottleneck() {
+            Some(b) => write!(
+                f,
+                "bottleneck: `{}` ({:.0}% busy over {:?}); raise its concurrency or make it faster",
+                b.name,
+                b.busy * 100.0,
+                self.elapsed
+            ),
+            None => write!(f, "bottleneck: none measured yet"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_quantiles_are_within_a_bucket() {
+        let h = Histogram::new();
+        for us in 1..=1000u64 {
+            h.record(Duration::from_micros(us));
+        }
+        let (counts, sum) = h.snapshot();
+        let total: u64 = counts.iter().sum();
+        assert_eq!(total, 1000);
+        assert_eq!(sum, (1..=1000u64).sum::<u64>() * 1000);
+        for (q, want_us) in [(0.5, 500.0), (0.9, 900.0), (0.99, 990.0)] {
+            let got = Histogram::quantile(&counts, total, q).as_secs_f64() * 1e6;
+            assert!((got - want_us).abs() / want_us < 0.2, "q{q}: {got} vs {want_us}");
+        }
+    }
+
+    #[test]
+    fn bucket_bounds_are_monotonic() {
+        let mut prev = 0;
+        for v in [0u64, 1, 3, 4, 5, 7, 8, 100, 1 << 20, u64::MAX] {
+            let i = Histogram::index(v);
+            assert!(i >= prev && i < BUCKETS);
+            prev = i;
+        }
+        assert!(Histogram::representative(Histogram::index(1000)).abs_diff(1000) < 200);
+    }
+}

@@ -1,0 +1,51 @@
+//! Bounded queues: a consumer that stops stalls the source; memory stays bounded.
+
+mod common;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use common::{settle, watchdog};
+use spdl_exec::{BuildOptions, PipelineBuilder, Stage};
+
+#[test]
+fn stopped_consumer_bounds_items_produced() {
+    watchdog(120, || {
+        let produced = Arc::new(AtomicU64::new(0));
+        let counter = Arc::clone(&produced);
+        let source = (0..1_000_000u64).inspect(move |_| {
+            counter.fetch_add(1, Ordering::SeqCst);
+        });
+        let queue_capacity = 8;
+        let sink = 4;
+        let (blocking_c, async_c) = (2, 3);
+        let pipeline = PipelineBuilder::new()
+            .source(source)
+            .pipe(Stage::map("blocking", |x: u64| Ok::<_, Infallible>(x + 1)).concurrency(blocking_c))
+            .pipe(Stage::map_async("async", |x: u64| async move { Ok::<_, Infallible>(x * 2) }).concurrency(async_c))
+            .sink(sink)
+            .build(BuildOptions { queue_capacity, ..Default::default() })
+            .expect("build");
+
+        let consumed = pipeline.iter().take(10).inspect(|r| assert!(r.is_ok())).count();
+        assert_eq!(consumed, 10);
+
+        // Let the pipeline fill every queue and stall.
+        let stalled_at = settle(Duration::from_secs(30), 50, || produced.load(Ordering::SeqCst));
+        // Queues: source→blocking, blocking→async, async→sink; in flight: the source's own
+        // pending item, and each stage's concurrency.
+        let bound =
+            consumed as u64 + (queue_capacity + queue_capacity + sink) as u64 + 1 + (blocking_c + async_c) as u64;
+        assert!(stalled_at <= bound, "produced {stalled_at} items for 10 consumed; bound {bound}");
+        assert!(stalled_at >= consumed as u64);
+
+        // Occupancy is visible in the stats while stalled.
+        let stats = pipeline.stats();
+        let sink_row = stats.stages.last().expect("sink row");
+        assert_eq!(sink_row.queue_capacity, sink);
+        assert_eq!(sink_row.queue_len, sink, "{stats}");
+        pipeline.stop();
+    });
+}

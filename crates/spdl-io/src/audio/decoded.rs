@@ -1,0 +1,202 @@
+//! Planar `f32` scratch filled by the decoders (symphonia, FFmpeg), restricted to the time window.
+
+use super::options::{AudioLimits, TimeWindow};
+use super::render::Planes;
+use crate::{Error, Result};
+
+/// Gaps between packets (a damaged packet was skipped) up to this long are filled with silence so later
+/// samples keep their time; longer jumps are closed up.
+const MAX_GAP_S: f64 = 10.0;
+
+/// A decoded window of a stream, at the source rate.
+#[derive(Debug)]
+pub(crate) struct Decoded {
+    pub planes: Planes,
+    pub sample_rate: u32,
+    /// Time of the first frame, in seconds.
+    pub start_s: f64,
+    pub codec: String,
+    pub container: String,
+}
+
+impl Decoded {
+    pub fn empty(channels: usize, sample_rate: u32, start_s: f64, codec: &str, container: &str) -> Decoded {
+        Decoded {
+            planes: Planes::new(vec![Vec::new(); channels]),
+            sample_rate,
+            start_s,
+            codec: codec.to_owned(),
+            container: container.to_owned(),
+        }
+    }
+}
+
+pub(crate) fn check_channels(item: &str, channels: usize, limits: &AudioLimits) -> Result<()> {
+    if channels == 0 {
+        return Err(Error::Decode { item: item.to_owned(), format: "audio".into(), cause: "0 channels".into() });
+    }
+    if channels as u64 > u64::from(limits.max_channels) {
+        return Err(Error::LimitExceeded {
+            item: item.to_owned(),
+            what: "channels".into(),
+            value: channels as u64,
+            limit: limits.max_channels.into(),
+        });
+    }
+    Ok(())
+}
+
+pub(crate) fn check_rate(item: &str, rate: u32, limits: &AudioLimits) -> Result<()> {
+    if rate == 0 {
+        return Err(Error::Decode { item: item.to_owned(), format: "audio".into(), cause: "sample rate 0 Hz".into() });
+    }
+    if rate > limits.max_sample_rate {
+        return Err(Error::LimitExceeded {
+            item: item.to_owned(),
+            what: "sample rate".into(),
+            value: rate.into(),
+            limit: limits.max_sample_rate.into(),
+        });
+    }
+    Ok(())
+}
+
+/// Keeps the decoded frames that fall in the window, checking the sample limit as it grows.
+#[derive(Debug)]
+pub(crate) struct WindowCollector {
+    item: String,
+    planes: Vec<Vec<f32>>,
+    rate: u32,
+    win_start: i64,
+    win_end: i64,
+    /// Frame index of the first kept frame.
+    first: Option<i64>,
+    max_samples: u64,
+}
+
+impl WindowCollector {
+    pub fn new(
+        item: &str,
+        channels: usize,
+        rate: u32,
+        window: Option<&TimeWindow>,
+        limits: &AudioLimits,
+    ) -> WindowCollector {
+        let r = f64::from(rate);
+        let (win_start, win_end) = match window {
+            None => (i64::MIN, i64::MAX),
+            Some(w) => {
+                let s = (w.start_s * r).round() as i64;
+                (s, w.duration_s.map_or(i64::MAX, |d| s.saturating_add((d * r).round() as i64)))
+            }
+        };
+        WindowCollector {
+            item: item.to_owned(),
+            planes: vec![Vec::new(); channels],
+            rate,
+            win_start,
+            win_end,
+            first: None,
+            max_samples: limits.max_samples,
+        }
+    }
+
+    pub fn rate(&self) -> u32 {
+        self.rate
+    }
+
+    pub fn channels(&self) -> usize {
+        self.planes.len()
+    }
+
+    /// The part `[a, b)` of a packet of `n` frames starting at frame `start` that lies in the window.
+    pub fn overlap(&self, start: i64, n: usize) -> Option<(usize, usize)> {
+        let end = start.saturating_add(n as i64);
+        let a = self.win_start.max(start);
+        let b = self.win_end.min(end);
+        (a < b).then(|| ((a - start) as usize, (b - start) as usize))
+    }
+
+    /// True once decoding has reached the end of the window.
+    pub fn done(&self, pos: i64) -> bool {
+        pos >= self.win_end
+    }
+
+    /// Grows every plane by `len` frames that start at frame `at` and returns the new tails to fill.
+    pub fn extend(&mut self, at: i64, len: usize) -> Result<Vec<&mut [f32]>> {
+        let have = self.planes.first().map_or(0, Vec::len);
+        let gap = match self.first {
+            None => {
+                self.first = Some(at);
+                0
+            }
+            Some(first) => {
+                let expected = first.saturating_add(have as i64);
+                let gap = at.saturating_sub(expected);
+                if gap > 0 && (gap as f64) <= MAX_GAP_S * f64::from(self.rate) { gap as usize } else { 0 }
+            }
+        };
+        let new_len = have + gap + len;
+        let total = (new_len as u64).saturating_mul(self.planes.len() as u64);
+        if total > self.max_samples {
+            return Err(Error::LimitExceeded {
+                item: self.item.clone(),
+                what: "decoded samples".into(),
+                value: total,
+                limit: self.max_samples,
+            });
+        }
+        Ok(self
+            .planes
+            .iter_mut()
+            .map(|p| {
+                p.resize(new_len, 0.0);
+                &mut p[have + gap..]
+            })
+            .collect())
+    }
+
+    pub fn finish(self, codec: &str, container: &str) -> Decoded {
+        let r = f64::from(self.rate.max(1));
+        let start_s = match self.first {
+            Some(f) => f as f64 / r,
+            None if self.win_start > i64::MIN => self.win_start as f64 / r,
+            None => 0.0,
+        };
+        Decoded {
+            planes: Planes::new(self.planes),
+            sample_rate: self.rate,
+            start_s,
+            codec: codec.to_owned(),
+            container: container.to_owned(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_overlap_and_gaps() {
+        let w = TimeWindow::new(1.0, 0.5);
+        let mut c = WindowCollector::new("x", 1, 100, Some(&w), &AudioLimits::default());
+        assert_eq!(c.overlap(0, 100), None);
+        assert_eq!(c.overlap(90, 20), Some((10, 20)));
+        assert_eq!(c.overlap(140, 20), Some((0, 10)));
+        assert!(c.done(150) && !c.done(149));
+        c.extend(100, 10).unwrap().iter_mut().for_each(|t| t.fill(1.0));
+        c.extend(115, 5).unwrap().iter_mut().for_each(|t| t.fill(2.0)); // 5-frame gap becomes silence
+        let d = c.finish("pcm", "wav");
+        assert_eq!(d.start_s, 1.0);
+        assert_eq!(d.planes.planes[0][9..16], [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0]);
+    }
+
+    #[test]
+    fn sample_limit() {
+        let limits = AudioLimits { max_samples: 10, ..AudioLimits::default() };
+        let mut c = WindowCollector::new("x", 2, 100, None, &limits);
+        assert!(c.extend(0, 5).is_ok());
+        assert!(matches!(c.extend(5, 1), Err(Error::LimitExceeded { value: 12, .. })));
+    }
+}

@@ -1,0 +1,387 @@
+//! Decoding encoded bytes into interleaved 8-bit pixels, with limits checked from the header first.
+//!
+//! JPEG, the format of nearly every training set, goes straight to zune-jpeg (no copy of the encoded bytes,
+//! one header parse, Y-only output for grayscale) or, when the transform shrinks the image at least 4x, to
+//! jpeg-decoder's reduced-scale IDCT (1/2, 1/4), which skips most of the IDCT, upsampling and color
+//! conversion work. Other formats go through the `image` crate's decoders with its `Limits` capped.
+//! Every decoder call runs under `catch_unwind`: a decoder bug on hostile input is an `Error::Decode`.
+
+use std::io::Cursor;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use image::metadata::Orientation;
+use image::{ColorType, DynamicImage, ImageDecoder, ImageReader, Limits};
+use zune_core::bytestream::ZCursor;
+use zune_core::colorspace::ColorSpace;
+use zune_core::options::DecoderOptions;
+
+use crate::image::format::{ImageFormat, detect_or_error};
+use crate::image::pixels::{PixelStore, byte_len, oriented_dims, remap, sized};
+use crate::image::transform::{Plan, Transform};
+use crate::image::{ImageOptions, PixelFormat};
+use crate::{Error, Result};
+
+/// Reduced-scale JPEG decoding is used only when the decoded crop stays at least this many times larger
+/// than the output, so that the final antialiased resize still does real filtering (Pillow's
+/// `reducing_gap=2.0`): a 1/2 decode needs a 4x shrink. Measured (tests/image_reduced_scale.rs,
+/// docs/benchmarks.md): with 1.0 the result lost 0.6–4.4 dB PSNR against an ideal resize; with 2.0 it is
+/// within 0.1–2.5 dB of the full decode's own error and 44–53 dB from the full decode's output.
+const REDUCED_SCALE_MIN_GAP: f64 = 2.0;
+
+/// Why a decode failed, when the decoder itself did not say (the `cause` of [`Error::Decode`]).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Issue {
+    #[error("the decoder panicked: {0}")]
+    Panic(String),
+    #[error(
+        "the data ends before the JPEG end-of-image marker (truncated file); \
+         ImageOptions::allow_truncated decodes what is there"
+    )]
+    Truncated,
+    #[error("the header declares an empty {0}x{1} image")]
+    ZeroSize(u32, u32),
+    #[error("the decoder returned {got} bytes for a {width}x{height}x{channels} image")]
+    Size { got: usize, width: u32, height: u32, channels: u8 },
+}
+
+/// What a decode produced: the pixels (in the store) are `width` x `height` x `channels`, oriented, and
+/// `plan` is the transform planned on them (already scaled if the JPEG was decoded at a reduced scale).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Decoded {
+    pub(crate) width: u32,
+    pub(crate) height: u32,
+    pub(crate) channels: u8,
+    pub(crate) plan: Option<Plan>,
+}
+
+pub(crate) fn decode_error(item: &str, format: ImageFormat, cause: impl Into<crate::BoxError>) -> Error {
+    Error::Decode { item: item.to_owned(), format: format.name().to_owned(), cause: cause.into() }
+}
+
+/// Runs `f`, turning a panic into `Error::Decode` for `item`.
+pub(crate) fn guarded<T>(item: &str, format: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| {
+        let msg = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "non-string panic payload".to_owned());
+        Err(Error::Decode { item: item.to_owned(), format: format.to_owned(), cause: Box::new(Issue::Panic(msg)) })
+    })
+}
+
+fn check_size(item: &str, format: ImageFormat, w: u32, h: u32, max_pixels: u64) -> Result<()> {
+    if w == 0 || h == 0 {
+        return Err(decode_error(item, format, Issue::ZeroSize(w, h)));
+    }
+    let pixels = u64::from(w) * u64::from(h);
+    if pixels > max_pixels {
+        return Err(Error::LimitExceeded {
+            item: item.to_owned(),
+            what: "pixels".into(),
+            value: pixels,
+            limit: max_pixels,
+        });
+    }
+    Ok(())
+}
+
+/// Decodes `bytes` (format from the magic bytes) into `store` as `opts.format`, oriented if asked, and
+/// plans `transform` on the result. `salt` seeds random crops (the batch index). `tmp` is scratch.
+pub(crate) fn decode<S: PixelStore>(
+    bytes: &[u8],
+    item: &str,
+    opts: &ImageOptions,
+    transform: &Transform,
+    salt: u64,
+    store: &mut S,
+    tmp: &mut Vec<u8>,
+) -> Result<Decoded> {
+    let format = detect_or_error(bytes, item)?;
+    guarded(item, format.name(), || match format {
+        ImageFormat::Jpeg => decode_jpeg(bytes, item, opts, transform, salt, store, tmp),
+        _ => decode_generic(bytes, item, format, opts, transform, salt, store, tmp),
+    })
+}
+
+/// `(format, width, height)` from the header, without decoding pixels.
+pub(crate) fn probe(bytes: &[u8], item: &str) -> Result<(ImageFormat, u32, u32)> {
+    let format = detect_or_error(bytes, item)?;
+    guarded(item, format.name(), || {
+        let (w, h) = match format {
+            ImageFormat::Jpeg => {
+                let mut dec = zune(bytes, ColorSpace::RGB);
+                dec.decode_headers().map_err(|e| decode_error(item, format, e))?;
+                jpeg_dims(&dec, item)?
+            }
+            _ => generic_decoder(bytes, item, format, u64::MAX)?.dimensions(),
+        };
+        if w == 0 || h == 0 {
+            return Err(decode_error(item, format, Issue::ZeroSize(w, h)));
+        }
+        Ok((format, w, h))
+    })
+}
+
+fn zune(bytes: &[u8], out: ColorSpace) -> zune_jpeg::JpegDecoder<ZCursor<&[u8]>> {
+    // Lenient (like libjpeg and browsers) about oddities between markers; truncation is checked separately.
+    // JPEG's own maximum is 65535 per side: our pixel limit, checked after the header, is what bounds it.
+    let options = DecoderOptions::default()
+        .set_strict_mode(false)
+        .set_max_width(usize::from(u16::MAX))
+        .set_max_height(usize::from(u16::MAX))
+        .jpeg_set_out_colorspace(out);
+    zune_jpeg::JpegDecoder::new_with_options(ZCursor::new(bytes), options)
+}
+
+fn jpeg_dims(dec: &zune_jpeg::JpegDecoder<ZCursor<&[u8]>>, item: &str) -> Result<(u32, u32)> {
+    let (w, h) = dec.dimensions().unwrap_or((0, 0));
+    let w = u32::try_from(w).map_err(|e| decode_error(item, ImageFormat::Jpeg, e))?;
+    let h = u32::try_from(h).map_err(|e| decode_error(item, ImageFormat::Jpeg, e))?;
+    Ok((w, h))
+}
+
+/// True if the last marker in the file is an end-of-image (EOI) rather than a start-of-scan (SOS):
+/// entropy-coded data byte-stuffs 0xFF, so neither marker can occur inside it. Scans from the end, so a
+/// complete file costs a few bytes; trailing bytes after the EOI are fine.
+pub(crate) fn jpeg_is_complete(bytes: &[u8]) -> bool {
+    for w in bytes.windows(2).rev() {
+        match w {
+            [0xFF, 0xD9] => return true,
+            [0xFF, 0xDA] => return false,
+            _ => {}
+        }
+    }
+    false
+}
+
+fn exif_orientation(chunk: Option<&[u8]>) -> Orientation {
+    chunk.and_then(Orientation::from_exif_chunk).unwrap_or(Orientation::NoTransforms)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn decode_jpeg<S: PixelStore>(
+    bytes: &[u8],
+    item: &str,
+    opts: &ImageOptions,
+    transform: &Transform,
+    salt: u64,
+    store: &mut S,
+    tmp: &mut Vec<u8>,
+) -> Result<Decoded> {
+    const F: ImageFormat = ImageFormat::Jpeg;
+    let cout = opts.format.channels();
+    let want_luma = opts.format == PixelFormat::Gray8;
+    let mut dec = zune(bytes, if want_luma { ColorSpace::Luma } else { ColorSpace::RGB });
+    dec.decode_headers().map_err(|e| decode_error(item, F, e))?;
+    let (w, h) = jpeg_dims(&dec, item)?;
+    check_size(item, F, w, h, opts.max_pixels)?;
+    if !opts.allow_truncated && !jpeg_is_complete(bytes) {
+        return Err(decode_error(item, F, Issue::Truncated));
+    }
+    let orientation =
+        if opts.exif_orientation { exif_orientation(dec.exif().map(Vec::as_slice)) } else { Orientation::NoTransforms };
+    let (ow, oh) = oriented_dims(orientation, w, h);
+    let plan = transform.plan(ow, oh, salt);
+
+    if opts.reduced_scale_jpeg
+        && let Some(plan) = plan
+    {
+        let factor = reduction_factor(&plan);
+        if factor > 1
+            && let Some(d) = decode_jpeg_reduced(bytes, item, factor, (w, h), orientation, plan, cout, store)?
+        {
+            return Ok(d);
+        }
+    }
+
+    // zune converts YCbCr (and grayscale) to Y directly; other color spaces (CMYK, RGB) go through RGB.
+    if want_luma && !matches!(dec.input_colorspace(), Some(ColorSpace::YCbCr | ColorSpace::Luma)) {
+        dec = zune(bytes, ColorSpace::RGB);
+        dec.decode_headers().map_err(|e| decode_error(item, F, e))?;
+    }
+    let native = match dec.output_colorspace() {
+        Some(ColorSpace::Luma) => 1,
+        _ => 3,
+    };
+    if native == cout && orientation == Orientation::NoTransforms {
+        let out = store.slice(w, h, cout)?;
+        dec.decode_into(out).map_err(|e| decode_error(item, F, e))?;
+    } else {
+        let t = sized(tmp, byte_len(w, h, native)?)?;
+        dec.decode_into(t).map_err(|e| decode_error(item, F, e))?;
+        let out = store.slice(ow, oh, cout)?;
+        remap(t, w, h, native, orientation, out, cout);
+    }
+    Ok(Decoded { width: ow, height: oh, channels: cout, plan })
+}
+
+/// The DCT reduction (4, 2 or 1) that keeps the decoded crop at least [`REDUCED_SCALE_MIN_GAP`] times the
+/// output. 1/8 (DC only, an 8x8 box average) is never used: it lost 12 dB where 1/4 lost 2.5.
+pub(crate) fn reduction_factor(plan: &Plan) -> u32 {
+    let shrink = plan.shrink();
+    [4u32, 2].into_iter().find(|&f| shrink >= f64::from(f) * REDUCED_SCALE_MIN_GAP).unwrap_or(1)
+}
+
+/// Decodes at 1/`factor` scale with jpeg-decoder. `Ok(None)` when the image is of a kind this path does
+/// not handle (CMYK, 16-bit), so the caller falls back to the full decode.
+#[allow(clippy::too_many_arguments)]
+fn decode_jpeg_reduced<S: PixelStore>(
+    bytes: &[u8],
+    item: &str,
+    factor: u32,
+    (w, h): (u32, u32),
+    orientation: Orientation,
+    plan: Plan,
+    cout: u8,
+    store: &mut S,
+) -> Result<Option<Decoded>> {
+    const F: ImageFormat = ImageFormat::Jpeg;
+    let mut dec = jpeg_decoder::Decoder::new(bytes);
+    dec.read_info().map_err(|e| decode_error(item, F, e))?;
+    let native = match dec.info().map(|i| i.pixel_format) {
+        Some(jpeg_decoder::PixelFormat::L8) => 1u8,
+        Some(jpeg_decoder::PixelFormat::RGB24) => 3,
+        _ => return Ok(None),
+    };
+    let req_w = u16::try_from(w.div_ceil(factor)).unwrap_or(u16::MAX);
+    let req_h = u16::try_from(h.div_ceil(factor)).unwrap_or(u16::MAX);
+    let (dw, dh) = dec.scale(req_w, req_h).map_err(|e| decode_error(item, F, e))?;
+    let (dw, dh) = (u32::from(dw), u32::from(dh));
+    if dw >= w || dh >= h {
+        return Ok(None);
+    }
+    let data = dec.decode().map_err(|e| decode_error(item, F, e))?;
+    let expected = byte_len(dw, dh, native)?;
+    if data.len() != expected {
+        return Err(decode_error(item, F, Issue::Size { got: data.len(), width: dw, height: dh, channels: native }));
+    }
+    let (ow, oh) = oriented_dims(orientation, dw, dh);
+    let out = store.slice(ow, oh, cout)?;
+    remap(&data, dw, dh, native, orientation, out, cout);
+    let (full_w, full_h) = oriented_dims(orientation, w, h);
+    let plan = plan.scaled(f64::from(ow) / f64::from(full_w), f64::from(oh) / f64::from(full_h), ow, oh);
+    Ok(Some(Decoded { width: ow, height: oh, channels: cout, plan: Some(plan) }))
+}
+
+/// Bytes the `image` crate may allocate for an image within the pixel limit (RGBA, 16 bits) plus metadata.
+fn alloc_cap(max_pixels: u64) -> u64 {
+    max_pixels.saturating_mul(8).saturating_add(64 << 20)
+}
+
+fn generic_decoder<'a>(
+    bytes: &'a [u8],
+    item: &str,
+    format: ImageFormat,
+    max_pixels: u64,
+) -> Result<impl ImageDecoder + 'a> {
+    let mut reader = ImageReader::with_format(Cursor::new(bytes), format.to_image_crate());
+    // Constructing a decoder reads only the header; the pixel limit is checked right after, and the
+    // decoder's own limits are tightened before any pixel is decoded.
+    let mut limits = Limits::default();
+    limits.max_alloc = Some(alloc_cap(max_pixels).max(512 << 20));
+    reader.limits(limits);
+    reader.into_decoder().map_err(|e| decode_error(item, format, e))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn decode_generic<S: PixelStore>(
+    bytes: &[u8],
+    item: &str,
+    format: ImageFormat,
+    opts: &ImageOptions,
+    transform: &Transform,
+    salt: u64,
+    store: &mut S,
+    tmp: &mut Vec<u8>,
+) -> Result<Decoded> {
+    let cout = opts.format.channels();
+    let mut dec = generic_decoder(bytes, item, format, opts.max_pixels)?;
+    let (w, h) = dec.dimensions();
+    check_size(item, format, w, h, opts.max_pixels)?;
+    let mut limits = Limits::default();
+    let side = u32::try_from(opts.max_pixels).unwrap_or(u32::MAX);
+    limits.max_image_width = Some(side);
+    limits.max_image_height = Some(side);
+    limits.max_alloc = Some(alloc_cap(opts.max_pixels));
+    dec.set_limits(limits).map_err(|e| decode_error(item, format, e))?;
+    let orientation = if opts.exif_orientation {
+        dec.orientation().unwrap_or(Orientation::NoTransforms)
+    } else {
+        Orientation::NoTransforms
+    };
+    let (ow, oh) = oriented_dims(orientation, w, h);
+    let plan = transform.plan(ow, oh, salt);
+    let native = match dec.color_type() {
+        ColorType::L8 => Some(1u8),
+        ColorType::La8 => Some(2),
+        ColorType::Rgb8 => Some(3),
+        ColorType::Rgba8 => Some(4),
+        _ => None,
+    };
+    match native {
+        Some(cin) if cin == cout && orientation == Orientation::NoTransforms => {
+            let out = store.slice(w, h, cout)?;
+            dec.read_image(out).map_err(|e| decode_error(item, format, e))?;
+        }
+        Some(cin) => {
+            let t = sized(tmp, byte_len(w, h, cin)?)?;
+            dec.read_image(t).map_err(|e| decode_error(item, format, e))?;
+            let out = store.slice(ow, oh, cout)?;
+            remap(t, w, h, cin, orientation, out, cout);
+        }
+        None => {
+            // 16-bit and float images: let the image crate reduce them to 8 bits.
+            let img = DynamicImage::from_decoder(dec).map_err(|e| decode_error(item, format, e))?;
+            let color = img.color();
+            let (data, cin) = match (color.has_color(), color.has_alpha()) {
+                (false, false) => (img.into_luma8().into_raw(), 1),
+                (false, true) => (img.into_luma_alpha8().into_raw(), 2),
+                (true, false) => (img.into_rgb8().into_raw(), 3),
+                (true, true) => (img.into_rgba8().into_raw(), 4),
+            };
+            if data.len() != byte_len(w, h, cin)? {
+                return Err(decode_error(
+                    item,
+                    format,
+                    Issue::Size { got: data.len(), width: w, height: h, channels: cin },
+                ));
+            }
+            let out = store.slice(ow, oh, cout)?;
+            remap(&data, w, h, cin, orientation, out, cout);
+        }
+    }
+    Ok(Decoded { width: ow, height: oh, channels: cout, plan })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eoi_detection() {
+        assert!(jpeg_is_complete(&[0xFF, 0xD8, 0xFF, 0xDA, 1, 2, 0xFF, 0x00, 0xFF, 0xD9]));
+        assert!(jpeg_is_complete(&[0xFF, 0xDA, 1, 0xFF, 0xD9, 0, 0, 0])); // trailing padding
+        assert!(!jpeg_is_complete(&[0xFF, 0xD8, 0xFF, 0xDA, 1, 2, 0xFF, 0x00]));
+        assert!(!jpeg_is_complete(&[]));
+    }
+
+    #[test]
+    fn panics_become_decode_errors() {
+        let r: Result<()> = guarded("x.jpg", "jpeg", || panic!("boom {}", 1));
+        match r {
+            Err(e @ Error::Decode { .. }) => assert!(e.to_string().contains("x.jpg"), "{e}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn reduction_needs_a_full_factor() {
+        let plan = |cw: f64, ow: u32| Plan { left: 0.0, top: 0.0, width: cw, height: cw, out_w: ow, out_h: ow };
+        assert_eq!(reduction_factor(&plan(375.0, 224)), 1);
+        assert_eq!(reduction_factor(&plan(750.0, 224)), 1);
+        assert_eq!(reduction_factor(&plan(896.0, 224)), 2);
+        assert_eq!(reduction_factor(&plan(1792.0, 224)), 4);
+        assert_eq!(reduction_factor(&plan(8000.0, 224)), 4);
+    }
+}

@@ -1,0 +1,549 @@
+//! Decoding demuxed packets into one `[N, H, W, C]` `u8` buffer: frame sampling is decided from the packet
+//! timestamps before decoding, so only the chosen frames are converted (swscale, straight into their slot).
+
+use std::ffi::c_int;
+
+use ff::software::scaling;
+use ffmpeg_next as ff;
+use spdl_buffer::{Buffer, DType, Layout, SharedAllocator};
+
+use super::demux::{DemuxOptions, Packets, VideoLimits, demux_video};
+use super::ffio::{ff_error, ts_seconds};
+use crate::audio::{MediaInput, TimeWindow};
+use crate::{Error, Result};
+
+/// Which frames of the window come out.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[non_exhaustive]
+pub enum FrameSampling {
+    /// Every frame (default).
+    #[default]
+    All,
+    /// Every k-th frame: frames 0, k, 2k, ... of the window (`k >= 1`).
+    Every(usize),
+    /// A constant rate in frames per second: at each tick `start + i / fps` the frame on screen then
+    /// (the last one at or before it). Frames repeat when `fps` exceeds the source rate.
+    Fps(f64),
+    /// `n` frames spread uniformly over the window (`linspace(0, count - 1, n)`, rounded); frames repeat
+    /// when the window has fewer than `n`.
+    Uniform(usize),
+}
+
+/// Pixel format of the output frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum PixelFormat {
+    /// 8-bit RGB, `C = 3` (default).
+    #[default]
+    Rgb24,
+    /// 8-bit luma, `C = 1`.
+    Gray8,
+}
+
+impl PixelFormat {
+    /// Channels per pixel.
+    pub fn channels(self) -> usize {
+        match self {
+            PixelFormat::Rgb24 => 3,
+            PixelFormat::Gray8 => 1,
+        }
+    }
+
+    fn ffmpeg(self) -> ff::format::Pixel {
+        match self {
+            PixelFormat::Rgb24 => ff::format::Pixel::RGB24,
+            PixelFormat::Gray8 => ff::format::Pixel::GRAY8,
+        }
+    }
+}
+
+/// Interpolation of swscale when the size changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum ScaleFilter {
+    /// Nearest neighbour.
+    Nearest,
+    /// Bilinear (torchvision's default).
+    Bilinear,
+    /// Bicubic (FFmpeg's `scale` filter default, and SPDL's). Default.
+    #[default]
+    Bicubic,
+    /// Area averaging (good for large downscales).
+    Area,
+}
+
+impl ScaleFilter {
+    fn flags(self) -> scaling::Flags {
+        match self {
+            ScaleFilter::Nearest => scaling::Flags::POINT,
+            ScaleFilter::Bilinear => scaling::Flags::BILINEAR,
+            ScaleFilter::Bicubic => scaling::Flags::BICUBIC,
+            ScaleFilter::Area => scaling::Flags::AREA,
+        }
+    }
+}
+
+/// How to decode packets into frames.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DecodeOptions {
+    /// Which frames come out.
+    pub sampling: FrameSampling,
+    /// Output `(width, height)`; `None` keeps the coded size.
+    pub size: Option<(u32, u32)>,
+    /// RGB or gray.
+    pub pixel_format: PixelFormat,
+    /// Interpolation when resizing.
+    pub filter: ScaleFilter,
+    /// Decoder threads (frame threading); `0` lets FFmpeg pick one per core. Default 1: a loader
+    /// usually decodes many videos at once, one per worker.
+    pub threads: usize,
+}
+
+impl Default for DecodeOptions {
+    fn default() -> Self {
+        DecodeOptions {
+            sampling: FrameSampling::All,
+            size: None,
+            pixel_format: PixelFormat::Rgb24,
+            filter: ScaleFilter::Bicubic,
+            threads: 1,
+        }
+    }
+}
+
+impl DecodeOptions {
+    /// Checks the options that do not depend on the input.
+    pub fn validate(&self) -> Result<()> {
+        match self.sampling {
+            FrameSampling::Every(0) => return Err(Error::InvalidOptions("FrameSampling::Every(0)".into())),
+            FrameSampling::Uniform(0) => return Err(Error::InvalidOptions("FrameSampling::Uniform(0)".into())),
+            FrameSampling::Fps(f) if !(f.is_finite() && f > 0.0) => {
+                return Err(Error::InvalidOptions(format!("FrameSampling::Fps({f}) must be finite and > 0")));
+            }
+            _ => {}
+        }
+        if let Some((w, h)) = self.size
+            && (w == 0 || h == 0 || w > 16384 || h > 16384)
+        {
+            return Err(Error::InvalidOptions(format!("output size {w}x{h} must be within 1..=16384")));
+        }
+        if self.threads > 64 {
+            return Err(Error::InvalidOptions(format!("{} decoder threads (at most 64)", self.threads)));
+        }
+        Ok(())
+    }
+}
+
+/// Demux and decode options together, for [`decode_video`].
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct VideoOptions {
+    /// Time range in presentation-timestamp seconds (`None`: the whole video).
+    pub window: Option<TimeWindow>,
+    /// Decoding options.
+    pub decode: DecodeOptions,
+    /// Bounds on work and memory.
+    pub limits: VideoLimits,
+}
+
+/// Decoded frames.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Frames {
+    /// `[N, H, W, C]` `u8` ([`Layout::Nhwc`]).
+    pub buffer: Buffer,
+    /// Presentation time of each frame, in seconds.
+    pub pts_s: Vec<f64>,
+    /// Average frame rate of the source, if stated.
+    pub frame_rate: Option<f64>,
+    /// Codec short name.
+    pub codec: String,
+    /// The item (path or name).
+    pub item: String,
+}
+
+/// Demuxes and decodes `input` in one call ([`demux_video`] + [`decode_packets`]).
+///
+/// ```no_run
+/// use spdl_buffer::system_allocator;
+/// use spdl_io::TimeWindow;
+/// use spdl_io::video::{DecodeOptions, FrameSampling, VideoOptions, decode_video};
+/// use std::path::Path;
+///
+/// let opts = VideoOptions {
+///     window: Some(TimeWindow::new(2.0, 4.0)),
+///     decode: DecodeOptions { sampling: FrameSampling::Uniform(8), size: Some((224, 224)), ..Default::default() },
+///     ..Default::default()
+/// };
+/// let frames = decode_video(Path::new("clip.mp4"), &opts, &system_allocator())?;
+/// assert_eq!(frames.buffer.shape(), &[8, 224, 224, 3]);
+/// # Ok::<(), spdl_io::Error>(())
+/// ```
+pub fn decode_video<'a>(
+    input: impl Into<MediaInput<'a>>,
+    opts: &VideoOptions,
+    allocator: &SharedAllocator,
+) -> Result<Frames> {
+    opts.decode.validate()?;
+    let packets = demux_video(input, &DemuxOptions { window: opts.window, limits: opts.limits })?;
+    decode_packets(packets, &opts.decode, allocator)
+}
+
+/// How decoded frames are matched to the selection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeyMode {
+    /// By presentation timestamp.
+    Pts,
+    /// By output order (streams without timestamps, e.g. raw H.264).
+    Ordinal,
+}
+
+/// The frame keys to output, non-decreasing (repeats allowed), from the frame keys of the window.
+fn select(keys: &[i64], time: impl Fn(i64) -> f64, sampling: FrameSampling, window: (f64, Option<f64>)) -> Vec<i64> {
+    let count = keys.len();
+    if count == 0 {
+        return Vec::new();
+    }
+    match sampling {
+        FrameSampling::All => keys.to_vec(),
+        FrameSampling::Every(k) => keys.iter().step_by(k.max(1)).copied().collect(),
+        FrameSampling::Uniform(n) => (0..n)
+            .filter_map(|i| {
+                let idx = if n == 1 { 0 } else { ((i * (count - 1)) as f64 / (n - 1) as f64).round() as usize };
+                keys.get(idx).copied()
+            })
+            .collect(),
+        FrameSampling::Fps(fps) => {
+            let times: Vec<f64> = keys.iter().map(|&k| time(k)).collect();
+            let first = times.first().copied().unwrap_or(0.0);
+            let last = times.last().copied().unwrap_or(0.0);
+            // The last frame lasts one source frame interval (the median gap), or one output tick.
+            let mut gaps: Vec<f64> = times.windows(2).map(|w| w[1] - w[0]).collect();
+            gaps.sort_by(f64::total_cmp);
+            let frame_dur = gaps.get(gaps.len() / 2).copied().unwrap_or(1.0 / fps);
+            let t0 = if window.0 > 0.0 { window.0 } else { first };
+            let t_end = window.1.unwrap_or(last + frame_dur).min(last + frame_dur);
+            let eps = 1e-6;
+            let mut out = Vec::new();
+            let mut j = 0usize;
+            // Bounded by the limits: at most max_frames ticks are considered below.
+            for i in 0u64.. {
+                let t = t0 + i as f64 / fps;
+                if t >= t_end - eps || out.len() >= 1 << 20 {
+                    break;
+                }
+                while j + 1 < times.len() && times[j + 1] <= t + eps {
+                    j += 1;
+                }
+                out.push(keys[j]);
+            }
+            out
+        }
+    }
+}
+
+/// Converts frames with swscale straight into a destination slot.
+struct Converter {
+    ctx: Option<(scaling::Context, (ff::format::Pixel, u32, u32))>,
+    dst: ff::format::Pixel,
+    width: u32,
+    height: u32,
+    channels: usize,
+    flags: scaling::Flags,
+}
+
+impl Converter {
+    fn convert(&mut self, frame: &ff::frame::Video, dst: &mut [u8], item: &str) -> Result<()> {
+        let key = (frame.format(), frame.width(), frame.height());
+        let ctx = match &mut self.ctx {
+            Some((ctx, k)) if *k == key => ctx,
+            slot => {
+                let ctx = scaling::Context::get(key.0, key.1, key.2, self.dst, self.width, self.height, self.flags)
+                    .map_err(|e| ff_error(item, "swscale", e))?;
+                &mut slot.insert((ctx, key)).0
+            }
+        };
+        let stride = self.width as usize * self.channels;
+        if dst.len() < stride * self.height as usize {
+            return Err(Error::InvalidOptions(format!("{item}: frame slot of {} bytes is too small", dst.len())));
+        }
+        let dst_data: [*mut u8; 4] =
+            [dst.as_mut_ptr(), std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut()];
+        let dst_stride: [c_int; 4] = [stride as c_int, 0, 0, 0];
+        // SAFETY: the context was made for this frame's format and size; the frame's data/linesize
+        // describe its planes (owned by the frame for the call); the destination is one packed plane of
+        // `height` rows of `stride` bytes, which `dst` holds (checked above) and which nothing else aliases.
+        let rows = unsafe {
+            let src = frame.as_ptr();
+            ff::ffi::sws_scale(
+                ctx.as_mut_ptr(),
+                (*src).data.as_ptr() as *const *const u8,
+                (*src).linesize.as_ptr(),
+                0,
+                (*src).height,
+                dst_data.as_ptr(),
+                dst_stride.as_ptr(),
+            )
+        };
+        if rows != self.height as c_int {
+            return Err(Error::Decode {
+                item: item.to_owned(),
+                format: "swscale".into(),
+                cause: format!("wrote {rows} of {} rows", self.height).into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Fills the output slots as frames arrive.
+struct Sink<'b> {
+    item: &'b str,
+    mode: KeyMode,
+    time_base: ff::Rational,
+    frame_rate: Option<f64>,
+    limits: VideoLimits,
+    bytes: &'b mut [u8],
+    frame_bytes: usize,
+    selected: Vec<i64>,
+    filled: Vec<bool>,
+    pts_s: Vec<f64>,
+    next: usize,
+    ordinal: i64,
+    decoded: u64,
+}
+
+impl Sink<'_> {
+    fn done(&self) -> bool {
+        self.next >= self.selected.len()
+    }
+
+    fn on_frame(&mut self, frame: &ff::frame::Video, conv: &mut Converter) -> Result<()> {
+        let (item, limits) = (self.item, &self.limits);
+        self.decoded += 1;
+        if self.decoded > limits.max_frames {
+            return Err(Error::LimitExceeded {
+                item: item.to_owned(),
+                what: "decoded frames".into(),
+                value: self.decoded,
+                limit: limits.max_frames,
+            });
+        }
+        let key = match self.mode {
+            KeyMode::Pts => match frame.timestamp().or(frame.pts()) {
+                Some(k) => k,
+                None => return Ok(()),
+            },
+            KeyMode::Ordinal => {
+                self.ordinal += 1;
+                self.ordinal - 1
+            }
+        };
+        let pixels = u64::from(frame.width()) * u64::from(frame.height());
+        if pixels == 0 {
+            return Ok(());
+        }
+        if pixels > limits.max_pixels {
+            return Err(Error::LimitExceeded {
+                item: item.to_owned(),
+                what: "pixels per frame".into(),
+                value: pixels,
+                limit: limits.max_pixels,
+            });
+        }
+        // Selected keys that no frame had (a damaged packet) stay unfilled.
+        while self.selected.get(self.next).is_some_and(|&k| k < key) {
+            self.next += 1;
+        }
+        let first = self.next;
+        while self.selected.get(self.next) == Some(&key) {
+            self.next += 1;
+        }
+        if first == self.next {
+            return Ok(());
+        }
+        let fb = self.frame_bytes;
+        let slot = self
+            .bytes
+            .get_mut(first * fb..(first + 1) * fb)
+            .ok_or_else(|| Error::InvalidOptions(format!("{item}: frame slot {first} is outside the output buffer")))?;
+        conv.convert(frame, slot, item)?;
+        let t = match self.mode {
+            KeyMode::Pts => ts_seconds(key, self.time_base),
+            KeyMode::Ordinal => self.frame_rate.map_or(key as f64, |r| key as f64 / r),
+        };
+        for i in first..self.next {
+            if i > first {
+                self.bytes.copy_within(first * fb..(first + 1) * fb, i * fb);
+            }
+            if let (Some(f), Some(p)) = (self.filled.get_mut(i), self.pts_s.get_mut(i)) {
+                *f = true;
+                *p = t;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Decodes demuxed packets into one `[N, H, W, C]` `u8` buffer from `allocator`.
+///
+/// `N` is decided before decoding, from the packet timestamps and `opts.sampling`; frames that are not
+/// selected are decoded (later frames may depend on them) but never converted. A frame that cannot be
+/// decoded leaves out its slot (the buffer is then compacted; `pts_s` tells which frames came out).
+pub fn decode_packets(packets: Packets, opts: &DecodeOptions, allocator: &SharedAllocator) -> Result<Frames> {
+    opts.validate()?;
+    let Packets { item, params, time_base, packets, window, frame_rate, width, height, codec, limits } = packets;
+    let (out_w, out_h) = opts.size.unwrap_or((width, height));
+    if out_w == 0 || out_h == 0 {
+        return Err(Error::Decode {
+            item,
+            format: codec,
+            cause: "the container gives no frame size (set DecodeOptions::size)".into(),
+        });
+    }
+    let channels = opts.pixel_format.channels();
+
+    // Selection from the packet timestamps (or, for streams without them, from the output order).
+    let with_ts = packets.iter().filter(|p| p.pts().or(p.dts()).is_some()).count();
+    let mode = if with_ts * 2 >= packets.len() { KeyMode::Pts } else { KeyMode::Ordinal };
+    let win_s = (
+        if window.0 == i64::MIN { 0.0 } else { ts_seconds(window.0, time_base) },
+        (window.1 != i64::MAX).then(|| ts_seconds(window.1, time_base)),
+    );
+    let selected = match mode {
+        KeyMode::Pts => {
+            let mut keys: Vec<i64> =
+                packets.iter().filter_map(|p| p.pts().or(p.dts())).filter(|&t| t >= window.0 && t < window.1).collect();
+            keys.sort_unstable();
+            keys.dedup();
+            select(&keys, |k| ts_seconds(k, time_base), opts.sampling, win_s)
+        }
+        KeyMode::Ordinal => {
+            let keys: Vec<i64> = (0..packets.len() as i64).collect();
+            select(&keys, |k| frame_rate.map_or(k as f64, |r| k as f64 / r), opts.sampling, (0.0, None))
+        }
+    };
+    let n = selected.len();
+    let frame_bytes = out_w as usize * out_h as usize * channels;
+    let total = (n as u64).saturating_mul(frame_bytes as u64);
+    if total > limits.max_output_bytes {
+        return Err(Error::LimitExceeded {
+            item,
+            what: "output bytes".into(),
+            value: total,
+            limit: limits.max_output_bytes,
+        });
+    }
+    let shape = [n, out_h as usize, out_w as usize, channels];
+    let mut buffer = Buffer::zeros(DType::U8, &shape, Layout::Nhwc, allocator)?;
+    let mut sink = Sink {
+        item: &item,
+        mode,
+        time_base,
+        frame_rate,
+        limits,
+        bytes: buffer.as_bytes_mut(),
+        frame_bytes,
+        selected,
+        filled: vec![false; n],
+        pts_s: vec![0.0; n],
+        next: 0,
+        ordinal: 0,
+        decoded: 0,
+    };
+    if n > 0 {
+        let mut conv = Converter {
+            ctx: None,
+            dst: opts.pixel_format.ffmpeg(),
+            width: out_w,
+            height: out_h,
+            channels,
+            flags: opts.filter.flags(),
+        };
+        let mut ctx = ff::codec::Context::from_parameters(params).map_err(|e| ff_error(&item, &codec, e))?;
+        ctx.set_threading(ff::threading::Config {
+            kind: ff::threading::Type::Frame,
+            count: opts.threads,
+            ..Default::default()
+        });
+        let mut opened = ctx.decoder();
+        opened.set_packet_time_base(time_base);
+        let mut decoder = opened.video().map_err(|e| match e {
+            ff::Error::DecoderNotFound => {
+                Error::UnknownFormat { item: item.clone(), detail: format!("ffmpeg has no decoder for {codec}") }
+            }
+            other => ff_error(&item, &codec, other),
+        })?;
+        let mut frame = ff::frame::Video::empty();
+        let mut bad = 0u32;
+        'packets: for packet in &packets {
+            if let Err(e) = decoder.send_packet(packet) {
+                // A damaged packet: skip it (bounded), as FFmpeg's CLI does.
+                bad += 1;
+                if bad > limits.max_bad_packets {
+                    return Err(ff_error(&item, &codec, e));
+                }
+                continue;
+            }
+            bad = 0;
+            while decoder.receive_frame(&mut frame).is_ok() {
+                sink.on_frame(&frame, &mut conv)?;
+                if sink.done() {
+                    break 'packets;
+                }
+            }
+        }
+        if !sink.done() && decoder.send_eof().is_ok() {
+            while decoder.receive_frame(&mut frame).is_ok() {
+                sink.on_frame(&frame, &mut conv)?;
+                if sink.done() {
+                    break;
+                }
+            }
+        }
+    }
+    let Sink { filled, pts_s, .. } = sink;
+    let kept = filled.iter().filter(|&&f| f).count();
+    if kept == n {
+        return Ok(Frames { buffer, pts_s, frame_rate, codec, item });
+    }
+    if kept == 0 {
+        return Err(Error::Decode {
+            item,
+            format: codec,
+            cause: format!("none of the {n} selected frames decoded").into(),
+        });
+    }
+    // Some frames were lost to damage: compact the frames that decoded into a smaller buffer.
+    let mut out = Buffer::zeros(DType::U8, &[kept, out_h as usize, out_w as usize, channels], Layout::Nhwc, allocator)?;
+    let src = buffer.as_bytes();
+    let mut pts = Vec::with_capacity(kept);
+    for ((dst, (_, src)), t) in out
+        .outer_slots_mut()
+        .into_iter()
+        .zip(src.chunks_exact(frame_bytes).enumerate().filter(|(i, _)| filled.get(*i) == Some(&true)))
+        .zip(pts_s.iter().enumerate().filter(|(i, _)| filled.get(*i) == Some(&true)).map(|(_, t)| *t))
+    {
+        dst.copy_from_slice(src);
+        pts.push(t);
+    }
+    Ok(Frames { buffer: out, pts_s: pts, frame_rate, codec, item })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selection() {
+        let keys: Vec<i64> = (0..10).map(|i| i * 100).collect();
+        let t = |k: i64| k as f64 / 1000.0; // 10 fps
+        assert_eq!(select(&keys, t, FrameSampling::Every(3), (0.0, None)), vec![0, 300, 600, 900]);
+        assert_eq!(select(&keys, t, FrameSampling::Uniform(4), (0.0, None)), vec![0, 300, 600, 900]);
+        assert_eq!(select(&keys, t, FrameSampling::Uniform(1), (0.0, None)), vec![0]);
+        assert_eq!(select(&keys[..2], t, FrameSampling::Uniform(3), (0.0, None)), vec![0, 100, 100]);
+        assert_eq!(select(&keys, t, FrameSampling::Fps(5.0), (0.0, None)), vec![0, 200, 400, 600, 800]);
+        assert_eq!(select(&keys, t, FrameSampling::Fps(20.0), (0.0, None)).len(), 20);
+        assert_eq!(select(&keys[2..6], t, FrameSampling::Fps(5.0), (0.2, Some(0.6))), vec![200, 400]);
+        assert!(select(&[], t, FrameSampling::All, (0.0, None)).is_empty());
+    }
+}

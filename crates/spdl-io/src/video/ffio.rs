@@ -1,0 +1,127 @@
+//! Opening inputs with FFmpeg: files and in-memory bytes both go through a custom AVIO read/seek context
+//! (`StreamIo`), so bytes fetched from S3 decode without a temp file, and a path is never interpreted as
+//! an FFmpeg protocol URL (`concat:`, `http:`, ...).
+
+use std::io::Cursor;
+use std::sync::Once;
+
+use ff::format::context::{Input, StreamIo};
+use ffmpeg_next as ff;
+
+use crate::audio::MediaInput;
+use crate::{Error, Result};
+
+/// Initialises FFmpeg once and quiets its log: errors reach callers as typed [`Error`]s, and a loader that
+/// meets millions of files should not print for each damaged one. Set `SPDL_FFMPEG_LOG` to `error`,
+/// `warning`, `info` or `debug` to see FFmpeg's own messages.
+pub(crate) fn init() {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| {
+        // Initialisation only registers devices in FFmpeg 5; it cannot fail there.
+        let _ = ff::init();
+        let level = match std::env::var("SPDL_FFMPEG_LOG").as_deref() {
+            Ok("quiet") => ff::log::Level::Quiet,
+            Ok("error") => ff::log::Level::Error,
+            Ok("warning") => ff::log::Level::Warning,
+            Ok("info") => ff::log::Level::Info,
+            Ok("debug") => ff::log::Level::Debug,
+            _ => ff::log::Level::Fatal,
+        };
+        ff::log::set_level(level);
+    });
+}
+
+/// An FFmpeg error as a decode error of `item`.
+pub(crate) fn ff_error(item: &str, what: &str, e: ff::Error) -> Error {
+    Error::Decode { item: item.to_owned(), format: what.to_owned(), cause: Box::new(e) }
+}
+
+/// Opens `input` for demuxing (headers and stream info read).
+pub(crate) fn open_input(input: &MediaInput<'_>, item: &str) -> Result<Input> {
+    init();
+    input.check_not_empty()?;
+    let (io, hint) = match *input {
+        MediaInput::Path(p) => {
+            let file = MediaInput::open_file(p)?;
+            (StreamIo::from_read_seek(file), p.to_str())
+        }
+        // FFmpeg's custom I/O needs an owned, 'static stream: one copy of the encoded bytes (cheap next to
+        // decoding them), no temp file.
+        MediaInput::Bytes { data, name } => (StreamIo::from_read_seek(Cursor::new(data.to_vec())), Some(name)),
+    };
+    let io = io.map_err(|e| ff_error(item, "avio", e))?;
+    // The name is only a format hint (by extension); an interior NUL would be rejected.
+    let hint = hint.filter(|h| !h.contains('\0'));
+    ff::format::input_from_stream(io, hint, None).map_err(|e| match e {
+        ff::Error::InvalidData | ff::Error::DemuxerNotFound => {
+            // Tell "not a format FFmpeg knows" from "a known format whose header or index is damaged"
+            // (e.g. an MP4 cut before its moov atom) by probing the first bytes' content alone.
+            let head = input.read_at(None, 0, 4096).unwrap_or_default();
+            match recognised_format(&head) {
+                Some(format) => Error::Decode {
+                    item: item.to_owned(),
+                    format,
+                    cause: format!("{e}: the header or index is missing or damaged (a cut or corrupt file)").into(),
+                },
+                None => Error::UnknownFormat {
+                    item: item.to_owned(),
+                    detail: format!("no FFmpeg demuxer recognises the content ({e})"),
+                },
+            }
+        }
+        other => ff_error(item, "container", other),
+    })
+}
+
+/// The name of the demuxer whose content probe (not the file name) recognises `head`, if any.
+fn recognised_format(head: &[u8]) -> Option<String> {
+    if head.is_empty() {
+        return None;
+    }
+    let mut buf = Vec::with_capacity(head.len() + ff::ffi::AVPROBE_PADDING_SIZE as usize);
+    buf.extend_from_slice(head);
+    buf.resize(head.len() + ff::ffi::AVPROBE_PADDING_SIZE as usize, 0);
+    let probe = ff::ffi::AVProbeData {
+        filename: c"".as_ptr(),
+        buf: buf.as_mut_ptr(),
+        buf_size: head.len() as std::ffi::c_int,
+        mime_type: std::ptr::null(),
+    };
+    // Only detections at least as confident as FFmpeg's own retry threshold count.
+    let mut score: std::ffi::c_int = ff::ffi::AVPROBE_SCORE_MAX / 4;
+    // SAFETY: `probe` points at `buf`, which holds `buf_size` bytes plus the zeroed padding FFmpeg reads
+    // past the end, and an empty NUL-terminated file name; both outlive the call. The returned format is
+    // a static FFmpeg table entry (or null), whose `name` is a static C string.
+    unsafe {
+        let format = ff::ffi::av_probe_input_format2(&probe, 1, &mut score);
+        if format.is_null() || (*format).name.is_null() {
+            return None;
+        }
+        Some(std::ffi::CStr::from_ptr((*format).name).to_string_lossy().into_owned())
+    }
+}
+
+/// Seconds of `ts` in time base `tb`.
+pub(crate) fn ts_seconds(ts: i64, tb: ff::Rational) -> f64 {
+    if tb.denominator() == 0 { 0.0 } else { ts as f64 * f64::from(tb.numerator()) / f64::from(tb.denominator()) }
+}
+
+/// The first timestamp in time base `tb` at or after `seconds` (float noise of a millionth of a tick is
+/// ignored, so `1.0` s in 1/12800 is 12800, not 12801).
+pub(crate) fn seconds_ts(seconds: f64, tb: ff::Rational) -> i64 {
+    if tb.numerator() == 0 {
+        return 0;
+    }
+    (seconds * f64::from(tb.denominator()) / f64::from(tb.numerator()) - 1e-6).ceil() as i64
+}
+
+/// A rational as `f64`, `None` when it is 0/x or x/0.
+pub(crate) fn rational(r: ff::Rational) -> Option<f64> {
+    (r.numerator() > 0 && r.denominator() > 0).then(|| f64::from(r.numerator()) / f64::from(r.denominator()))
+}
+
+/// Seeks `ictx` to the keyframe at or before `start_s` (all streams). `false` if the container cannot.
+pub(crate) fn seek_before(ictx: &mut Input, start_s: f64) -> bool {
+    let ts = (start_s * f64::from(ff::ffi::AV_TIME_BASE)) as i64;
+    ictx.seek(ts, ..ts).is_ok()
+}

@@ -1,0 +1,17 @@
+"""spdl-rs: scalable data loading, with the pipeline engine and the media decoders in Rust.
+
+- :py:mod:`spdl_rs.pipeline`: a drop-in for ``spdl.pipeline`` (``PipelineBuilder``, ``Pipeline``).
+- :py:mod:`spdl_rs.io`: image decoding in Rust, GIL released; :py:mod:`spdl_rs.io.ops` as pipeline stages.
+- :py:mod:`spdl_rs.source`: deterministic samplers (shuffle, shard) and dataset listings.
+- :py:class:`Buffer`: arrays made by native ops; ``numpy.asarray(buf)`` and ``numpy.from_dlpack(buf)`` view
+  them without a copy.
+
+The native module declares itself safe without the GIL: on a free-threaded CPython the GIL stays off.
+"""
+
+from . import io, pipeline, source
+from ._native import Buffer, NativeOp
+
+__version__ = "0.1.0"
+
+__all__ = ["Buffer", "NativeOp", "io", "pipeline", "source", "__version__"]

@@ -1,0 +1,206 @@
+"""Type stubs of the native module ``spdl_rs._native`` (Rust, PyO3)."""
+
+from collections.abc import Sequence
+from os import PathLike
+from typing import Any, Literal
+
+from collections.abc import Buffer as _BufferLike  # Python 3.12+; type checkers only
+
+HAS_IO: bool
+"""Whether this build has :py:mod:`spdl_rs.io` (the ``io`` cargo feature)."""
+
+class Buffer:
+    """An array in host memory made by spdl-rs. ``numpy.asarray(buf)`` and ``buf.numpy()`` view it in place (the
+    array keeps it alive); ``__dlpack__`` hands it to ``numpy.from_dlpack``/``torch.from_dlpack`` in place."""
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The extent of each axis."""
+    @property
+    def dtype(self) -> str:
+        """numpy's name of the element type (``"uint8"``, ``"float32"``, ...)."""
+    @property
+    def layout(self) -> str:
+        """What the axes mean (``"NHWC"``, ``"HWC"``, ... or ``""``)."""
+    @property
+    def nbytes(self) -> int:
+        """Size of the data in bytes."""
+    @property
+    def ndim(self) -> int:
+        """Number of axes."""
+    @property
+    def is_pinned(self) -> bool:
+        """True if the memory is page-locked (CUDA pinned)."""
+    @property
+    def data_ptr(self) -> int:
+        """The address of the first byte."""
+    @property
+    def __array_interface__(self) -> dict[str, Any]:
+        """numpy's array interface (version 3)."""
+    def __len__(self) -> int:
+        """Length of the first axis."""
+    def numpy(self) -> Any:
+        """A ``numpy.ndarray`` sharing the buffer's memory."""
+    def __dlpack__(
+        self,
+        *,
+        stream: Any = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> Any:
+        """A DLPack capsule (CPU) viewing the memory in place (a copy if ``copy=True``)."""
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """``(1, 0)``: the CPU."""
+    def copy(self) -> Buffer:
+        """A deep copy."""
+    @staticmethod
+    def zeros(shape: Sequence[int], dtype: str = "uint8") -> Buffer:
+        """A zero-filled buffer."""
+    @staticmethod
+    def from_bytes(data: bytes, shape: Sequence[int], dtype: str = "uint8") -> Buffer:
+        """A buffer holding a copy of ``data`` (native byte order)."""
+
+class NativeOp:
+    """A Rust op to give to ``PipelineBuilder.pipe``; it runs without the GIL. Calling it applies it to one item."""
+
+    @property
+    def name(self) -> str:
+        """The op's name."""
+    def __call__(self, item: Any) -> Any:
+        """Applies the op to one item (GIL released)."""
+
+class AsyncBridge:
+    """Internal: how the engine's scheduler hands coroutines to a pipeline's asyncio loop."""
+
+    def __init__(self) -> None: ...
+    def fileno(self) -> int:
+        """The socket the loop watches."""
+    def take_jobs(self) -> list[tuple[str, Any, Any, Reply]]:
+        """The waiting jobs: ``(kind, op, arg, reply)``."""
+
+class Reply:
+    """Internal: the done-callback of one async job."""
+
+    def done(self, task: Any) -> None:
+        """Forwards the finished task's result or exception."""
+    def fail(self, exc: BaseException) -> None:
+        """Fails the job with ``exc``."""
+
+class PipelineCore:
+    """Internal: the engine pipeline behind :py:class:`spdl_rs.pipeline.Pipeline`."""
+
+    def __init__(
+        self,
+        source: tuple[Any, ...],
+        steps: list[tuple[Any, ...]],
+        *,
+        buffer_size: int,
+        num_threads: int,
+        max_failures: tuple[str, Any] | None = None,
+        bridge: AsyncBridge | None = None,
+    ) -> None: ...
+    def start(self) -> None:
+        """Starts the scheduler and the pool."""
+    def stop(self) -> None:
+        """Stops and joins every thread (GIL released)."""
+    def get_item(self, timeout: float | None = None) -> tuple[int, Any]:
+        """``(0, item)``, ``(1, epoch)`` or ``(2, None)``; raises ``TimeoutError``."""
+    def error(self) -> tuple[str, str | None] | None:
+        """Why the pipeline ended early: ``(message, stage)``."""
+    def take_exceptions(self) -> list[tuple[str, BaseException]]:
+        """The kept exceptions of failed items."""
+    def stats(self) -> list[dict[str, Any]]:
+        """One dict per stage."""
+    def stats_table(self) -> str:
+        """The stats as a text table."""
+
+def load_image(
+    path: str | PathLike[str],
+    *,
+    size: tuple[int, int] | None = None,
+    pixel_format: Literal["rgb", "rgba", "gray"] = "rgb",
+    filter: str = "bilinear",
+    exif_orientation: bool = False,
+) -> Buffer:
+    """Decodes one image file into an HWC ``uint8`` buffer (GIL released)."""
+
+def decode_image(
+    data: bytes | _BufferLike,
+    *,
+    size: tuple[int, int] | None = None,
+    pixel_format: Literal["rgb", "rgba", "gray"] = "rgb",
+    filter: str = "bilinear",
+    exif_orientation: bool = False,
+    name: str = "<bytes>",
+) -> Buffer:
+    """Decodes one encoded image into an HWC ``uint8`` buffer (GIL released)."""
+
+def image_info(data: bytes | _BufferLike) -> tuple[str, int, int]:
+    """``(format, width, height)`` from the header only."""
+
+def load_image_batch(
+    srcs: Sequence[str | PathLike[str] | bytes],
+    width: int,
+    height: int,
+    *,
+    layout: Literal["NHWC", "NCHW"] = "NHWC",
+    normalize: str | tuple[Sequence[float], Sequence[float]] | None = None,
+    pixel_format: Literal["rgb", "rgba", "gray"] = "rgb",
+    filter: str = "bilinear",
+    strict: bool = True,
+    num_threads: int | None = None,
+) -> Buffer:
+    """Decodes and resizes a batch of images into one ``[N, H, W, C]`` buffer, in parallel (GIL released)."""
+
+def decode_image_op(
+    *,
+    size: tuple[int, int] | None = None,
+    pixel_format: str = "rgb",
+    filter: str = "bilinear",
+    exif_orientation: bool = False,
+) -> NativeOp:
+    """The native op of :py:func:`decode_image`."""
+
+def load_image_batch_op(
+    width: int,
+    height: int,
+    *,
+    layout: str = "NHWC",
+    normalize: Any = None,
+    pixel_format: str = "rgb",
+    filter: str = "bilinear",
+    strict: bool = True,
+    num_threads: int = 1,
+) -> NativeOp:
+    """The native op of :py:func:`load_image_batch`."""
+
+HAS_SOURCE: bool
+"""Whether this build has :py:mod:`spdl_rs.source` (the ``source`` cargo feature)."""
+
+class Sampler:
+    """A deterministic order of indices per epoch (same configuration and epoch, same order everywhere)."""
+
+    @staticmethod
+    def sequential(n: int) -> Sampler:
+        """``0..n`` every epoch."""
+    @staticmethod
+    def shuffled(n: int, seed: int) -> Sampler:
+        """A permutation of ``0..n`` from ``(seed, epoch)``."""
+    @staticmethod
+    def weighted(weights: Sequence[float], num_samples: int, seed: int) -> Sampler:
+        """Indices drawn with replacement, proportionally to ``weights``."""
+    def sharded(self, rank: int, world_size: int, *, drop_remainder: bool = False) -> Sampler:
+        """This sampler's share for ``rank`` of ``world_size``."""
+    def order(self, epoch: int = 0) -> list[int]:
+        """The indices of ``epoch``."""
+    @property
+    def seed(self) -> int:
+        """The seed (0 if it does not shuffle)."""
+    def __len__(self) -> int:
+        """Indices per epoch."""
+
+def list_dataset(
+    root: str | PathLike[str], *, extensions: Sequence[str] = (), layout: Literal["class_folders", "flat"] = "class_folders"
+) -> tuple[list[str], list[int | None], list[str]]:
+    """``(keys, labels, classes)`` of a dataset directory, keys sorted."""

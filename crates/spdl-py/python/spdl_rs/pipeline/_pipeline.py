@@ -1,0 +1,281 @@
+"""``Pipeline``: the Python face of a built spdl-rs pipeline."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import weakref
+from collections.abc import Iterator
+from typing import Any, Generic, TypeVar
+
+from .. import _native
+from ._failure import PipelineFailure
+from ._stats import StageStats, from_raw
+
+__all__ = ["Pipeline", "PipelineIterator"]
+
+_LG = logging.getLogger("spdl_rs.pipeline")
+
+T = TypeVar("T")
+
+
+async def _collect(agen: Any) -> list[Any]:
+    return [x async for x in agen]
+
+
+class _EventLoop:
+    """The asyncio loop that runs a pipeline's async ops, on a daemon thread the pipeline owns.
+
+    The engine's scheduler submits coroutines through an :py:class:`spdl_rs._native.AsyncBridge` without
+    the GIL; this loop wakes on the bridge's socket and starts them.
+    """
+
+    def __init__(self) -> None:
+        self.bridge = _native.AsyncBridge()
+        # Made on start: a pipeline that is built but never started holds no loop (and no file descriptors).
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="spdl_rs-asyncio", daemon=True)
+
+    def start(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread.start()
+        self._ready.wait()
+
+    def _run(self) -> None:
+        loop = self._loop
+        assert loop is not None
+        asyncio.set_event_loop(loop)
+        loop.add_reader(self.bridge.fileno(), self._drain)
+        self._ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            loop.remove_reader(self.bridge.fileno())
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    def _drain(self) -> None:
+        loop = self._loop
+        assert loop is not None
+        for kind, op, arg, reply in self.bridge.take_jobs():
+            try:
+                if kind == "call":
+                    awaitable = op(arg)
+                elif kind == "gen":
+                    awaitable = _collect(op(arg))
+                else:
+                    awaitable = op.__anext__()
+                task = asyncio.ensure_future(awaitable, loop=loop)
+            except BaseException as e:  # noqa: BLE001 (the op's own failure, reported as such)
+                reply.fail(e)
+                continue
+            task.add_done_callback(reply.done)
+
+    def stop(self, timeout: float | None) -> None:
+        loop = self._loop
+        if loop is None or not self._thread.is_alive():
+            return
+        with contextlib.suppress(RuntimeError):  # already closed
+            loop.call_soon_threadsafe(loop.stop)
+        if threading.current_thread() is not self._thread:  # a finalizer may run on the loop thread itself
+            self._thread.join(timeout)
+
+
+class _Reporter:
+    """Logs the stats table through ``logging`` every ``interval`` seconds (a daemon thread)."""
+
+    def __init__(self, core: _native.PipelineCore, interval: float) -> None:
+        self._core = core
+        self._interval = interval
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="spdl_rs-stats", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._done.wait(self._interval):
+            _LG.info("Pipeline stats:\n%s", self._core.stats_table())
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._done.set()
+            if threading.current_thread() is self._thread:
+                return
+            self._thread.join()
+            _LG.info("Pipeline stats (final):\n%s", self._core.stats_table())
+
+
+def _shutdown(core: _native.PipelineCore, loop: _EventLoop | None, reporter: _Reporter | None, timeout: float | None) -> None:
+    """Stops everything a pipeline started. Used by ``stop`` and by the finalizer (GC, interpreter exit), so
+    it must not refer to the ``Pipeline`` itself."""
+    core.stop()
+    if loop is not None:
+        loop.stop(timeout)
+    if reporter is not None:
+        reporter.stop()
+
+
+class Pipeline(Generic[T]):
+    """A data pipeline built by :py:meth:`PipelineBuilder.build`.
+
+    The first :py:meth:`get_item` (or iteration) starts it; :py:meth:`stop` stops it and joins every thread it
+    started. A pipeline that is garbage-collected, or still running when the interpreter exits, is stopped.
+
+    .. code-block:: python
+
+        with pipeline.auto_stop():
+            for item in pipeline:
+                ...
+    """
+
+    def __init__(
+        self, core: _native.PipelineCore, *, event_loop: _EventLoop | None, report_stats_interval: float
+    ) -> None:
+        self._core = core
+        self._loop = event_loop
+        self._reporter = _Reporter(core, report_stats_interval) if report_stats_interval > 0 else None
+        self._lock = threading.Lock()
+        self._started = False
+        self._stopped = False
+        self._failure_raised = False
+        self._finalizer = weakref.finalize(self, _shutdown, core, event_loop, self._reporter, 5.0)
+
+    def __repr__(self) -> str:
+        state = "stopped" if self._stopped else "running" if self._started else "ready"
+        return f"<spdl_rs.pipeline.Pipeline ({state})>"
+
+    def start(self, *, timeout: float | None = None, **_kwargs: Any) -> None:
+        """Starts the pipeline (its scheduler, thread pool, and event loop if an op is async).
+
+        ``timeout`` is accepted for compatibility with ``spdl.pipeline``; starting does not wait.
+
+        Raises:
+            RuntimeError: The pipeline was started already.
+        """
+        with self._lock:
+            if self._started:
+                raise RuntimeError("The pipeline is already started.")
+            self._start_locked()
+
+    def _start_locked(self) -> None:
+        self._started = True
+        if self._loop is not None:
+            self._loop.start()
+        self._core.start()
+        if self._reporter is not None:
+            self._reporter.start()
+
+    def stop(self, *, timeout: float | None = None) -> None:
+        """Stops the pipeline: cancels pending work, waits for running ops to return, and joins every thread.
+
+        Idempotent. ``timeout`` bounds the wait for the event loop's thread (async ops), in seconds.
+
+        Raises:
+            PipelineFailure: (once) A failure budget was spent, or the source raised.
+        """
+        with self._lock:
+            if not self._stopped:
+                self._stopped = True
+                self._finalizer.detach()
+                _shutdown(self._core, self._loop, self._reporter, timeout)
+        self._raise_failure()
+
+    def _raise_failure(self) -> None:
+        err = self._core.error()
+        if err is None or self._failure_raised:
+            return
+        self._failure_raised = True
+        message, stage = err
+        excs = self._core.take_exceptions()
+        if stage is not None:
+            of_stage = [(s, e) for s, e in excs if s == stage]
+            excs = of_stage or excs
+        raise PipelineFailure(excs, message, stage)
+
+    @contextlib.contextmanager
+    def auto_stop(self, *, timeout: float | None = None) -> Iterator[None]:
+        """A context manager that starts the pipeline (if needed) and stops it on exit.
+
+        Raises:
+            PipelineFailure: On exit, if a failure budget was spent or the source raised.
+        """
+        if not self._started:
+            self.start(timeout=timeout)
+        try:
+            yield
+        finally:
+            self.stop(timeout=timeout)
+
+    def get_item(self, *, timeout: float | None = None) -> T:
+        """The next item. Starts the pipeline if it is not started.
+
+        Args:
+            timeout: Seconds to wait for the item (``None``: as long as it takes).
+
+        Raises:
+            EOFError: The pipeline is exhausted (or stopped, or failed: then :py:meth:`stop` raises
+                :py:class:`PipelineFailure`), or an epoch of a continuous source ended.
+            TimeoutError: No item came within ``timeout``.
+        """
+        if not self._started:
+            with self._lock:
+                if not self._started and not self._stopped:
+                    self._start_locked()
+        kind, value = self._core.get_item(timeout)
+        if kind == 0:
+            return value
+        if kind == 1:
+            raise EOFError(f"end of epoch {value}")
+        raise EOFError("the pipeline is exhausted")
+
+    def get_iterator(self, *, timeout: float | None = None) -> PipelineIterator[T]:
+        """An iterator over the items, up to the end (or to the end of the current epoch of a continuous
+        source). A new iterator resumes where the previous one stopped.
+
+        Args:
+            timeout: Seconds to wait for each item (``None``: as long as it takes); ``TimeoutError`` if none
+                comes.
+        """
+        return PipelineIterator(self, timeout)
+
+    def __iter__(self) -> Iterator[T]:
+        """Same as :py:meth:`get_iterator` with no timeout."""
+        return self.get_iterator()
+
+    def get_stats(self) -> list[StageStats]:
+        """A snapshot of every stage's statistics (source first, sink last)."""
+        return [from_raw(d) for d in self._core.stats()]
+
+    def stats_table(self) -> str:
+        """The statistics as a text table (what ``report_stats_interval`` logs)."""
+        return self._core.stats_table()
+
+
+class PipelineIterator(Iterator[T]):
+    """Iterates a :py:class:`Pipeline` until ``EOFError`` (end, end of epoch, or failure)."""
+
+    def __init__(self, pipeline: Pipeline[T], timeout: float | None) -> None:
+        self._pipeline = pipeline
+        self._timeout = timeout
+        self._ended = False
+
+    def __iter__(self) -> PipelineIterator[T]:
+        return self
+
+    def __next__(self) -> T:
+        if self._ended:
+            raise StopIteration
+        try:
+            return self._pipeline.get_item(timeout=self._timeout)
+        except EOFError:
+            self._ended = True
+            raise StopIteration from None

@@ -1,0 +1,414 @@
+//! `spdl_rs.io`: spdl-io's decoders for Python. Every function releases the GIL for its whole duration,
+//! and each has a native-op form (`spdl_rs.io.ops`) that a pipeline runs without the GIL at all.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use spdl_buffer::{Buffer, Layout, system_allocator};
+use spdl_io::image::{BatchDecoder, BatchOptions, ImageOptions, Normalize, PixelFormat, ResizeFilter, Transform};
+
+use crate::buffer::PyBuffer;
+use crate::error::Error;
+use crate::pipeline::{NativeOp, PyNativeOp};
+use crate::value::Value;
+
+/// An image source as Rust holds it: a path or encoded bytes.
+enum Src {
+    Path(PathBuf),
+    Bytes(String, Vec<u8>),
+}
+
+impl Src {
+    fn name(&self) -> String {
+        match self {
+            Src::Path(p) => p.display().to_string(),
+            Src::Bytes(n, _) => n.clone(),
+        }
+    }
+}
+
+/// A path (`str` or `os.PathLike`) or encoded bytes (`bytes`, `bytearray`, `memoryview`, numpy `uint8`).
+fn src_from_py(obj: &Bound<'_, PyAny>, index: usize) -> PyResult<Src> {
+    if let Ok(b) = obj.cast::<PyBytes>() {
+        return Ok(Src::Bytes(format!("<bytes #{index}>"), b.as_bytes().to_vec()));
+    }
+    if let Ok(p) = obj.extract::<PathBuf>() {
+        return Ok(Src::Path(p));
+    }
+    // Any other buffer-protocol object: copy its bytes (`bytes(obj)`).
+    let bytes = obj.py().get_type::<PyBytes>().call1((obj,))?;
+    let bytes = bytes.cast::<PyBytes>()?;
+    Ok(Src::Bytes(format!("<bytes #{index}>"), bytes.as_bytes().to_vec()))
+}
+
+fn src_from_value(v: Value, stage: &str, op: &str, expects: &'static str, index: usize) -> Result<Src, Error> {
+    match v {
+        Value::Str(s) => Ok(Src::Path(PathBuf::from(s))),
+        Value::Bytes(b) => Ok(Src::Bytes(format!("<bytes #{index}>"), b)),
+        Value::Py(obj) => Python::attach(|py| src_from_py(obj.bind(py), index)).map_err(|e| Error::WrongInput {
+            stage: stage.to_owned(),
+            op: op.to_owned(),
+            item: format!("a Python object ({e})"),
+            expected: expects,
+        }),
+        other => Err(Error::WrongInput {
+            stage: stage.to_owned(),
+            op: op.to_owned(),
+            item: other.describe(),
+            expected: expects,
+        }),
+    }
+}
+
+fn pixel_format(name: &str) -> PyResult<PixelFormat> {
+    match name.to_ascii_lowercase().as_str() {
+        "rgb" | "rgb24" => Ok(PixelFormat::Rgb8),
+        "rgba" => Ok(PixelFormat::Rgba8),
+        "gray" | "grey" | "gray8" => Ok(PixelFormat::Gray8),
+        other => Err(PyValueError::new_err(format!("pixel_format must be rgb, rgba or gray, got {other:?}"))),
+    }
+}
+
+fn filter(name: &str) -> PyResult<ResizeFilter> {
+    match name.to_ascii_lowercase().as_str() {
+        "nearest" => Ok(ResizeFilter::Nearest),
+        "box" | "area" => Ok(ResizeFilter::Box),
+        "bilinear" => Ok(ResizeFilter::Bilinear),
+        "hamming" => Ok(ResizeFilter::Hamming),
+        "bicubic" => Ok(ResizeFilter::Bicubic),
+        other => Err(PyValueError::new_err(format!(
+            "filter must be nearest, box, bilinear, hamming or bicubic, got {other:?}"
+        ))),
+    }
+}
+
+fn transform(size: Option<(u32, u32)>, filter_name: &str) -> PyResult<Transform> {
+    Ok(match size {
+        None => Transform::None,
+        Some((width, height)) => Transform::Resize { width, height, filter: filter(filter_name)? },
+    })
+}
+
+fn layout(name: &str) -> PyResult<Layout> {
+    match name.to_ascii_uppercase().as_str() {
+        "NHWC" => Ok(Layout::Nhwc),
+        "NCHW" => Ok(Layout::Nchw),
+        other => Err(PyValueError::new_err(format!("layout must be \"NHWC\" or \"NCHW\", got {other:?}"))),
+    }
+}
+
+/// `None`, `"imagenet"`, `"unit"` or `(mean, std)` (one value, or one per channel).
+fn normalize(spec: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Normalize>> {
+    let Some(spec) = spec.filter(|s| !s.is_none()) else { return Ok(None) };
+    if let Ok(name) = spec.extract::<String>() {
+        return match name.as_str() {
+            "imagenet" => Ok(Some(Normalize::imagenet())),
+            "unit" => Ok(Some(Normalize::unit())),
+            other => Err(PyValueError::new_err(format!(
+                "normalize must be \"imagenet\", \"unit\" or (mean, std), got {other:?}"
+            ))),
+        };
+    }
+    let (mean, std): (Vec<f32>, Vec<f32>) = spec.extract()?;
+    Ok(Some(Normalize { mean, std }))
+}
+
+fn io_err(e: spdl_io::Error) -> PyErr {
+    let msg = crate::error::error_chain(&e);
+    match e {
+        spdl_io::Error::Io { .. } => PyOSError::new_err(msg),
+        spdl_io::Error::InvalidOptions(_) => PyValueError::new_err(msg),
+        _ => PyRuntimeError::new_err(msg),
+    }
+}
+
+/// Decoding settings for one image.
+#[derive(Debug, Clone)]
+struct ImageSpec {
+    opts: ImageOptions,
+    transform: Transform,
+}
+
+impl ImageSpec {
+    fn new(
+        size: Option<(u32, u32)>,
+        pixel_format_name: &str,
+        filter_name: &str,
+        exif_orientation: bool,
+    ) -> PyResult<Self> {
+        let opts =
+            ImageOptions { format: pixel_format(pixel_format_name)?, exif_orientation, ..ImageOptions::default() };
+        opts.validate().map_err(io_err)?;
+        let transform = transform(size, filter_name)?;
+        transform.validate().map_err(io_err)?;
+        Ok(Self { opts, transform })
+    }
+
+    fn decode(&self, src: &Src) -> Result<Buffer, spdl_io::Error> {
+        let alloc = system_allocator();
+        match src {
+            Src::Path(p) => spdl_io::image::load_image(p, &self.opts, &self.transform, &alloc),
+            Src::Bytes(name, b) => spdl_io::image::decode_image(b, name, &self.opts, &self.transform, &alloc),
+        }
+    }
+}
+
+/// Decodes one image file into an HWC `uint8` :py:class:`spdl_rs.Buffer` (GIL released).
+///
+/// Args:
+///     path: The file.
+///     size: ``(width, height)`` to resize to, or ``None`` for the original size.
+///     pixel_format: ``"rgb"``, ``"rgba"`` or ``"gray"``.
+///     filter: The resize filter (``"bilinear"``, ``"nearest"``, ``"box"``, ``"hamming"``, ``"bicubic"``).
+///     exif_orientation: Apply the EXIF orientation.
+#[pyfunction]
+#[pyo3(signature = (path, *, size=None, pixel_format="rgb", filter="bilinear", exif_orientation=false))]
+fn load_image(
+    py: Python<'_>,
+    path: PathBuf,
+    size: Option<(u32, u32)>,
+    pixel_format: &str,
+    filter: &str,
+    exif_orientation: bool,
+) -> PyResult<PyBuffer> {
+    let spec = ImageSpec::new(size, pixel_format, filter, exif_orientation)?;
+    let src = Src::Path(path);
+    py.detach(|| spec.decode(&src)).map(PyBuffer::new).map_err(io_err)
+}
+
+/// Decodes one encoded image (JPEG, PNG, WebP, GIF, BMP, TIFF) into an HWC `uint8` :py:class:`spdl_rs.Buffer`
+/// (GIL released). Arguments as :py:func:`load_image`; ``name`` appears in error messages.
+#[pyfunction]
+#[pyo3(signature = (data, *, size=None, pixel_format="rgb", filter="bilinear", exif_orientation=false, name="<bytes>"))]
+fn decode_image(
+    py: Python<'_>,
+    data: &Bound<'_, PyAny>,
+    size: Option<(u32, u32)>,
+    pixel_format: &str,
+    filter: &str,
+    exif_orientation: bool,
+    name: &str,
+) -> PyResult<PyBuffer> {
+    let spec = ImageSpec::new(size, pixel_format, filter, exif_orientation)?;
+    let src = match src_from_py(data, 0)? {
+        Src::Bytes(_, b) => Src::Bytes(name.to_owned(), b),
+        Src::Path(_) => {
+            return Err(PyValueError::new_err("decode_image takes encoded bytes; use load_image for a path"));
+        }
+    };
+    py.detach(|| spec.decode(&src)).map(PyBuffer::new).map_err(io_err)
+}
+
+/// The format and size of an encoded image, from its header only: ``(format, width, height)``.
+#[pyfunction]
+fn image_info(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<(String, u32, u32)> {
+    let Src::Bytes(name, b) = src_from_py(data, 0)? else {
+        return Err(PyValueError::new_err("image_info takes encoded bytes"));
+    };
+    let info = py.detach(|| spdl_io::image::image_info(&b, &name)).map_err(io_err)?;
+    Ok((format!("{:?}", info.format).to_lowercase(), info.width, info.height))
+}
+
+/// Batch settings shared by the function and the native op.
+#[derive(Debug)]
+struct BatchSpec {
+    decoder: BatchDecoder,
+}
+
+impl BatchSpec {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        width: u32,
+        height: u32,
+        layout_name: &str,
+        normalize_spec: Option<&Bound<'_, PyAny>>,
+        pixel_format_name: &str,
+        filter_name: &str,
+        strict: bool,
+        num_threads: Option<usize>,
+    ) -> PyResult<Self> {
+        let opts = BatchOptions {
+            transform: Transform::Resize { width, height, filter: filter(filter_name)? },
+            layout: layout(layout_name)?,
+            normalize: normalize(normalize_spec)?,
+            strict,
+            threads: num_threads,
+            image: ImageOptions { format: pixel_format(pixel_format_name)?, ..ImageOptions::default() },
+        };
+        let decoder = BatchDecoder::new(opts, system_allocator()).map_err(io_err)?;
+        Ok(Self { decoder })
+    }
+
+    /// Decodes the batch: all paths, all bytes, or a mix (then files are read first).
+    fn run(&self, srcs: Vec<Src>) -> Result<Buffer, spdl_io::Error> {
+        let out = if srcs.iter().all(|s| matches!(s, Src::Path(_))) {
+            let paths: Vec<PathBuf> =
+                srcs.into_iter().filter_map(|s| if let Src::Path(p) = s { Some(p) } else { None }).collect();
+            self.decoder.load(&paths)?
+        } else {
+            let mut items = Vec::with_capacity(srcs.len());
+            for s in srcs {
+                items.push(match s {
+                    Src::Bytes(n, b) => (n, b),
+                    Src::Path(p) => {
+                        let b = std::fs::read(&p).map_err(|source| spdl_io::Error::Io { path: p.clone(), source })?;
+                        (p.display().to_string(), b)
+                    }
+                });
+            }
+            self.decoder.decode(&items)?
+        };
+        Ok(out.buffer)
+    }
+}
+
+/// Decodes a batch of images (paths or encoded bytes) resized to ``width`` x ``height`` into one contiguous
+/// :py:class:`spdl_rs.Buffer` of shape ``[N, H, W, C]`` (or ``[N, C, H, W]``), in parallel, GIL released.
+/// Each image is written straight into its slot of the batch.
+///
+/// Args:
+///     srcs: Paths or encoded bytes.
+///     width, height: The output size of every image.
+///     layout: ``"NHWC"`` or ``"NCHW"``.
+///     normalize: ``None`` (``uint8`` output), ``"imagenet"``, ``"unit"`` or ``(mean, std)`` (``float32``
+///         output, ``(x / 255 - mean) / std``).
+///     pixel_format: ``"rgb"``, ``"rgba"`` or ``"gray"``.
+///     filter: The resize filter.
+///     strict: Fail the whole batch if one image fails (else its slot stays zero).
+///     num_threads: Decoding threads (``None``: all cores).
+#[pyfunction]
+#[pyo3(signature = (srcs, width, height, *, layout="NHWC", normalize=None, pixel_format="rgb", filter="bilinear", strict=true, num_threads=None))]
+#[allow(clippy::too_many_arguments)]
+fn load_image_batch(
+    py: Python<'_>,
+    srcs: Vec<Bound<'_, PyAny>>,
+    width: u32,
+    height: u32,
+    layout: &str,
+    normalize: Option<Bound<'_, PyAny>>,
+    pixel_format: &str,
+    filter: &str,
+    strict: bool,
+    num_threads: Option<usize>,
+) -> PyResult<PyBuffer> {
+    let spec = BatchSpec::new(width, height, layout, normalize.as_ref(), pixel_format, filter, strict, num_threads)?;
+    let srcs = srcs.iter().enumerate().map(|(i, s)| src_from_py(s, i)).collect::<PyResult<Vec<_>>>()?;
+    py.detach(|| spec.run(srcs)).map(PyBuffer::new).map_err(io_err)
+}
+
+const IMAGE_INPUT: &str = "a path (str) or encoded bytes";
+const BATCH_INPUT: &str = "a list of paths or encoded bytes (aggregate first)";
+
+#[derive(Debug)]
+struct DecodeImageOp {
+    name: String,
+    spec: ImageSpec,
+}
+
+impl NativeOp for DecodeImageOp {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn expects(&self) -> &'static str {
+        IMAGE_INPUT
+    }
+    fn call(&self, stage: &str, input: Value) -> Result<Vec<Value>, Error> {
+        let src = src_from_value(input, stage, &self.name, IMAGE_INPUT, 0)?;
+        let buf = self.spec.decode(&src).map_err(|e| Error::Native {
+            stage: stage.to_owned(),
+            op: self.name.clone(),
+            item: src.name(),
+            source: Box::new(e),
+        })?;
+        Ok(vec![Value::Buffer(Arc::new(buf))])
+    }
+}
+
+#[derive(Debug)]
+struct ImageBatchOp {
+    spec: BatchSpec,
+}
+
+impl NativeOp for ImageBatchOp {
+    fn name(&self) -> &str {
+        "load_image_batch"
+    }
+    fn expects(&self) -> &'static str {
+        BATCH_INPUT
+    }
+    fn call(&self, stage: &str, input: Value) -> Result<Vec<Value>, Error> {
+        let items = match input {
+            Value::List(v) => v,
+            other => {
+                return Err(Error::WrongInput {
+                    stage: stage.to_owned(),
+                    op: self.name().to_owned(),
+                    item: other.describe(),
+                    expected: BATCH_INPUT,
+                });
+            }
+        };
+        let n = items.len();
+        let srcs = items
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| src_from_value(v, stage, "load_image_batch", BATCH_INPUT, i))
+            .collect::<Result<Vec<_>, _>>()?;
+        let buf = self.spec.run(srcs).map_err(|e| Error::Native {
+            stage: stage.to_owned(),
+            op: self.name().to_owned(),
+            item: format!("a batch of {n}"),
+            source: Box::new(e),
+        })?;
+        Ok(vec![Value::Buffer(Arc::new(buf))])
+    }
+}
+
+/// Native op: decodes each item (a path or encoded bytes) into an HWC `uint8` buffer, without the GIL.
+/// Arguments as :py:func:`spdl_rs.io.load_image`.
+#[pyfunction]
+#[pyo3(name = "decode_image_op", signature = (*, size=None, pixel_format="rgb", filter="bilinear", exif_orientation=false))]
+fn decode_image_op(
+    size: Option<(u32, u32)>,
+    pixel_format: &str,
+    filter: &str,
+    exif_orientation: bool,
+) -> PyResult<PyNativeOp> {
+    let spec = ImageSpec::new(size, pixel_format, filter, exif_orientation)?;
+    Ok(PyNativeOp { op: Arc::new(DecodeImageOp { name: "decode_image".to_owned(), spec }) })
+}
+
+/// Native op: decodes each item (a list of paths or encoded bytes, e.g. after ``aggregate(32)``) into one
+/// batch buffer, without the GIL. Arguments as :py:func:`spdl_rs.io.load_image_batch`; ``num_threads``
+/// defaults to 1 here (the pipeline's ``concurrency`` gives the parallelism).
+#[pyfunction]
+#[pyo3(name = "load_image_batch_op", signature = (width, height, *, layout="NHWC", normalize=None, pixel_format="rgb", filter="bilinear", strict=true, num_threads=1))]
+#[allow(clippy::too_many_arguments)]
+fn load_image_batch_op(
+    width: u32,
+    height: u32,
+    layout: &str,
+    normalize: Option<Bound<'_, PyAny>>,
+    pixel_format: &str,
+    filter: &str,
+    strict: bool,
+    num_threads: usize,
+) -> PyResult<PyNativeOp> {
+    let spec =
+        BatchSpec::new(width, height, layout, normalize.as_ref(), pixel_format, filter, strict, Some(num_threads))?;
+    Ok(PyNativeOp { op: Arc::new(ImageBatchOp { spec }) })
+}
+
+/// Registers the io functions on the native module.
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(load_image, m)?)?;
+    m.add_function(wrap_pyfunction!(decode_image, m)?)?;
+    m.add_function(wrap_pyfunction!(image_info, m)?)?;
+    m.add_function(wrap_pyfunction!(load_image_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(decode_image_op, m)?)?;
+    m.add_function(wrap_pyfunction!(load_image_batch_op, m)?)?;
+    Ok(())
+}

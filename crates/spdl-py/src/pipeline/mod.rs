@@ -1,0 +1,365 @@
+//! The engine side of `spdl_rs.pipeline`: [`PipelineCore`] builds an [`spdl_exec::Pipeline`] over
+//! [`Value`]s from the step list the Python `PipelineBuilder` collected, and serves the Python `Pipeline`
+//! (start, stop, get_item, stats). Waiting for items, stopping and joining run with the GIL released.
+
+mod bridge;
+mod ops;
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use pyo3::exceptions::{PyTimeoutError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyTuple};
+use spdl_exec::{BuildOptions, FailureBudget, Item, OutputOrder, Pipeline, PipelineBuilder, PipelineError, state};
+
+pub use bridge::{AsyncBridge, Reply};
+use ops::{Failures, OpImpl, PipeSpec, PyIter, PyIterable, PyOpKind, RangeIter, make_stage};
+pub use ops::{NativeOp, PyNativeOp};
+
+use crate::error::Error;
+use crate::value::Value;
+
+/// Capacity used for SPDL's `add_sink(buffer_size=0)` ("unlimited"): the engine's queues are bounded.
+const UNBOUNDED_SINK: usize = 4096;
+/// How long a blocking wait runs before checking for Ctrl-C.
+const SIGNAL_SLICE: Duration = Duration::from_millis(100);
+
+/// The builder state while steps are added: items are single values, or batches after `aggregate`.
+enum Chain {
+    One(PipelineBuilder<Value>),
+    Batch(PipelineBuilder<Vec<Value>>),
+}
+
+/// The built engine pipeline; a batch sink yields `list`s.
+enum Sink {
+    One(Pipeline<Value>),
+    Batch(Pipeline<Vec<Value>>),
+}
+
+impl Sink {
+    fn get_item(&self, timeout: Option<Duration>) -> Result<Option<Item<Value>>, PipelineError> {
+        match self {
+            Sink::One(p) => p.get_item(timeout),
+            Sink::Batch(p) => p.get_item(timeout).map(|o| {
+                o.map(|i| match i {
+                    Item::Data(v) => Item::Data(Value::List(v)),
+                    Item::EpochEnd { epoch } => Item::EpochEnd { epoch },
+                })
+            }),
+        }
+    }
+
+    fn start(&self) -> Result<(), PipelineError> {
+        match self {
+            Sink::One(p) => p.start(),
+            Sink::Batch(p) => p.start(),
+        }
+    }
+
+    fn stop(&self) {
+        match self {
+            Sink::One(p) => p.stop(),
+            Sink::Batch(p) => p.stop(),
+        }
+    }
+
+    fn stats(&self) -> spdl_exec::PipelineStats {
+        match self {
+            Sink::One(p) => p.stats(),
+            Sink::Batch(p) => p.stats(),
+        }
+    }
+}
+
+/// Parses a failure budget from the Python layer: `None`, `("count", n)` or `("fraction", x)`.
+fn budget(spec: Option<Bound<'_, PyAny>>) -> PyResult<FailureBudget> {
+    let Some(spec) = spec.filter(|s| !s.is_none()) else {
+        return Ok(FailureBudget::Unlimited);
+    };
+    let (kind, value): (String, Bound<'_, PyAny>) = spec.extract()?;
+    match kind.as_str() {
+        "count" => Ok(FailureBudget::Count(value.extract()?)),
+        "fraction" => Ok(FailureBudget::Fraction(value.extract()?)),
+        other => Err(PyValueError::new_err(format!("unknown failure budget kind {other:?}"))),
+    }
+}
+
+fn order(name: &str) -> PyResult<OutputOrder> {
+    match name {
+        "completion" => Ok(OutputOrder::Completion),
+        "input" => Ok(OutputOrder::Input),
+        other => Err(PyValueError::new_err(format!("output_order must be \"completion\" or \"input\", got {other:?}"))),
+    }
+}
+
+fn op_kind(name: &str) -> PyResult<Option<PyOpKind>> {
+    Ok(Some(match name {
+        "sync" => PyOpKind::Sync,
+        "gen" => PyOpKind::Gen,
+        "async" => PyOpKind::Async,
+        "asyncgen" => PyOpKind::AsyncGen,
+        "native" => return Ok(None),
+        other => return Err(PyValueError::new_err(format!("unknown op kind {other:?}"))),
+    }))
+}
+
+/// A built pipeline, driven by the Python `spdl_rs.pipeline.Pipeline` (which adds the Python-facing
+/// behaviour: `auto_stop`, iterators, `PipelineFailure`, stats logging).
+#[pyclass(module = "spdl_rs._native", frozen)]
+pub struct PipelineCore {
+    sink: Sink,
+    failures: Arc<Failures>,
+    /// The error that ended iteration (a spent failure budget), kept for `stop()` to raise.
+    error: Mutex<Option<String>>,
+    error_stage: Mutex<Option<String>>,
+}
+
+impl std::fmt::Debug for PipelineCore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PipelineCore").finish_non_exhaustive()
+    }
+}
+
+impl PipelineCore {
+    fn set_error(&self, message: String, stage: Option<String>) {
+        let mut e = self.error.lock().unwrap_or_else(PoisonError::into_inner);
+        if e.is_none() {
+            *e = Some(message);
+            *self.error_stage.lock().unwrap_or_else(PoisonError::into_inner) = stage;
+        }
+    }
+}
+
+#[pymethods]
+impl PipelineCore {
+    /// Builds the pipeline.
+    ///
+    /// `source`: `("iter", iterable, continuous)`, `("aiter", async_iterable)`, `("range", start, stop,
+    /// step)` or `("list", list_or_tuple)`. `steps`: `("pipe", name, kind, op, concurrency, output_order,
+    /// max_failures)`, `("aggregate", n, drop_last)` or `("disaggregate",)`; kind is `sync`, `gen`,
+    /// `async`, `asyncgen` or `native`. `bridge` is required when an op or the source is async.
+    #[new]
+    #[pyo3(signature = (source, steps, *, buffer_size, num_threads, max_failures=None, bridge=None))]
+    fn new(
+        py: Python<'_>,
+        source: Bound<'_, PyTuple>,
+        steps: Vec<Bound<'_, PyTuple>>,
+        buffer_size: usize,
+        num_threads: usize,
+        max_failures: Option<Bound<'_, PyAny>>,
+        bridge: Option<Bound<'_, AsyncBridge>>,
+    ) -> PyResult<Self> {
+        let failures = Arc::new(Failures::new(py)?);
+        let submitter = bridge.as_ref().map(|b| b.get().submitter());
+
+        let kind: String = source.get_item(0)?.extract()?;
+        let start = PipelineBuilder::new();
+        let mut chain = match kind.as_str() {
+            "iter" => {
+                let iterable = Arc::new(source.get_item(1)?.unbind());
+                let continuous: bool = source.get_item(2)?.extract()?;
+                if continuous {
+                    Chain::One(start.continuous_source(PyIterable { iterable, failures: Arc::clone(&failures) }))
+                } else {
+                    Chain::One(start.source(PyIter::new(iterable, Arc::clone(&failures))))
+                }
+            }
+            "range" => {
+                let (next, stop, step): (i64, i64, i64) =
+                    (source.get_item(1)?.extract()?, source.get_item(2)?.extract()?, source.get_item(3)?.extract()?);
+                if step == 0 {
+                    return Err(PyValueError::new_err("range() step must not be zero"));
+                }
+                Chain::One(start.source(RangeIter { next, stop, step }))
+            }
+            "list" => {
+                // Snapshot: taken into Rust values now, so the source runs without the GIL.
+                let seq = source.get_item(1)?;
+                let values: Vec<Value> = seq.try_iter()?.map(|o| o.map(Value::from_py)).collect::<PyResult<_>>()?;
+                Chain::One(start.source(values))
+            }
+            "aiter" => {
+                let submitter = submitter
+                    .clone()
+                    .ok_or_else(|| PyValueError::new_err("an async source needs the pipeline's event loop"))?;
+                let aiter = Arc::new(source.get_item(1)?.unbind());
+                Chain::One(start.source_stream(ops::async_source(aiter, submitter, Arc::clone(&failures))))
+            }
+            other => return Err(PyValueError::new_err(format!("unknown source kind {other:?}"))),
+        };
+
+        for (i, step) in steps.iter().enumerate() {
+            let what: String = step.get_item(0)?.extract()?;
+            chain = match what.as_str() {
+                "pipe" => {
+                    let name: String = step.get_item(1)?.extract()?;
+                    let kind: String = step.get_item(2)?.extract()?;
+                    let op = step.get_item(3)?;
+                    let op = match op_kind(&kind)? {
+                        Some(kind) => OpImpl::Python { kind, op: Arc::new(op.unbind()) },
+                        None => OpImpl::Native(Arc::clone(&op.cast::<PyNativeOp>()?.get().op)),
+                    };
+                    let next_is_disaggregate = steps
+                        .get(i + 1)
+                        .and_then(|s| s.get_item(0).ok())
+                        .and_then(|s| s.extract::<String>().ok())
+                        .is_some_and(|s| s == "disaggregate");
+                    let spec = PipeSpec {
+                        name,
+                        op,
+                        concurrency: step.get_item(4)?.extract()?,
+                        order: order(&step.get_item(5)?.extract::<String>()?)?,
+                        budget: budget(Some(step.get_item(6)?))?,
+                        split_output: next_is_disaggregate,
+                    };
+                    match chain {
+                        Chain::One(b) => Chain::One(b.pipe(make_stage(spec, &failures, submitter.as_ref())?)),
+                        Chain::Batch(b) => Chain::One(b.pipe(make_stage(spec, &failures, submitter.as_ref())?)),
+                    }
+                }
+                "aggregate" => {
+                    let n: usize = step.get_item(1)?.extract()?;
+                    let drop_last: bool = step.get_item(2)?.extract()?;
+                    let b = match chain {
+                        Chain::One(b) => b,
+                        // A batch of batches: each inner batch becomes one `list` item first.
+                        Chain::Batch(b) => {
+                            b.pipe(spdl_exec::Stage::map("collate", |v: Vec<Value>| Ok::<_, Error>(Value::List(v))))
+                        }
+                    };
+                    Chain::Batch(if drop_last { b.aggregate_drop_last(n) } else { b.aggregate(n) })
+                }
+                "disaggregate" => match chain {
+                    Chain::One(b) => Chain::One(b.disaggregate()),
+                    Chain::Batch(b) => Chain::One(b.disaggregate()),
+                },
+                other => return Err(PyValueError::new_err(format!("unknown pipeline step {other:?}"))),
+            };
+        }
+
+        let buffer_size = if buffer_size == 0 { UNBOUNDED_SINK } else { buffer_size };
+        let opts = BuildOptions {
+            num_threads,
+            failure_budget: budget(max_failures)?,
+            // Stats are reported by the Python layer (through `logging`), not by the engine's hook.
+            report_interval: None,
+            ..BuildOptions::default()
+        };
+        let sink = match chain {
+            Chain::One(b) => Sink::One(build(b.sink(buffer_size), opts)?),
+            Chain::Batch(b) => Sink::Batch(build(b.sink(buffer_size), opts)?),
+        };
+        Ok(Self { sink, failures, error: Mutex::new(None), error_stage: Mutex::new(None) })
+    }
+
+    /// Starts the scheduler and the thread pool.
+    fn start(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.sink.start()).map_err(|e| Error::from(e).into())
+    }
+
+    /// Stops the pipeline and joins its threads (with the GIL released, so that running Python ops finish).
+    fn stop(&self, py: Python<'_>) {
+        py.detach(|| self.sink.stop());
+    }
+
+    /// The next item: `(0, item)`, `(1, epoch)` at the end of an epoch of a continuous source, or
+    /// `(2, None)` at the end (also when the pipeline failed: see `error()`). Raises `TimeoutError`.
+    #[pyo3(signature = (timeout=None))]
+    fn get_item(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<(u8, Py<PyAny>)> {
+        let deadline = match timeout {
+            Some(t) if !(t >= 0.0 && t.is_finite()) => {
+                return Err(PyValueError::new_err(format!("timeout must be a non-negative number, got {t}")));
+            }
+            Some(t) => Some(Instant::now() + Duration::from_secs_f64(t)),
+            None => None,
+        };
+        loop {
+            // Wait in slices so that Ctrl-C reaches the consumer even with no timeout.
+            let slice = match deadline {
+                Some(d) => d.saturating_duration_since(Instant::now()).min(SIGNAL_SLICE),
+                None => SIGNAL_SLICE,
+            };
+            match py.detach(|| self.sink.get_item(Some(slice))) {
+                Ok(Some(Item::Data(v))) => return Ok((0, v.into_py(py)?)),
+                Ok(Some(Item::EpochEnd { epoch })) => return Ok((1, epoch.into_pyobject(py)?.into_any().unbind())),
+                Ok(None) => {
+                    if let Some(msg) = self.failures.source_error() {
+                        self.set_error(msg.to_owned(), Some("source".to_owned()));
+                    }
+                    return Ok((2, py.None()));
+                }
+                Err(e) if e.is_timeout() => {
+                    py.check_signals()?;
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        let waited = timeout.unwrap_or_default();
+                        return Err(PyTimeoutError::new_err(format!("no item within {waited} s")));
+                    }
+                }
+                Err(e) => {
+                    let stage = e.stage().map(str::to_owned);
+                    self.set_error(crate::error::error_chain(&e), stage);
+                    return Ok((2, py.None()));
+                }
+            }
+        }
+    }
+
+    /// Why the pipeline ended early, if it did: `(message, stage or None)`.
+    fn error(&self) -> Option<(String, Option<String>)> {
+        let e = self.error.lock().unwrap_or_else(PoisonError::into_inner).clone()?;
+        let stage = self.error_stage.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        Some((e, stage))
+    }
+
+    /// The Python exceptions of failed items kept so far (the first 32), as `(stage, exception)`, oldest
+    /// first; each is returned once.
+    fn take_exceptions(&self) -> Vec<(String, Py<PyAny>)> {
+        self.failures.take().into_iter().map(|(s, e)| (s, e.into_any())).collect()
+    }
+
+    /// A stats snapshot: one dict per stage (source first, sink last).
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let snap = py.detach(|| self.sink.stats());
+        let list = PyList::empty(py);
+        for s in &snap.stages {
+            let d = PyDict::new(py);
+            d.set_item("name", &s.name)?;
+            d.set_item("kind", format!("{:?}", s.kind).to_lowercase())?;
+            d.set_item("concurrency", s.concurrency)?;
+            d.set_item("items_in", s.items_in)?;
+            d.set_item("items_out", s.items_out)?;
+            d.set_item("items_failed", s.items_failed)?;
+            d.set_item("task_time_total", s.task_time_total.as_secs_f64())?;
+            d.set_item("task_mean", s.task_mean.as_secs_f64())?;
+            d.set_item("task_p50", s.task_p50.as_secs_f64())?;
+            d.set_item("task_p90", s.task_p90.as_secs_f64())?;
+            d.set_item("task_p99", s.task_p99.as_secs_f64())?;
+            d.set_item("starved", s.starved.as_secs_f64())?;
+            d.set_item("blocked", s.blocked.as_secs_f64())?;
+            d.set_item("queue_len", s.queue_len)?;
+            d.set_item("queue_capacity", s.queue_capacity)?;
+            d.set_item("busy", s.busy)?;
+            d.set_item("elapsed", snap.elapsed.as_secs_f64())?;
+            list.append(d)?;
+        }
+        Ok(list)
+    }
+
+    /// The stats as the engine's text table (one row per stage; the bottleneck is marked).
+    fn stats_table(&self, py: Python<'_>) -> String {
+        py.detach(|| self.sink.stats().to_string())
+    }
+}
+
+impl Drop for PipelineCore {
+    fn drop(&mut self) {
+        // Joining the engine's threads while holding the GIL would deadlock with a Python op waiting for
+        // it: release it for the join (a no-op when the pipeline is already stopped).
+        Python::attach(|py| py.detach(|| self.sink.stop()));
+    }
+}
+
+fn build<T: Send + 'static>(b: PipelineBuilder<T, state::Sunk>, opts: BuildOptions) -> Result<Pipeline<T>, Error> {
+    Ok(b.build(opts)?)
+}

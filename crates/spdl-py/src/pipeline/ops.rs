@@ -1,0 +1,370 @@
+//! Stage functions: Python ops (sync, generator, async, async generator) and native ops, each turned into
+//! an [`spdl_exec::Stage`] over [`Value`]s.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crossbeam_channel::{Receiver, Sender, unbounded};
+use pyo3::exceptions::PyBaseException;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyIterator};
+use spdl_exec::{FailureBudget, OutputOrder, Stage};
+
+use super::bridge::{JobContext, JobKind, Produced, Submitter};
+use crate::error::Error;
+use crate::value::Value;
+
+/// Python exceptions kept per pipeline for `PipelineFailure` (the first ones; later ones are only logged).
+const KEPT_EXCEPTIONS: usize = 32;
+
+/// A function that runs entirely in Rust, without the GIL: the building block of `spdl_rs.io.ops`.
+pub trait NativeOp: Send + Sync + fmt::Debug {
+    /// A short name for stats and errors (`decode_image`).
+    fn name(&self) -> &str;
+    /// What the op takes, for error messages (`"bytes or str (a path)"`).
+    fn expects(&self) -> &'static str;
+    /// Processes one item into zero, one or many outputs.
+    fn call(&self, stage: &str, input: Value) -> Result<Vec<Value>, Error>;
+}
+
+/// A native op as a Python object (`spdl_rs.io.ops.decode_image(...)` returns one), to be given to
+/// `PipelineBuilder.pipe`. Calling it applies the op to one item directly (handy for testing).
+#[pyclass(name = "NativeOp", module = "spdl_rs._native", frozen)]
+#[derive(Debug)]
+pub struct PyNativeOp {
+    pub(crate) op: Arc<dyn NativeOp>,
+}
+
+#[pymethods]
+impl PyNativeOp {
+    /// The op's name.
+    #[getter]
+    fn name(&self) -> String {
+        self.op.name().to_owned()
+    }
+
+    /// Applies the op to one item (with the GIL released while it runs); returns its output, or the list of
+    /// its outputs if it made several, or `None` if it made none.
+    fn __call__(&self, py: Python<'_>, item: Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let input = Value::from_py(item);
+        let op = Arc::clone(&self.op);
+        let mut out = py.detach(move || op.call(op.name(), input))?;
+        match out.len() {
+            0 => Ok(py.None()),
+            1 => out.pop().map_or_else(|| Ok(py.None()), |v| v.into_py(py)),
+            _ => Value::List(out).into_py(py),
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!("spdl_rs.NativeOp({})", self.op.name())
+    }
+}
+
+/// The Python exceptions of a pipeline's failed items, and its logger.
+#[derive(Debug)]
+pub(crate) struct Failures {
+    tx: Sender<(String, Py<PyBaseException>)>,
+    rx: Receiver<(String, Py<PyBaseException>)>,
+    kept: AtomicUsize,
+    logger: Py<PyAny>,
+    /// The source raised: the pipeline ended early and must report it.
+    source_error: std::sync::OnceLock<String>,
+}
+
+impl Failures {
+    pub(crate) fn new(py: Python<'_>) -> PyResult<Self> {
+        let logger = py.import("logging")?.call_method1("getLogger", ("spdl_rs.pipeline",))?.unbind();
+        let (tx, rx) = unbounded();
+        Ok(Self { tx, rx, kept: AtomicUsize::new(0), logger, source_error: std::sync::OnceLock::new() })
+    }
+
+    /// Logs a failed item's exception with its traceback, keeps it for `PipelineFailure`, and returns the
+    /// error the engine counts.
+    pub(crate) fn record(&self, py: Python<'_>, stage: &str, err: PyErr) -> Error {
+        let message = err.to_string();
+        // `into_value` attaches the traceback to the exception object, for the log and for `PipelineFailure`.
+        let exc = err.into_value(py);
+        let logged = self.logger.call_method(
+            py,
+            "error",
+            ("Stage `%s` failed on an item (the item is dropped): %s", stage, &message),
+            Some(&exc_info(py, exc.bind(py))),
+        );
+        if let Err(e) = logged {
+            // A broken logging setup must not hide the failure itself.
+            e.write_unraisable(py, None);
+        }
+        if self.kept.fetch_add(1, Ordering::Relaxed) < KEPT_EXCEPTIONS {
+            let _ = self.tx.send((stage.to_owned(), exc));
+        }
+        Error::Python { stage: stage.to_owned(), message }
+    }
+
+    /// Records an exception of the source, which ends the pipeline.
+    pub(crate) fn record_source(&self, py: Python<'_>, err: PyErr) {
+        let e = self.record(py, "source", err);
+        let _ = self.source_error.set(e.to_string());
+    }
+
+    /// The source's failure, if it raised.
+    pub(crate) fn source_error(&self) -> Option<&str> {
+        self.source_error.get().map(String::as_str)
+    }
+
+    /// The kept exceptions, oldest first.
+    pub(crate) fn take(&self) -> Vec<(String, Py<PyBaseException>)> {
+        self.rx.try_iter().collect()
+    }
+}
+
+fn exc_info<'py>(py: Python<'py>, exc: &Bound<'py, PyBaseException>) -> Bound<'py, PyDict> {
+    let d = PyDict::new(py);
+    // Setting a key of a fresh dict only fails on memory exhaustion; the log line then has no traceback.
+    let _ = d.set_item("exc_info", exc);
+    d
+}
+
+/// How a Python op is called.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PyOpKind {
+    /// A function: one output, or none for `None`.
+    Sync,
+    /// A generator function: each yielded value is an output (`None`s are dropped).
+    Gen,
+    /// A coroutine function, awaited on the pipeline's event loop.
+    Async,
+    /// An async generator function, iterated on the pipeline's event loop.
+    AsyncGen,
+}
+
+/// One `pipe` step, as the builder received it.
+#[derive(Debug)]
+pub(crate) struct PipeSpec {
+    pub(crate) name: String,
+    pub(crate) op: OpImpl,
+    pub(crate) concurrency: usize,
+    pub(crate) order: OutputOrder,
+    pub(crate) budget: FailureBudget,
+    /// A `disaggregate` follows: a Python op's `list`/`tuple` result is split into Rust values now, while
+    /// the GIL is held, so that the `disaggregate` does not need it.
+    pub(crate) split_output: bool,
+}
+
+/// The function of a `pipe` step.
+#[derive(Debug)]
+pub(crate) enum OpImpl {
+    Python { kind: PyOpKind, op: Arc<Py<PyAny>> },
+    Native(Arc<dyn NativeOp>),
+}
+
+/// A Python op's result as a [`Value`], split into a batch if a `disaggregate` follows.
+pub(crate) fn convert(obj: Bound<'_, PyAny>, split: bool) -> Value {
+    if split { Value::from_py_splittable(obj) } else { Value::from_py(obj) }
+}
+
+/// Builds the engine stage for one `pipe` step whose input items are `T` (a [`Value`], or the `Vec<Value>`
+/// batch of an `aggregate`).
+pub(crate) fn make_stage<T>(
+    spec: PipeSpec,
+    failures: &Arc<Failures>,
+    submitter: Option<&Submitter>,
+) -> Result<Stage<T, Value>, Error>
+where
+    T: Into<Value> + Send + 'static,
+{
+    let PipeSpec { name, op, concurrency, order, budget, split_output } = spec;
+    let stage_name = name.clone();
+    let stage = match op {
+        OpImpl::Native(op) => Stage::flat_map(name, move |input: T| op.call(&stage_name, input.into())),
+        OpImpl::Python { kind: PyOpKind::Sync, op } => {
+            let failures = Arc::clone(failures);
+            Stage::filter_map(name, move |input: T| {
+                let input: Value = input.into();
+                Python::attach(|py| {
+                    let arg = input.into_py(py).map_err(|e| failures.record(py, &stage_name, e))?;
+                    match op.bind(py).call1((arg,)) {
+                        Ok(r) if r.is_none() => Ok(None),
+                        Ok(r) => Ok(Some(convert(r, split_output))),
+                        Err(e) => Err(failures.record(py, &stage_name, e)),
+                    }
+                })
+            })
+        }
+        OpImpl::Python { kind: PyOpKind::Gen, op } => {
+            let failures = Arc::clone(failures);
+            Stage::flat_map(name, move |input: T| {
+                let input: Value = input.into();
+                Python::attach(|py| {
+                    let run = || -> PyResult<Vec<Value>> {
+                        let arg = input.into_py(py)?;
+                        let generator = op.bind(py).call1((arg,))?;
+                        let mut out = Vec::new();
+                        for item in generator.try_iter()? {
+                            let item = item?;
+                            if !item.is_none() {
+                                out.push(convert(item, split_output));
+                            }
+                        }
+                        Ok(out)
+                    };
+                    run().map_err(|e| failures.record(py, &stage_name, e))
+                })
+            })
+        }
+        OpImpl::Python { kind, op } => {
+            let submitter = submitter
+                .ok_or_else(|| Error::Invalid(format!("stage `{name}` is async but the pipeline has no event loop")))?
+                .clone();
+            let job = if kind == PyOpKind::AsyncGen { JobKind::CollectGen } else { JobKind::Call };
+            let context =
+                Arc::new(JobContext { stage: stage_name, split: split_output, failures: Arc::clone(failures) });
+            // The scheduler only queues the job and awaits its reply: the GIL is taken on the loop thread.
+            Stage::flat_map_async(name, move |input: T| {
+                let rx = submitter.submit(job, &op, input.into(), &context);
+                let stage = context.stage.clone();
+                async move {
+                    let gone = || Error::LoopGone { stage: stage.clone() };
+                    match rx.ok_or_else(gone)?.await.map_err(|_| gone())?? {
+                        Produced::Items(v) => Ok::<_, Error>(v),
+                        Produced::End => Ok(Vec::new()),
+                    }
+                }
+            })
+        }
+    };
+    Ok(stage.concurrency(concurrency).order(order).failure_budget(budget))
+}
+
+/// A Python iterator pulled by the engine's source run, a few items per GIL acquisition.
+pub(crate) struct PyIter {
+    /// The iterable (for a continuous source, iterated anew each epoch) or the iterator.
+    iterable: Arc<Py<PyAny>>,
+    iter: Option<Py<PyAny>>,
+    buf: std::collections::VecDeque<Value>,
+    done: bool,
+    chunk: usize,
+    failures: Arc<Failures>,
+}
+
+/// Items taken from a Python iterator per GIL acquisition, at most: first 1 (the first item comes out at
+/// once), then doubling up to this.
+const SOURCE_CHUNK: usize = 32;
+
+impl PyIter {
+    pub(crate) fn new(iterable: Arc<Py<PyAny>>, failures: Arc<Failures>) -> Self {
+        Self { iterable, iter: None, buf: Default::default(), done: false, chunk: 1, failures }
+    }
+
+    fn refill(&mut self) {
+        let chunk = self.chunk;
+        self.chunk = (self.chunk * 2).min(SOURCE_CHUNK);
+        Python::attach(|py| {
+            let it = match &self.iter {
+                Some(it) => it.bind(py).clone(),
+                None => match self.iterable.bind(py).try_iter() {
+                    Ok(it) => {
+                        self.iter = Some(it.clone().into_any().unbind());
+                        it.into_any()
+                    }
+                    Err(e) => {
+                        self.failures.record_source(py, e);
+                        self.done = true;
+                        return;
+                    }
+                },
+            };
+            let Ok(mut it) = it.cast_into::<PyIterator>() else {
+                self.done = true;
+                return;
+            };
+            for _ in 0..chunk {
+                match it.next() {
+                    Some(Ok(obj)) => self.buf.push_back(Value::from_py(obj)),
+                    Some(Err(e)) => {
+                        self.failures.record_source(py, e);
+                        self.done = true;
+                        return;
+                    }
+                    None => {
+                        self.done = true;
+                        return;
+                    }
+                }
+            }
+        });
+    }
+}
+
+impl Iterator for PyIter {
+    type Item = Value;
+
+    fn next(&mut self) -> Option<Value> {
+        if self.buf.is_empty() && !self.done {
+            self.refill();
+        }
+        self.buf.pop_front()
+    }
+}
+
+/// A Python iterable re-iterated each epoch (a `continuous=True` source).
+#[derive(Clone)]
+pub(crate) struct PyIterable {
+    pub(crate) iterable: Arc<Py<PyAny>>,
+    pub(crate) failures: Arc<Failures>,
+}
+
+impl IntoIterator for PyIterable {
+    type Item = Value;
+    type IntoIter = PyIter;
+
+    fn into_iter(self) -> PyIter {
+        PyIter::new(self.iterable, self.failures)
+    }
+}
+
+/// A Python `range`, iterated in Rust (no GIL at all).
+#[derive(Debug, Clone)]
+pub(crate) struct RangeIter {
+    pub(crate) next: i64,
+    pub(crate) stop: i64,
+    pub(crate) step: i64,
+}
+
+impl Iterator for RangeIter {
+    type Item = Value;
+
+    fn next(&mut self) -> Option<Value> {
+        let more = if self.step > 0 { self.next < self.stop } else { self.next > self.stop };
+        if !more {
+            return None;
+        }
+        let v = self.next;
+        match self.next.checked_add(self.step) {
+            Some(n) => self.next = n,
+            None => self.next = self.stop,
+        }
+        Some(Value::Int(v))
+    }
+}
+
+/// An async iterator pulled through the event loop, one `__anext__` at a time.
+pub(crate) fn async_source(
+    aiter: Arc<Py<PyAny>>,
+    submitter: Submitter,
+    failures: Arc<Failures>,
+) -> impl futures::Stream<Item = Value> + Send + 'static {
+    let context = Arc::new(JobContext { stage: "source".to_owned(), split: false, failures });
+    futures::stream::unfold(Some((aiter, submitter, context)), |state| async move {
+        let (aiter, submitter, context) = state?;
+        let rx = submitter.submit(JobKind::Next, &aiter, Value::Int(0), &context)?;
+        match rx.await.ok()? {
+            Ok(Produced::Items(mut v)) => {
+                let value = v.pop()?;
+                Some((value, Some((aiter, submitter, context))))
+            }
+            Ok(Produced::End) | Err(_) => None,
+        }
+    })
+}

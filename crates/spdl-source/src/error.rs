@@ -1,0 +1,208 @@
+//! The one error type of the crate.
+
+use std::ops::Range;
+
+/// A boxed cause, as carried by the variants that wrap a lower-level error.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Result alias used across the crate.
+pub type Result<T, E = SourceError> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in spdl-source. Each variant names the object (URL, key, path, line) and the cause.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SourceError {
+    /// The object does not exist (HTTP 404, S3 `NoSuchKey`, a missing file). Never retried.
+    #[error("object not found: {location}")]
+    NotFound {
+        /// The URL or path of the object.
+        location: String,
+    },
+
+    /// Access was refused (HTTP 401/403, S3 `AccessDenied`, a file permission error). Never retried.
+    #[error("access denied to {location}: {reason}")]
+    PermissionDenied {
+        /// The URL or path of the object.
+        location: String,
+        /// What the server or the OS said.
+        reason: String,
+        /// The underlying error.
+        #[source]
+        source: Option<BoxError>,
+    },
+
+    /// A request failed for good: either a non-retryable failure, or the last of `attempts` retryable ones.
+    #[error("{operation} {location} failed after {attempts} attempt(s): {reason}")]
+    Request {
+        /// The operation: `GET`, `GET range`, `HEAD`, `LIST`.
+        operation: &'static str,
+        /// The URL, `s3://` address or path the request was for.
+        location: String,
+        /// How many attempts were made (1 when the failure was not retryable).
+        attempts: u32,
+        /// The last cause, rendered with its own causes.
+        reason: String,
+        /// The last underlying error.
+        #[source]
+        source: Option<BoxError>,
+    },
+
+    /// A local file-system operation failed.
+    #[error("{operation} {}: {source}", path.display())]
+    Io {
+        /// The operation (`read`, `open`, `stat`, `list`).
+        operation: &'static str,
+        /// The path it was for.
+        path: std::path::PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A key that cannot name an object in this store (empty, absolute, or with `..`).
+    #[error("invalid key {key:?}: {reason}")]
+    InvalidKey {
+        /// The key as given.
+        key: String,
+        /// Why it is refused.
+        reason: &'static str,
+    },
+
+    /// A byte range that is empty, reversed, or past the end of the object.
+    #[error("invalid range {}..{} for {location} (object size {size:?})", range.start, range.end)]
+    InvalidRange {
+        /// The object.
+        location: String,
+        /// The range that was asked for.
+        range: Range<u64>,
+        /// The object's size, when known.
+        size: Option<u64>,
+    },
+
+    /// The server answered with fewer or more bytes than the request asked for.
+    #[error("{location}: expected {expected} bytes, received {received}")]
+    ShortBody {
+        /// The object.
+        location: String,
+        /// Bytes asked for.
+        expected: u64,
+        /// Bytes received.
+        received: u64,
+    },
+
+    /// A URL or store address that could not be parsed or is not supported.
+    #[error("invalid store address {url:?}: {reason}")]
+    InvalidUrl {
+        /// The address as given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// The address needs a cargo feature of spdl-source that this build does not have.
+    #[error("{url:?} needs spdl-source's `{feature}` feature, which this build does not enable")]
+    FeatureDisabled {
+        /// The address as given.
+        url: String,
+        /// The feature to enable.
+        feature: &'static str,
+    },
+
+    /// The store cannot perform this operation (e.g. `list` over plain HTTP).
+    #[error("{store} does not support {operation}")]
+    Unsupported {
+        /// The store, as its address.
+        store: String,
+        /// The operation.
+        operation: &'static str,
+    },
+
+    /// A client could not be configured (TLS, proxy, credentials...).
+    #[error("cannot configure the {store} client: {reason}")]
+    Config {
+        /// The kind of store (`HTTP`, `S3`).
+        store: &'static str,
+        /// What failed.
+        reason: String,
+        /// The underlying error.
+        #[source]
+        source: Option<BoxError>,
+    },
+
+    /// A manifest line that cannot be parsed.
+    #[error("manifest {source_name}, line {line}: {reason}")]
+    Manifest {
+        /// The manifest's path or name.
+        source_name: String,
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// A tar shard that cannot be read.
+    #[error("tar shard {shard}{}: {source}", entry.as_ref().map(|e| format!(", entry {e:?}")).unwrap_or_default())]
+    Tar {
+        /// The shard's name or key.
+        shard: String,
+        /// The entry being read, when known.
+        entry: Option<String>,
+        /// The read error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A sampler that cannot be built from the given arguments (weights, rank, world size...).
+    #[error("invalid sampler configuration: {reason}")]
+    SamplerConfig {
+        /// What is wrong.
+        reason: String,
+    },
+
+    /// A saved sampler state that does not belong to this sampler.
+    #[error("sampler state does not match this sampler: {reason}")]
+    StateMismatch {
+        /// Which field differs.
+        reason: String,
+    },
+
+    /// An environment variable (`RANK`, `WORLD_SIZE`) with a value that cannot be used.
+    #[error("environment variable {var}={value:?}: {reason}")]
+    Env {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+        /// Why it cannot be used.
+        reason: String,
+    },
+
+    /// A background task (a blocking file read, a parallel range read) was cancelled or panicked.
+    #[error("background task for {location} did not complete: {reason}")]
+    Task {
+        /// What the task was reading.
+        location: String,
+        /// Cancelled or panicked.
+        reason: String,
+    },
+}
+
+impl SourceError {
+    /// True when the object does not exist.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, SourceError::NotFound { .. })
+    }
+
+    pub(crate) fn io(operation: &'static str, path: impl Into<std::path::PathBuf>, source: std::io::Error) -> Self {
+        let path = path.into();
+        match source.kind() {
+            std::io::ErrorKind::NotFound => SourceError::NotFound { location: path.display().to_string() },
+            std::io::ErrorKind::PermissionDenied => SourceError::PermissionDenied {
+                location: path.display().to_string(),
+                reason: source.to_string(),
+                source: Some(Box::new(source)),
+            },
+            _ => SourceError::Io { operation, path, source },
+        }
+    }
+}

@@ -1,0 +1,283 @@
+//! The Python suites: build the `spdl_rs` module (crates/spdl-py) into a virtual environment and run its
+//! pytest suite there, once on the system's CPython (`.venv`) and once on a free-threaded CPython 3.13t
+//! (`.venv-ft`), so that the module's claim to be safe without the GIL is tested on an interpreter that has none.
+//!
+//! The free-threaded interpreter is not packaged for this Debian release; it is built once from Debian's own
+//! source package (the `trixie` suite, fetched with `apt-get source` from the mirror the system already uses,
+//! with private apt lists so that the system's stay untouched) into a cache outside the clone
+//! (`~/.cache/spdl-rs/python3.13t`, or `$SPDL_RS_PYTHON_FT` if set) and reused by every later run.
+
+use std::ffi::OsStr;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+/// Python packages of the test venvs, pinned. numpy 2.4.6 is the last one with a cp313t wheel (2.5 would be
+/// built from source on the free-threaded interpreter, five minutes on two cores).
+const TEST_PACKAGES: &[&str] = &["maturin==1.16.0", "pytest==9.2.0", "numpy==2.4.6"];
+
+/// The Debian source package the free-threaded interpreter is built from, and the suite that has it.
+const FT_SOURCE_PACKAGE: &str = "python3.13";
+const FT_SUITE: &str = "trixie";
+/// Written into the interpreter's prefix after `make install` succeeds; a prefix without it is rebuilt.
+const FT_COMPLETE_STAMP: &str = ".spdl-rs-complete";
+
+/// Builds `spdl_rs` into `.venv` (system python3) and `.venv-ft` (free-threaded CPython 3.13t) under `root`
+/// and runs `crates/spdl-py/tests` with pytest in each. Fails if any test fails or if pytest collects none.
+pub fn python_tests(root: &Path) -> Result<()> {
+    let crate_dir = root.join("crates/spdl-py");
+    if !crate_dir.join("pyproject.toml").is_file() {
+        bail!("{} has no pyproject.toml: is {} the repository root?", crate_dir.display(), root.display());
+    }
+
+    let system_python = which("python3").context("python3 is needed for the Python tests")?;
+    let venv = ensure_venv(&root.join(".venv"), &system_python)?;
+    build_module(&venv, &crate_dir)?;
+    run_pytest(&venv, &crate_dir, false)?;
+
+    let ft_python = ensure_free_threaded_python()?;
+    let venv_ft = ensure_venv(&root.join(".venv-ft"), &ft_python)?;
+    build_module(&venv_ft, &crate_dir)?;
+    run_pytest(&venv_ft, &crate_dir, true)?;
+    Ok(())
+}
+
+/// Runs `cmd`, failing with its command line if it cannot start or exits non-zero.
+fn run(cmd: &mut Command) -> Result<()> {
+    let line = format!("{cmd:?}");
+    eprintln!("xtask: {line}");
+    let status = cmd.status().with_context(|| format!("could not start {line}"))?;
+    if !status.success() {
+        bail!("{line} failed ({status})");
+    }
+    Ok(())
+}
+
+fn which(program: &str) -> Result<PathBuf> {
+    let path = std::env::var_os("PATH").context("PATH is not set")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+        .with_context(|| format!("{program} not found on PATH"))
+}
+
+fn venv_python(venv: &Path) -> PathBuf {
+    venv.join("bin/python")
+}
+
+/// Creates the venv with `python` if it is missing (or was made by another interpreter), then installs the
+/// pinned test packages into it (a no-op when they are there).
+fn ensure_venv(venv: &Path, python: &Path) -> Result<PathBuf> {
+    let py = venv_python(venv);
+    if py.exists() && !same_interpreter(&py, python)? {
+        eprintln!("xtask: {} was made by another interpreter; recreating it", venv.display());
+        fs::remove_dir_all(venv).with_context(|| format!("removing {}", venv.display()))?;
+    }
+    if !py.exists() {
+        run(Command::new(python).args(["-m", "venv"]).arg(venv))
+            .with_context(|| format!("creating the virtual environment {}", venv.display()))?;
+    }
+    run(Command::new(&py).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"]).args(TEST_PACKAGES))
+        .with_context(|| format!("installing the test packages into {}", venv.display()))?;
+    Ok(venv.to_path_buf())
+}
+
+/// True if the venv's interpreter runs the same executable (by `sys._base_executable`) as `python`.
+fn same_interpreter(venv_py: &Path, python: &Path) -> Result<bool> {
+    let base = |p: &Path| -> Result<String> {
+        let out = Command::new(p)
+            .args(["-c", "import os, sys; print(os.path.realpath(sys._base_executable))"])
+            .output()
+            .with_context(|| format!("running {}", p.display()))?;
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    let venv_base = base(venv_py)?;
+    // A broken venv (its base interpreter gone) prints nothing: recreate it.
+    Ok(!venv_base.is_empty() && venv_base == base(python)?)
+}
+
+/// `maturin develop --release` into the venv: an optimised build, because the suite measures throughput.
+fn build_module(venv: &Path, crate_dir: &Path) -> Result<()> {
+    let bin = venv.join("bin");
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut paths = vec![bin.clone()];
+    paths.extend(std::env::split_paths(&path));
+    let joined = std::env::join_paths(paths).context("joining PATH")?;
+    run(Command::new(bin.join("maturin"))
+        .args(["develop", "--release", "--manifest-path"])
+        .arg(crate_dir.join("Cargo.toml"))
+        .env("VIRTUAL_ENV", venv)
+        .env("PATH", joined)
+        .env_remove("CONDA_PREFIX"))
+    .with_context(|| format!("building spdl_rs into {}", venv.display()))
+}
+
+/// pytest on the crate's tests. `free_threaded` makes the suite assert that the GIL stays disabled after
+/// `import spdl_rs` (crates/spdl-py/tests/conftest.py reads `SPDL_RS_EXPECT_NO_GIL`).
+fn run_pytest(venv: &Path, crate_dir: &Path, free_threaded: bool) -> Result<()> {
+    let py = venv_python(venv);
+    let mut cmd = Command::new(&py);
+    cmd.args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+        .arg(crate_dir.join("tests"))
+        .current_dir(crate_dir)
+        .env("SPDL_RS_EXPECT_NO_GIL", if free_threaded { "1" } else { "0" });
+    if free_threaded {
+        // Any import that re-enables the GIL warns; make it an error so it cannot pass unnoticed.
+        cmd.env("PYTHON_GIL", "0");
+    }
+    let line = format!("{cmd:?}");
+    eprintln!("xtask: {line}");
+    let status = cmd.status().with_context(|| format!("could not start {line}"))?;
+    match status.code() {
+        Some(0) => Ok(()),
+        Some(5) => bail!("pytest collected no test in {} ({line})", crate_dir.join("tests").display()),
+        _ => bail!("pytest failed on {} ({status})", py.display()),
+    }
+}
+
+/// The free-threaded interpreter's prefix: `$SPDL_RS_PYTHON_FT`, else `~/.cache/spdl-rs/python3.13t`.
+fn free_threaded_prefix() -> Result<PathBuf> {
+    if let Some(dir) = std::env::var_os("SPDL_RS_PYTHON_FT") {
+        return Ok(PathBuf::from(dir));
+    }
+    let home = std::env::var_os("HOME").context("HOME is not set (needed for ~/.cache/spdl-rs)")?;
+    Ok(PathBuf::from(home).join(".cache/spdl-rs/python3.13t"))
+}
+
+/// Returns the free-threaded `python3.13t`, building it into the cache first if it is not there.
+pub(crate) fn ensure_free_threaded_python() -> Result<PathBuf> {
+    let prefix = free_threaded_prefix()?;
+    let python = prefix.join("bin/python3.13t");
+    if prefix.join(FT_COMPLETE_STAMP).is_file() && python.is_file() {
+        return Ok(python);
+    }
+    eprintln!("xtask: building a free-threaded CPython into {} (a few minutes, once)", prefix.display());
+    let work = prefix.with_file_name("python3.13t-build");
+    if work.exists() {
+        fs::remove_dir_all(&work).with_context(|| format!("removing {}", work.display()))?;
+    }
+    fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
+
+    let source_dir = fetch_python_source(&work)?;
+    if prefix.exists() {
+        fs::remove_dir_all(&prefix).with_context(|| format!("removing the partial {}", prefix.display()))?;
+    }
+    let jobs = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).to_string();
+    run(Command::new("./configure")
+        .arg("--disable-gil")
+        .arg(format!("--prefix={}", prefix.display()))
+        .arg("--with-ensurepip=install")
+        .current_dir(&source_dir))
+    .context("configuring CPython (free-threaded)")?;
+    run(Command::new("make").args(["-j", &jobs]).current_dir(&source_dir)).context("building CPython")?;
+    run(Command::new("make").arg("install").current_dir(&source_dir)).context("installing CPython")?;
+
+    let out = Command::new(&python)
+        .args(["-c", "import sys; print(sys._is_gil_enabled())"])
+        .output()
+        .with_context(|| format!("running {}", python.display()))?;
+    let answer = String::from_utf8_lossy(&out.stdout);
+    if answer.trim() != "False" {
+        bail!("{} was built but reports the GIL enabled ({})", python.display(), answer.trim());
+    }
+    fs::write(prefix.join(FT_COMPLETE_STAMP), FT_SOURCE_PACKAGE)
+        .with_context(|| format!("writing {}", prefix.join(FT_COMPLETE_STAMP).display()))?;
+    // The sources and object files are not needed any more (about 300 MB).
+    let _ = fs::remove_dir_all(&work);
+    Ok(python)
+}
+
+/// Downloads Debian's `python3.13` source package into `work` with private apt lists and unpacks the
+/// upstream tarball; returns the unpacked source directory.
+fn fetch_python_source(work: &Path) -> Result<PathBuf> {
+    let mirror = debian_mirror().context("finding the Debian mirror this system uses")?;
+    let keyring = Path::new("/usr/share/keyrings/debian-archive-keyring.gpg");
+    let sources = work.join("sources.list");
+    fs::write(&sources, format!("deb-src [signed-by={}] {mirror} {FT_SUITE} main\n", keyring.display()))
+        .with_context(|| format!("writing {}", sources.display()))?;
+    let lists = work.join("lists");
+    let cache = work.join("cache");
+    let parts = work.join("sources.list.d");
+    for dir in [lists.join("partial"), cache.join("archives/partial"), parts.clone()] {
+        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let apt = |args: &[&str]| {
+        let mut cmd = Command::new("apt-get");
+        cmd.arg("-o")
+            .arg(format!("Dir::Etc::SourceList={}", sources.display()))
+            .arg("-o")
+            .arg(format!("Dir::Etc::SourceParts={}", parts.display()))
+            .arg("-o")
+            .arg(format!("Dir::State::Lists={}", lists.display()))
+            .arg("-o")
+            .arg(format!("Dir::Cache={}", cache.display()))
+            .args(args)
+            .current_dir(work);
+        cmd
+    };
+    run(&mut apt(&["update"])).context("apt-get update on the private trixie deb-src list")?;
+    run(&mut apt(&["source", "--download-only", FT_SOURCE_PACKAGE]))
+        .with_context(|| format!("apt-get source {FT_SOURCE_PACKAGE}"))?;
+
+    let tarball = fs::read_dir(work)
+        .with_context(|| format!("listing {}", work.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| {
+            p.file_name()
+                .and_then(OsStr::to_str)
+                .is_some_and(|n| n.starts_with(&format!("{FT_SOURCE_PACKAGE}_")) && n.ends_with(".orig.tar.xz"))
+        })
+        .with_context(|| format!("no {FT_SOURCE_PACKAGE}_*.orig.tar.xz in {}", work.display()))?;
+    let src = work.join("src");
+    fs::create_dir_all(&src).with_context(|| format!("creating {}", src.display()))?;
+    run(Command::new("tar").arg("-xJf").arg(&tarball).arg("-C").arg(&src).arg("--strip-components=1"))
+        .with_context(|| format!("unpacking {}", tarball.display()))?;
+    Ok(src)
+}
+
+/// The URI of the main Debian archive in the system's apt sources (deb822 `.sources` files or the one-line
+/// `sources.list` format), so that the build uses whatever mirror the machine is set up with.
+fn debian_mirror() -> Result<String> {
+    let mut texts = Vec::new();
+    if let Ok(entries) = fs::read_dir("/etc/apt/sources.list.d") {
+        for entry in entries.flatten() {
+            let p = entry.path();
+            if p.extension().and_then(OsStr::to_str).is_some_and(|e| e == "sources" || e == "list") {
+                texts.push(fs::read_to_string(&p).unwrap_or_default());
+            }
+        }
+    }
+    texts.push(fs::read_to_string("/etc/apt/sources.list").unwrap_or_default());
+    let is_archive = |uri: &str| uri.trim_end_matches('/').ends_with("/debian");
+    for text in &texts {
+        for line in text.lines().map(str::trim) {
+            if let Some(rest) = line.strip_prefix("URIs:") {
+                if let Some(uri) = rest.split_whitespace().find(|u| is_archive(u)) {
+                    return Ok(uri.trim_end_matches('/').to_string());
+                }
+            } else if line.starts_with("deb ") || line.starts_with("deb-src ") {
+                // `deb [options] URI suite components`
+                if let Some(uri) = line.split_whitespace().find(|w| w.contains("://") && is_archive(w)) {
+                    return Ok(uri.trim_end_matches('/').to_string());
+                }
+            }
+        }
+    }
+    bail!("no Debian archive URI (…/debian) in /etc/apt/sources.list or /etc/apt/sources.list.d")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_a_mirror_or_says_why() {
+        // On Debian this names the archive; elsewhere it must fail with a message, not panic.
+        match debian_mirror() {
+            Ok(uri) => assert!(uri.contains("://") && uri.ends_with("/debian"), "{uri}"),
+            Err(e) => assert!(e.to_string().contains("no Debian archive URI")),
+        }
+    }
+}

@@ -14,8 +14,8 @@ use anyhow::{Context, Result};
 use spdl_buffer::{Layout, system_allocator};
 use spdl_exec::{BuildOptions, OutputOrder, PipelineBuilder, Stage};
 use spdl_io::image::{BatchDecoder, BatchOptions, Normalize, Transform};
-use spdl_source::sampler::{Remainder, SamplerIter, ShardedSampler, ShuffledSampler};
 use spdl_source::Dataset;
+use spdl_source::sampler::{Remainder, SamplerIter, ShardedSampler, ShuffledSampler};
 
 fn main() -> Result<()> {
     let dir = match std::env::args().nth(1) {

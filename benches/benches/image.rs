@@ -27,8 +27,12 @@ fn single(c: &mut Criterion) {
     g.bench_function("decode", |b| {
         b.iter(|| decode_image(black_box(&img), "x.jpg", &opts(true), &Transform::None, &alloc).expect("decode"))
     });
-    for (name, t) in [("decode_resize_224", Transform::resize(224, 224)), ("decode_imagenet_eval", Transform::imagenet_eval())] {
-        g.bench_function(name, |b| b.iter(|| decode_image(black_box(&img), "x.jpg", &opts(true), &t, &alloc).expect("decode")));
+    for (name, t) in
+        [("decode_resize_224", Transform::resize(224, 224)), ("decode_imagenet_eval", Transform::imagenet_eval())]
+    {
+        g.bench_function(name, |b| {
+            b.iter(|| decode_image(black_box(&img), "x.jpg", &opts(true), &t, &alloc).expect("decode"))
+        });
     }
     g.finish();
 }
@@ -69,7 +73,8 @@ fn batch(c: &mut Criterion) {
     let mut g = c.benchmark_group("image/batch32_224");
     g.throughput(Throughput::Elements(items.len() as u64));
     for threads in [1usize, 2] {
-        let o = BatchOptions { transform: Transform::resize(224, 224), threads: Some(threads), ..BatchOptions::default() };
+        let o =
+            BatchOptions { transform: Transform::resize(224, 224), threads: Some(threads), ..BatchOptions::default() };
         g.bench_function(format!("nhwc_u8_threads{threads}"), |b| {
             b.iter(|| decode_image_batch(black_box(&items), &o, &alloc).expect("batch"))
         });
@@ -88,7 +93,10 @@ fn batch(c: &mut Criterion) {
 }
 
 fn config() -> Criterion {
-    Criterion::default().sample_size(20).warm_up_time(std::time::Duration::from_secs(1)).measurement_time(std::time::Duration::from_secs(4))
+    Criterion::default()
+        .sample_size(20)
+        .warm_up_time(std::time::Duration::from_secs(1))
+        .measurement_time(std::time::Duration::from_secs(4))
 }
 
 criterion_group! { name = benches; config = config(); targets = single, reduced_scale, batch }

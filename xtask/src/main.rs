@@ -36,7 +36,8 @@ fn main() -> Result<()> {
     }
 }
 
-const HELP: &str = "usage: cargo xtask <test [--quick] [--no-python] | gen-data [DIR] [--corrupt] | bench | compare | gpu-check>";
+const HELP: &str =
+    "usage: cargo xtask <test [--quick] [--no-python] | gen-data [DIR] [--corrupt] | bench | compare | gpu-check>";
 
 fn project_root() -> Result<PathBuf> {
     let dir = std::env::var("CARGO_MANIFEST_DIR").context("run through `cargo xtask`")?;
@@ -71,10 +72,12 @@ fn test(root: &Path, args: &[String]) -> Result<()> {
     let s3s_fs = s3::ensure_s3s_fs()?;
 
     run(cargo().args(["fmt", "--all", "--", "--check"]))?;
-    run(cargo().args(["clippy", "--workspace", "--exclude", "spdl-py", "--all-targets", "--features", TEST_FEATURES])
+    run(cargo()
+        .args(["clippy", "--workspace", "--exclude", "spdl-py", "--all-targets", "--features", TEST_FEATURES])
         .args(["--", "-D", "warnings"]))?;
     if !quick {
-        run(cargo().args(["doc", "--no-deps", "--workspace", "--exclude", "spdl-py", "--features", TEST_FEATURES])
+        run(cargo()
+            .args(["doc", "--no-deps", "--workspace", "--exclude", "spdl-py", "--features", TEST_FEATURES])
             .env("RUSTDOCFLAGS", "-D warnings"))?;
     }
     run(cargo()

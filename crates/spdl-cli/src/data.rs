@@ -27,7 +27,12 @@ pub fn ensure_demo_dataset(dir: &Path, images: usize, verbose: bool) -> Result<(
     let paths = spdl_io::synth::write_dataset(dir, images, DEMO_SEED, DEMO_CLASSES)
         .with_context(|| format!("cannot write the demo dataset in {}", dir.display()))?;
     if verbose {
-        eprintln!("demo dataset: {} JPEGs in {} ({:.1} s to check/make)", paths.len(), dir.display(), t.elapsed().as_secs_f64());
+        eprintln!(
+            "demo dataset: {} JPEGs in {} ({:.1} s to check/make)",
+            paths.len(),
+            dir.display(),
+            t.elapsed().as_secs_f64()
+        );
     }
     Ok(())
 }

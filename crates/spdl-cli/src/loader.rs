@@ -48,7 +48,8 @@ fn list(path: &Path) -> Result<Vec<(String, i64)>> {
         spdl_source::Dataset::from_manifest(path)
             .with_context(|| format!("cannot read the list file {}", path.display()))?
     };
-    let base = if meta.is_dir() { path.to_path_buf() } else { path.parent().map(Path::to_path_buf).unwrap_or_default() };
+    let base =
+        if meta.is_dir() { path.to_path_buf() } else { path.parent().map(Path::to_path_buf).unwrap_or_default() };
     let items: Vec<(String, i64)> = dataset
         .iter()
         .map(|r| {

@@ -7,8 +7,9 @@ use anyhow::{Context, Result};
 /// Prints what the file holds.
 pub fn run(file: &Path, json: bool) -> Result<()> {
     let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
-    let info = spdl_io::image::image_info(&bytes, &file.display().to_string())
-        .with_context(|| format!("{}: not an image this build can read (audio/video probing comes with issue 4)", file.display()))?;
+    let info = spdl_io::image::image_info(&bytes, &file.display().to_string()).with_context(|| {
+        format!("{}: not an image this build can read (audio/video probing comes with issue 4)", file.display())
+    })?;
     if json {
         println!(
             "{}",

@@ -81,7 +81,13 @@ impl Report {
         }
         println!(
             "{} images ({} failed) in {:.2} s: {:.0} images/s, {:.0} images per CPU-second ({:.2} CPU s), peak RSS {:.0} MiB",
-            self.images, self.failed, self.seconds, self.images_per_sec, self.images_per_cpu_second, self.cpu_seconds, mib
+            self.images,
+            self.failed,
+            self.seconds,
+            self.images_per_sec,
+            self.images_per_cpu_second,
+            self.cpu_seconds,
+            mib
         );
         println!(
             "{} threads, batch {}, {}x{}{}",

@@ -309,3 +309,35 @@ fn the_output_comes_from_the_given_allocator() {
     }
     assert_eq!(counting.0.load(Ordering::SeqCst), 2);
 }
+
+#[test]
+fn grayscale_and_cmyk_jpegs() {
+    let (w, h) = (64u16, 40u16);
+    let rgb = photo(21, u32::from(w), u32::from(h));
+    let luma: Vec<u8> = rgb.chunks(3).map(|p| p[1]).collect();
+    let mut gray_jpeg = Vec::new();
+    jpeg_encoder::Encoder::new(&mut gray_jpeg, 90).encode(&luma, w, h, jpeg_encoder::ColorType::Luma).unwrap();
+    let gray =
+        decode(&gray_jpeg, &ImageOptions { format: PixelFormat::Gray8, ..ImageOptions::default() }, &Transform::None)
+            .unwrap();
+    let mut reference = jpeg_decoder::Decoder::new(gray_jpeg.as_slice());
+    let reference = reference.decode().unwrap();
+    let (mean, _) = diff(gray.as_bytes(), &reference);
+    assert!(mean < 1.0, "{mean}");
+    let as_rgb = decode_rgb(&gray_jpeg);
+    for (p, g) in as_rgb.chunks(3).zip(gray.as_bytes()) {
+        assert_eq!(p, [*g, *g, *g]);
+    }
+
+    // CMYK (Adobe) JPEGs are converted to RGB; the reduced-scale path hands them to the full decoder.
+    let cmyk: Vec<u8> = rgb.chunks(3).flat_map(|p| [255 - p[0], 255 - p[1], 255 - p[2], 0]).collect();
+    let mut cmyk_jpeg = Vec::new();
+    jpeg_encoder::Encoder::new(&mut cmyk_jpeg, 95).encode(&cmyk, w, h, jpeg_encoder::ColorType::Cmyk).unwrap();
+    let t = Transform::resize(8, 5);
+    let full = decode(&cmyk_jpeg, &ImageOptions { reduced_scale_jpeg: false, ..ImageOptions::default() }, &t).unwrap();
+    let reduced = decode(&cmyk_jpeg, &ImageOptions::default(), &t).unwrap();
+    assert_eq!(full.shape(), &[5, 8, 3]);
+    assert_eq!(full.as_bytes(), reduced.as_bytes());
+    let decoded = decode_rgb(&cmyk_jpeg);
+    assert_eq!(decoded.len(), rgb.len());
+}

@@ -19,10 +19,15 @@ fn source_err(e: SourceError) -> PyErr {
 /// Make one with :py:meth:`sequential`, :py:meth:`shuffled` or :py:meth:`weighted`; take one rank's share
 /// with :py:meth:`sharded`. Use it as a pipeline source: ``builder.add_source(sampler.order(epoch))``.
 #[pyclass(name = "Sampler", module = "spdl_rs.source", frozen)]
-#[derive(Debug)]
 pub struct PySampler {
     inner: Arc<dyn Sampler>,
     describe: String,
+}
+
+impl std::fmt::Debug for PySampler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PySampler").field("describe", &self.describe).finish_non_exhaustive()
+    }
 }
 
 #[pymethods]

@@ -102,8 +102,8 @@ def test_native_failures_count_against_the_budget(images, tmp_path):
     assert "nope.png" in str(info.value.exceptions[0])
 
 
-def run_native_batches(images, repeat: int) -> float:
-    """Items per second of a pipeline made only of native stages (list source, aggregate, batch decode)."""
+def run_native_batches(images, repeat: int) -> tuple[int, float]:
+    """(images, seconds) of a pipeline made only of native stages (list source, aggregate, batch decode)."""
     srcs = images * repeat
     p = (
         PipelineBuilder()
@@ -117,17 +117,19 @@ def run_native_batches(images, repeat: int) -> float:
     with p.auto_stop():
         n = sum(len(b) for b in p)
     assert n == len(srcs)
-    return n / (time.perf_counter() - t0)
+    return n, time.perf_counter() - t0
 
 
 def test_native_pipeline_holds_no_gil_per_item(images, watchdog):
-    # Another thread spins in pure Python, holding the GIL and giving it up only every 50 ms. A pipeline
-    # that needed the GIL for each image would wait up to 50 ms per image and collapse; one that needs it
-    # only to hand a batch of 64 to the consumer barely notices.
+    # Another thread spins in pure Python, holding the GIL and giving it up only when asked, after 50 ms. A
+    # pipeline whose 2 workers needed the GIL for each image would wait about that long per image pair:
+    # 512 images -> at least ~12.8 s. One that needs it only to hand each batch of 64 to the consumer (8
+    # times) stays far below.
     if getattr(sys, "_is_gil_enabled", lambda: True)() is False:
         pytest.skip("no GIL on this interpreter: nothing to contend for")
+    interval = 0.05
     run_native_batches(images, 1)  # warm up
-    alone = run_native_batches(images, 4)
+    n, alone = run_native_batches(images, 8)
     old = sys.getswitchinterval()
     stop = threading.Event()
 
@@ -137,13 +139,16 @@ def test_native_pipeline_holds_no_gil_per_item(images, watchdog):
             x += 1
 
     spinner = threading.Thread(target=spin)
-    sys.setswitchinterval(0.05)
+    sys.setswitchinterval(interval)
     spinner.start()
     try:
-        contended = run_native_batches(images, 4)
+        _, contended = run_native_batches(images, 8)
     finally:
         stop.set()
         spinner.join()
         sys.setswitchinterval(old)
-    # 256 images; per-image GIL waits would cost up to 12.8 s against well under a second here.
-    assert contended > 0.2 * alone, f"{contended:.0f} img/s with a spinning thread vs {alone:.0f} alone"
+    per_item_floor = n * interval / 2
+    assert contended < 0.3 * per_item_floor, (
+        f"{n} images took {contended:.2f} s with a spinning thread ({alone:.2f} s alone); "
+        f"per-item GIL use would take at least {per_item_floor:.1f} s"
+    )

@@ -201,6 +201,7 @@ def test_items_are_freed_once_consumed(watchdog):
     with p.auto_stop():
         for _ in p:
             pass
+    del _  # the loop variable still holds the last item
     del p
     gc.collect()
     assert len(refs) == 2_000

@@ -297,7 +297,8 @@ async fn ranges_heads_and_parallel_reads_survive_faults() {
     let server = TestServer::start(objects.clone(), config).await;
     let store = Arc::new(HttpStore::with_options(&server.base(), &faulty_options()).unwrap());
 
-    let results: Vec<(usize, Result<(u64, Bytes), SourceError>)> = futures::stream::iter(0..200usize)
+    type SizeAndRange = Result<(u64, Bytes), SourceError>;
+    let results: Vec<(usize, SizeAndRange)> = futures::stream::iter(0..200usize)
         .map(|i| {
             let store = store.clone();
             async move {

@@ -300,7 +300,7 @@ mod tests {
     #[test]
     fn epoch_iter_stops_at_the_boundary() {
         let sampler = ShuffledSampler::new(5, 1);
-        let mut it = SamplerIter::new(sampler.clone());
+        let mut it = SamplerIter::new(sampler);
         assert_eq!(it.epoch_iter().size_hint(), (5, Some(5)));
         let e0: Vec<usize> = it.epoch_iter().collect();
         assert_eq!(e0, sampler.order(0));
@@ -316,12 +316,12 @@ mod tests {
     fn restore_checks_the_state() {
         let s = ShuffledSampler::new(10, 3);
         let state = SamplerState { seed: 3, epoch: 2, position: 10, len: 10 };
-        let it = SamplerIter::restore(s.clone(), &state).unwrap();
+        let it = SamplerIter::restore(s, &state).unwrap();
         assert_eq!((it.epoch(), it.position()), (3, 0));
         let bad_seed = SamplerState { seed: 4, ..state };
-        assert!(matches!(SamplerIter::restore(s.clone(), &bad_seed), Err(SourceError::StateMismatch { .. })));
+        assert!(matches!(SamplerIter::restore(s, &bad_seed), Err(SourceError::StateMismatch { .. })));
         let bad_len = SamplerState { len: 11, ..state };
-        assert!(SamplerIter::restore(s.clone(), &bad_len).is_err());
+        assert!(SamplerIter::restore(s, &bad_len).is_err());
         let bad_pos = SamplerState { position: 11, ..state };
         assert!(SamplerIter::restore(s, &bad_pos).is_err());
     }

@@ -39,6 +39,17 @@ def rss_kib() -> int:
     return 0
 
 
+@pytest.fixture
+def long_watchdog():
+    """The suite's watchdog with room for 1,000 cycles on a loaded machine: dumps the stacks and exits
+    after 600 s instead of hanging."""
+    import faulthandler
+
+    faulthandler.dump_traceback_later(600, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
 def stage(p, name):
     return next(s for s in p.get_stats() if s.name == name)
 
@@ -257,7 +268,7 @@ def one_cycle(i: int) -> None:
         del p
 
 
-def test_thousand_cycles_leave_no_threads_no_fds_and_no_memory_growth(watchdog):
+def test_thousand_cycles_leave_no_threads_no_fds_and_no_memory_growth(long_watchdog):
     gc.collect()
     threads0, fds0 = os_threads(), open_fds()
     rss_warm = 0

@@ -10,7 +10,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use spdl_buffer::{HostAllocator, SharedAllocator, SystemAllocator};
+use spdl_buffer::{SharedAllocator, SystemAllocator};
 use spdl_cuda::{HeapBackend, PinnedPool, PoolConfig};
 
 const BATCH: usize = 32 * 224 * 224 * 3;

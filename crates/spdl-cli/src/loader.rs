@@ -197,7 +197,6 @@ pub fn run(path: &Path, args: &LoaderArgs, mode: &str) -> Result<()> {
             }
         }
     }
-    drop(iter);
     pipeline.stop();
     progress.finish_and_clear();
     let seconds = t0.elapsed().as_secs_f64();

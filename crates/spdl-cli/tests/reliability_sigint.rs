@@ -36,7 +36,7 @@ fn cpu_ticks(pid: u32) -> u64 {
 }
 
 /// Starts `spdl ARGS DIR`, waits until its pipeline runs (the `ready` line on stderr, if given) and has
-/// then decoded for a CPU-second, sends SIGINT and measures how long the process takes to exit.
+/// then decoded for two CPU-seconds, sends SIGINT and measures how long the process takes to exit.
 fn interrupt(args: &[&str], dir: &Path, ready: Option<&'static str>) -> Interrupted {
     let mut child: Child = Command::new(env!("CARGO_BIN_EXE_spdl"))
         .args(args)
@@ -68,10 +68,10 @@ fn interrupt(args: &[&str], dir: &Path, ready: Option<&'static str>) -> Interrup
         let _ = child.kill();
         panic!("spdl {args:?} did not start its pipeline: {}", err_reader.join().unwrap_or_default());
     }
-    // Then a CPU-second of work (robust on a loaded machine, unlike a wall-clock sleep).
+    // Then two CPU-seconds of work (robust on a loaded machine, unlike a wall-clock sleep).
     let t0 = cpu_ticks(child.id());
     let t = Instant::now();
-    while cpu_ticks(child.id()) < t0 + 100 && t.elapsed() < Duration::from_secs(120) {
+    while cpu_ticks(child.id()) < t0 + 200 && t.elapsed() < Duration::from_secs(120) {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(child.try_wait().expect("try_wait").is_none(), "spdl ended before the signal");
@@ -109,7 +109,9 @@ fn gen_images(dir: &Path, n: usize) {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
-const LOADER: &[&str] = &["--threads", "2", "--batch-size", "16", "--size", "64", "--epochs", "100000", "--no-gpu"];
+// Small batches: a debug build decodes a 500x375 JPEG in tens of milliseconds, and the test wants
+// finished batches in the figures before it sends the signal.
+const LOADER: &[&str] = &["--threads", "2", "--batch-size", "2", "--size", "32", "--epochs", "100000", "--no-gpu"];
 
 #[test]
 fn sigint_during_bench_stops_within_a_second_and_prints_the_table() {

@@ -333,7 +333,7 @@ pub fn write_dataset(dir: &Path, n: usize, seed: u64, classes: usize) -> Result<
     let threads = std::thread::available_parallelism().map_or(1, |p| p.get()).min(n).max(1);
     std::thread::scope(|s| {
         for _ in 1..threads {
-            s.spawn(&work);
+            s.spawn(work);
         }
         work();
     });

@@ -230,7 +230,7 @@ fn bomb(format: ImageFormat, mut b: Vec<u8>, w: u32, h: u32) -> Vec<u8> {
             assert_eq!(&b[12..16], b"VP8L", "expected a simple lossless WebP");
             // 14 bits width-1, 14 bits height-1 (image-webp reads at most 16383 per side).
             let header = u32::from_le_bytes(b[21..25].try_into().unwrap());
-            let side = w.min(16383) - 1 | (h.min(16383) - 1) << 14;
+            let side = (w.min(16383) - 1) | ((h.min(16383) - 1) << 14);
             b[21..25].copy_from_slice(&((header & !0x0FFF_FFFF) | side).to_le_bytes());
         }
         ImageFormat::Tiff => {

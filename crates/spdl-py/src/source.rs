@@ -84,6 +84,9 @@ impl PySampler {
     }
 }
 
+/// `(keys, labels, classes)`.
+type Listing = (Vec<String>, Vec<Option<i64>>, Vec<String>);
+
 /// Lists a dataset directory: ``(keys, labels, classes)`` with keys sorted.
 ///
 /// ``layout="class_folders"`` (ImageNet style, ``root/CLASS/file``): labels index ``classes``;
@@ -91,12 +94,7 @@ impl PySampler {
 /// insensitive, without the dot); empty means every file.
 #[pyfunction]
 #[pyo3(signature = (root, *, extensions=Vec::new(), layout="class_folders"))]
-fn list_dataset(
-    py: Python<'_>,
-    root: PathBuf,
-    extensions: Vec<String>,
-    layout: &str,
-) -> PyResult<(Vec<String>, Vec<Option<i64>>, Vec<String>)> {
+fn list_dataset(py: Python<'_>, root: PathBuf, extensions: Vec<String>, layout: &str) -> PyResult<Listing> {
     let exts: Vec<&str> = extensions.iter().map(String::as_str).collect();
     let ds = py
         .detach(|| match layout {

@@ -270,7 +270,7 @@ impl BatchDecoder {
         } else {
             std::thread::scope(|s| {
                 for _ in 1..threads {
-                    s.spawn(&work);
+                    s.spawn(work);
                 }
                 work();
             });

@@ -131,7 +131,7 @@ impl AsyncBridge {
     /// Drains the wake-up bytes and returns the waiting jobs as `(kind, op, arg, reply)` tuples, kind being
     /// `"call"`, `"gen"` or `"next"`. The loop starts one task per job and adds `reply.done` as its
     /// done-callback.
-    fn take_jobs(&self, py: Python<'_>) -> PyResult<Vec<(&'static str, Py<PyAny>, Py<PyAny>, Reply)>> {
+    fn take_jobs(&self, py: Python<'_>) -> PyResult<Vec<JobTuple>> {
         if let Ok(mut s) = self.wake_rx.lock() {
             let mut sink = [0u8; 256];
             while matches!(s.read(&mut sink), Ok(n) if n > 0) {}
@@ -150,6 +150,9 @@ impl AsyncBridge {
         Ok(out)
     }
 }
+
+/// One job as the loop sees it: `(kind, op, arg, reply)`.
+type JobTuple = (&'static str, Py<PyAny>, Py<PyAny>, Reply);
 
 /// The done-callback of one async job: sends the task's outcome to the stage waiting for it.
 #[pyclass(module = "spdl_rs._native", frozen)]

@@ -249,7 +249,7 @@ fn schedule(startup: Startup, shared: &Arc<Shared>, cells: Vec<Arc<StageCell>>) 
         shared.fail(err);
         return;
     }
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_time().build() {
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(err) => {
             shared.fail(PipelineError::Runtime(err));

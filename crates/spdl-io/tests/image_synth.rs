@@ -22,6 +22,7 @@ fn dataset_tree_is_deterministic_and_idempotent() {
     }
     // Photo-like content compresses like photos (ImageNet averages ~110 KB), not like flat colors.
     let mean = total / paths.len();
+    eprintln!("mean JPEG size: {mean} bytes");
     assert!((30_000..300_000).contains(&mean), "mean JPEG size {mean} bytes");
 
     // A second run keeps every complete file; a damaged file is rewritten with the same bytes.

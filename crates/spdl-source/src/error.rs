@@ -196,7 +196,10 @@ impl SourceError {
     pub(crate) fn io(operation: &'static str, path: impl Into<std::path::PathBuf>, source: std::io::Error) -> Self {
         let path = path.into();
         match source.kind() {
-            std::io::ErrorKind::NotFound => SourceError::NotFound { location: path.display().to_string() },
+            // A directory is not an object.
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::IsADirectory => {
+                SourceError::NotFound { location: path.display().to_string() }
+            }
             std::io::ErrorKind::PermissionDenied => SourceError::PermissionDenied {
                 location: path.display().to_string(),
                 reason: source.to_string(),

@@ -152,7 +152,8 @@ impl<R: Read> Iterator for WdsSamples<'_, R> {
                 Err(e) => return self.fail(None, e),
             };
             let Some((key, ext)) = split_name(&path) else { continue };
-            let mut data = Vec::with_capacity(usize::try_from(entry.size()).unwrap_or(0).min(1 << 30));
+            // The header's size is untrusted: preallocate at most 16 MiB and let larger members grow.
+            let mut data = Vec::with_capacity(usize::try_from(entry.size()).unwrap_or(0).min(16 << 20));
             if let Err(e) = entry.read_to_end(&mut data) {
                 return self.fail(Some(path), e);
             }

@@ -55,7 +55,7 @@ impl HttpStore {
             client,
             retry: opts.retry.clone(),
             attempt_timeout: opts.attempt_timeout,
-            limiter: Arc::new(Semaphore::new(opts.max_in_flight.max(1))),
+            limiter: super::limiter(opts.max_in_flight),
         })
     }
 

@@ -57,7 +57,7 @@ impl LocalStore {
                 source: std::io::Error::new(std::io::ErrorKind::NotADirectory, "a local store's root is a directory"),
             });
         }
-        Ok(LocalStore { root, limiter: Arc::new(Semaphore::new(opts.max_in_flight.max(1))) })
+        Ok(LocalStore { root, limiter: super::limiter(opts.max_in_flight) })
     }
 
     /// The root directory.
@@ -90,7 +90,11 @@ impl LocalStore {
 
 fn read_range(path: &Path, range: Range<u64>) -> Result<Bytes> {
     let mut file = std::fs::File::open(path).map_err(|e| SourceError::io("open", path, e))?;
-    let size = file.metadata().map_err(|e| SourceError::io("stat", path, e))?.len();
+    let meta = file.metadata().map_err(|e| SourceError::io("stat", path, e))?;
+    if !meta.is_file() {
+        return Err(SourceError::NotFound { location: path.display().to_string() });
+    }
+    let size = meta.len();
     let range = clamp_range(|| path.display().to_string(), range, size)?;
     let len = usize::try_from(range.end - range.start).map_err(|_| SourceError::InvalidRange {
         location: path.display().to_string(),
@@ -212,6 +216,8 @@ mod tests {
         assert!(err.is_not_found(), "{err}");
         assert!(err.to_string().contains("a/nope"), "{err}");
         assert!(store.head("a").await.unwrap_err().is_not_found());
+        assert!(store.get("a").await.unwrap_err().is_not_found());
+        assert!(store.get_range("a", 0..1).await.unwrap_err().is_not_found());
         assert!(matches!(store.get("../secret").await, Err(SourceError::InvalidKey { .. })));
         assert!(matches!(store.get("/etc/passwd").await, Err(SourceError::InvalidKey { .. })));
     }

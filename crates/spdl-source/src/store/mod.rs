@@ -339,6 +339,11 @@ fn percent_decode(s: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
+/// The in-flight limiter of a store: `n` slots, at least 1 and at most what a tokio semaphore holds.
+pub(crate) fn limiter(n: usize) -> Arc<tokio::sync::Semaphore> {
+    Arc::new(tokio::sync::Semaphore::new(n.clamp(1, tokio::sync::Semaphore::MAX_PERMITS)))
+}
+
 /// Checks a range against a known object size and clamps its end, the same way for every store.
 pub(crate) fn clamp_range(location: impl FnOnce() -> String, range: Range<u64>, size: u64) -> Result<Range<u64>> {
     if range.start > range.end || (range.start >= size && range.start < range.end) {

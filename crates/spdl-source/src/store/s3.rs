@@ -90,7 +90,7 @@ impl S3Store {
             prefix: prefix.into().trim_matches('/').to_owned(),
             retry: opts.retry.clone(),
             attempt_timeout: opts.attempt_timeout,
-            limiter: Arc::new(Semaphore::new(opts.max_in_flight.max(1))),
+            limiter: super::limiter(opts.max_in_flight),
             page_size: 1000,
         }
     }

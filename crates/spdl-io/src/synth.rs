@@ -91,7 +91,7 @@ impl ValueNoise {
             out.push(Octave { lattice, stride: gw, xs: axis(w), ys: axis(h), amp });
             norm += amp;
             p = (p / 2.0).max(2.0);
-            amp *= 0.65;
+            amp *= 0.5;
         }
         ValueNoise { octaves: out, norm }
     }
@@ -167,7 +167,7 @@ pub fn photo(seed: u64, width: u32, height: u32) -> Vec<u8> {
     let horizon = height as f32 * rng.uniform(0.3, 0.7) as f32;
     let scale = width.min(height).max(1) as f32;
     let period = scale / rng.uniform(4.0, 9.0) as f32;
-    let texture = ValueNoise::new(&mut rng, width, height, period, 7);
+    let texture = ValueNoise::new(&mut rng, width, height, period, 5);
     let light = ValueNoise::new(&mut rng, width, height, scale / 1.5, 2);
     let ridge = ValueNoise::new(&mut rng, width, 1, scale / 3.0, 3);
 
@@ -217,10 +217,10 @@ pub fn photo(seed: u64, width: u32, height: u32) -> Vec<u8> {
                     contrast = *tc;
                 }
             }
-            let shade = (1.0 + (t - 0.5) * 3.0 * contrast) * (0.75 + 0.5 * lit.get(x).copied().unwrap_or(0.5));
+            let shade = (1.0 + (t - 0.5) * 2.0 * contrast) * (0.75 + 0.5 * lit.get(x).copied().unwrap_or(0.5));
             let g = grain.next_u64();
             for (i, (o, c)) in px.iter_mut().zip(color).enumerate() {
-                let noise = ((g >> (i * 8)) & 0x1F) as f32 - 15.5;
+                let noise = ((g >> (i * 8)) & 0x0F) as f32 - 7.5;
                 *o = (c * shade + noise).clamp(0.0, 255.0) as u8;
             }
         }

@@ -24,8 +24,8 @@ use crate::{Error, Result};
 /// Reduced-scale JPEG decoding is used only when the decoded crop stays at least this many times larger
 /// than the output, so that the final antialiased resize still does real filtering (Pillow's
 /// `reducing_gap=2.0`): a 1/2 decode needs a 4x shrink. Measured (tests/image_reduced_scale.rs,
-/// docs/benchmarks.md): with 1.0 the result lost 0.6–4.4 dB PSNR against an ideal resize; with 2.0 it is
-/// within 0.1–2.5 dB of the full decode's own error and 44–53 dB from the full decode's output.
+/// docs/benchmarks.md): with 1.0 the result lost 0.6–5.9 dB PSNR against an ideal resize; with 2.0 it is
+/// within 0.1–2.5 dB of the full decode's own error and 44–54 dB from the full decode's output.
 const REDUCED_SCALE_MIN_GAP: f64 = 2.0;
 
 /// Why a decode failed, when the decoder itself did not say (the `cause` of [`Error::Decode`]).

@@ -109,8 +109,8 @@ pub struct ImageOptions {
     pub max_pixels: u64,
     /// Decode JPEGs at 1/2 or 1/4 scale in the DCT domain (jpeg-decoder's scaled IDCT) when the decoded
     /// crop stays at least twice the output size (Pillow's `reducing_gap=2`), i.e. for shrinks of 4x or
-    /// more; the final antialiased resize does the rest. Default `true`: measured 1.3–1.9x faster decode +
-    /// resize where it applies, 44–53 dB PSNR from the full decode's output (docs/benchmarks.md). It never
+    /// more; the final antialiased resize does the rest. Default `true`: measured 1.3–2.4x faster decode +
+    /// resize where it applies, 44–54 dB PSNR from the full decode's output (docs/benchmarks.md). It never
     /// applies to [`Transform::None`] nor to ImageNet-size images resized to 224.
     pub reduced_scale_jpeg: bool,
     /// Decode JPEGs that end before their end-of-image marker (the missing part is gray). Default `false`:

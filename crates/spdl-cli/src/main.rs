@@ -1,7 +1,7 @@
 //! `spdl`: run the demo, benchmark an image dataset, inspect media, make test data.
 //!
 //! - `spdl demo` makes (once, cached) a deterministic dataset of ~2,000 photo-like JPEGs and runs the full
-//!   image-loading pipeline on it: list → read (async) → decode + resize/crop (N threads) → batch → [GPU].
+//!   image-loading pipeline on it: list → read (async) → decode + resize/crop (N threads) → batch → \[GPU\].
 //! - `spdl bench PATH` runs the same pipeline over a directory (an ImageNet-style tree works) or a file
 //!   listing one path per line.
 //! - `spdl probe FILE` prints what a media file holds.

@@ -7,12 +7,14 @@
 //! - `bench`: runs the criterion benches with short measurement times.
 //! - `compare`: the side-by-side comparison against peer loaders (writes docs/benchmarks.md figures).
 //! - `gpu-check`: builds with CUDA and runs the GPU tests and the H2D bandwidth report (needs a GPU).
+//! - `fuzz [SECONDS]`: runs every cargo-fuzz target for SECONDS each (default 60; not part of `test`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
+mod fuzz;
 mod gpu;
 mod python;
 mod s3;
@@ -28,6 +30,13 @@ fn main() -> Result<()> {
         Some("bench") => bench(&args[1..]),
         Some("compare") => compare(&root, &args[1..]),
         Some("gpu-check") => gpu_check(&root),
+        Some("fuzz") => {
+            let seconds = match args.get(1) {
+                Some(s) => s.parse().with_context(|| format!("`{s}` is not a number of seconds per target"))?,
+                None => 60,
+            };
+            fuzz::fuzz(&root, seconds)
+        }
         Some("help") | Some("--help") | Some("-h") | None => {
             println!("{}", HELP);
             Ok(())
@@ -36,8 +45,7 @@ fn main() -> Result<()> {
     }
 }
 
-const HELP: &str =
-    "usage: cargo xtask <test [--quick] [--no-python] | gen-data [DIR] [--corrupt] | bench | compare | gpu-check>";
+const HELP: &str = "usage: cargo xtask <test [--quick] [--no-python] | gen-data [DIR] [--corrupt] | bench | compare | gpu-check | fuzz [SECONDS]>";
 
 fn project_root() -> Result<PathBuf> {
     let dir = std::env::var("CARGO_MANIFEST_DIR").context("run through `cargo xtask`")?;
@@ -60,7 +68,8 @@ fn cargo() -> Command {
 
 /// Features that the Rust test run turns on: every optional capability whose system dependencies
 /// `sys::ensure_system_packages` installs.
-const TEST_FEATURES: &str = "spdl-io/ffmpeg,spdl-source/http,spdl-source/s3,spdl-cuda/cuda";
+const TEST_FEATURES: &str =
+    "spdl-io/ffmpeg,spdl-source/http,spdl-source/s3,spdl-cuda/cuda,spdl-cli/ffmpeg,spdl-cli/cuda";
 
 fn test(root: &Path, args: &[String]) -> Result<()> {
     let quick = args.iter().any(|a| a == "--quick");

@@ -26,7 +26,14 @@ pub struct Report {
     pub epochs: usize,
     /// True when Ctrl-C stopped the run early.
     pub interrupted: bool,
+    /// True when batches went to a GPU (pinned memory, `h2d` stage).
     pub gpu: bool,
+    /// Host-to-device bandwidth of the copies (copy-engine time), GPU runs only.
+    pub h2d_gbps: Option<f64>,
+    /// Bytes copied to the GPU.
+    pub h2d_bytes: Option<u64>,
+    /// Share of pinned batch allocations served from the pool's cache.
+    pub pinned_hit_rate: Option<f64>,
     pub bottleneck: Option<String>,
     pub stages: Vec<StageReport>,
 }
@@ -100,5 +107,13 @@ impl Report {
                 None => String::new(),
             }
         );
+        if self.gpu {
+            println!(
+                "GPU: {:.1} GiB copied, H2D {}, pinned pool hit rate {}",
+                self.h2d_bytes.unwrap_or(0) as f64 / (1u64 << 30) as f64,
+                self.h2d_gbps.map_or("n/a".to_string(), |g| format!("{g:.1} GB/s")),
+                self.pinned_hit_rate.map_or("n/a".to_string(), |h| format!("{:.1}%", h * 100.0)),
+            );
+        }
     }
 }

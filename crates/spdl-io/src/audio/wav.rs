@@ -111,6 +111,11 @@ pub(crate) fn parse(
         match id {
             b"fmt " => {
                 let f = input.read_at(file.as_deref_mut(), body, (size as usize).min(64))?;
+                // The limits hold for every WAV, also those left to symphonia (whose header arithmetic
+                // overflows on absurd channel counts).
+                if let (Some(channels), Some(rate)) = (u16_at(&f, 2), u32_at(&f, 4)) {
+                    check_limits(item, usize::from(channels), rate, limits)?;
+                }
                 let parsed = parse_fmt(&f).ok_or_else(|| {
                     wav_error(item, format!("`fmt ` chunk of {size} bytes is malformed (or 0 channels / 0 Hz)"))
                 })?;

@@ -64,6 +64,23 @@ pub(crate) fn probe_ffmpeg(input: &MediaInput<'_>, item: &str, size_bytes: u64) 
         }
         streams.push(s);
     }
+    // FFmpeg's extension-based demuxers (image2, raw pipes) "open" any bytes named like a media file; a stream
+    // without dimensions or without a sample rate/channel count was never parsed from real data.
+    let usable = |s: &StreamInfo| match s.kind {
+        StreamKind::Video | StreamKind::Image => s.width.is_some() && s.height.is_some(),
+        StreamKind::Audio => s.sample_rate.is_some() && s.channels.is_some(),
+        _ => true,
+    };
+    if !streams.iter().any(|s| usable(s) && matches!(s.kind, StreamKind::Video | StreamKind::Image | StreamKind::Audio))
+    {
+        return Err(crate::Error::UnknownFormat {
+            item: item.to_owned(),
+            detail: format!(
+                "FFmpeg's `{}` reader found no video or audio stream with valid parameters",
+                ictx.format().name()
+            ),
+        });
+    }
     let duration = ictx.duration();
     Ok(MediaInfo {
         item: item.to_owned(),

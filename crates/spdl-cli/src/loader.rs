@@ -16,7 +16,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use spdl_buffer::{Layout, system_allocator};
+use spdl_buffer::{Layout, SharedAllocator};
+use spdl_cuda::{HeapBackend, PinnedPool, PoolConfig};
 use spdl_exec::{BuildOptions, OutputOrder, PipelineBuilder, Stage};
 use spdl_io::image::{BatchDecoder, BatchOptions, Normalize, ResizeFilter, Transform};
 
@@ -144,9 +145,12 @@ pub fn run(path: &Path, args: &LoaderArgs, mode: &str) -> Result<()> {
     let total = per_epoch * args.epochs;
 
     let gpu = open_gpu(args)?;
-    let allocator = match &gpu {
+    // Batches are recycled either way: pinned blocks with a GPU, a heap pool without one (no mmap, page faults
+    // and munmap per batch; RSS stays flat). A cap keeps a stalled consumer from growing it without bound.
+    let heap_pool = Arc::new(PinnedPool::new(HeapBackend, PoolConfig { max_bytes: 2 << 30 }));
+    let allocator: SharedAllocator = match &gpu {
         Some(t) => t.allocator(),
-        None => system_allocator(),
+        None => heap_pool.clone(),
     };
     let decoder = Arc::new(
         BatchDecoder::new(
@@ -303,6 +307,7 @@ pub fn run(path: &Path, args: &LoaderArgs, mode: &str) -> Result<()> {
         h2d_gbps: transfer.and_then(|t| t.h2d_gbps()),
         h2d_bytes: transfer.map(|t| t.bytes),
         pinned_hit_rate: transfer.and_then(|t| t.pool).map(|p| p.hit_rate()),
+        batch_pool_hit_rate: transfer.and_then(|t| t.pool).unwrap_or_else(|| heap_pool.stats()).hit_rate(),
         bottleneck: stats.bottleneck().map(|s| s.name.clone()),
         stages: stats.stages.iter().map(StageReport::from).collect(),
     };

@@ -34,6 +34,8 @@ pub struct Report {
     pub h2d_bytes: Option<u64>,
     /// Share of pinned batch allocations served from the pool's cache.
     pub pinned_hit_rate: Option<f64>,
+    /// Share of batch allocations (pinned or heap) served from the recycling pool.
+    pub batch_pool_hit_rate: f64,
     pub bottleneck: Option<String>,
     pub stages: Vec<StageReport>,
 }

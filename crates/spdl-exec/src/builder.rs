@@ -43,6 +43,8 @@ pub(crate) struct Wiring {
     error: Option<PipelineError>,
     /// Capacity of the queue most recently created (it feeds the next stage).
     last_capacity: usize,
+    /// The items now being wired are batches (after `aggregate`, before `disaggregate`).
+    batched: bool,
 }
 
 impl Wiring {
@@ -75,7 +77,8 @@ impl Wiring {
     }
 
     fn capacity(&mut self, wanted: Option<usize>, stage: &str) -> usize {
-        let cap = wanted.unwrap_or(self.opts.queue_capacity);
+        let default = if self.batched { self.opts.batch_queue_capacity } else { self.opts.queue_capacity };
+        let cap = wanted.unwrap_or(default);
         if cap == 0 {
             self.invalid(format!("{stage}: queue capacity"), "must be at least 1".into());
         }
@@ -272,6 +275,7 @@ impl<T: Send + 'static> PipelineBuilder<T, Open> {
                 w.invalid(format!("{name}: size"), "must be at least 1".into());
             }
             let cell = w.cell(name.clone(), StageKind::Aggregate, 1);
+            w.batched = true;
             let cap = w.capacity(cap, &name);
             let (tx, rx) = queue(cap);
             let link = Link { input, output: tx, cell, shared: Arc::clone(&w.shared) };
@@ -308,6 +312,7 @@ where
         self.then(move |w, input, cap| {
             let name = "disaggregate";
             let cell = w.cell(name.into(), StageKind::Disaggregate, 1);
+            w.batched = false;
             let cap = w.capacity(cap, name);
             let (tx, rx) = queue(cap);
             let link = Link { input, output: tx, cell, shared: Arc::clone(&w.shared) };
@@ -333,6 +338,12 @@ impl<T: Send + 'static> PipelineBuilder<T, Sunk> {
                 reason: "must be at least 1".into(),
             });
         }
+        if options.batch_queue_capacity == 0 {
+            return Err(PipelineError::InvalidOption {
+                option: "batch_queue_capacity".into(),
+                reason: "must be at least 1".into(),
+            });
+        }
         if self.sink_capacity == 0 {
             return Err(PipelineError::InvalidOption {
                 option: "sink buffer_size".into(),
@@ -350,6 +361,7 @@ impl<T: Send + 'static> PipelineBuilder<T, Sunk> {
             tasks: Vec::new(),
             error: None,
             last_capacity: 0,
+            batched: false,
         };
         let Some(wire) = self.wire else {
             return Err(PipelineError::InvalidOption {

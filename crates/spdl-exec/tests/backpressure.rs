@@ -49,3 +49,33 @@ fn stopped_consumer_bounds_items_produced() {
         pipeline.stop();
     });
 }
+
+#[test]
+fn batch_queues_get_the_batch_capacity() {
+    watchdog(60, || {
+        let pipeline = PipelineBuilder::new()
+            .source(0..1000u64)
+            .pipe(Stage::map("item", |x: u64| Ok::<_, Infallible>(x)))
+            .aggregate(10)
+            .pipe(Stage::map("batch", |b: Vec<u64>| Ok::<_, Infallible>(b)))
+            .disaggregate()
+            .pipe(Stage::map("again", |x: u64| Ok::<_, Infallible>(x)))
+            .sink(3)
+            .build(BuildOptions { queue_capacity: 16, batch_queue_capacity: 2, ..Default::default() })
+            .expect("build");
+        let stats = pipeline.stats();
+        let cap = |name: &str| stats.stage(name).unwrap_or_else(|| panic!("no stage {name}: {stats}")).queue_capacity;
+        // Each row shows the capacity of the queue feeding that stage.
+        assert_eq!(cap("aggregate(10)"), 16);
+        assert_eq!(cap("batch"), 2);
+        assert_eq!(cap("disaggregate"), 2);
+        assert_eq!(cap("again"), 16);
+        assert_eq!(pipeline.iter().count(), 1000);
+
+        let zero = PipelineBuilder::new()
+            .source(0..1u64)
+            .sink(1)
+            .build(BuildOptions { batch_queue_capacity: 0, ..Default::default() });
+        assert!(zero.is_err());
+    });
+}

@@ -4,7 +4,8 @@
 //! 2. runs all its tests with `SPDL_REQUIRE_GPU=1`, so a missing GPU fails instead of skipping (serially: the
 //!    overlap test times two streams and must not share the GPU with another test);
 //! 3. runs `examples/h2d_bandwidth.rs`, which prints pinned vs pageable H2D GB/s for 1–256 MiB against the
-//!    card's measured peak, and the pinned pool's steady-state hit rate, each target marked PASS/MISS.
+//!    card's measured peak, and the pinned pool's steady-state hit rate, each target marked PASS/MISS;
+//! 4. runs `spdl demo --json` built with `cuda`: the whole pipeline with its `h2d` stage (`gpu: true`, H2D GB/s).
 //!
 //! Set `SPDL_GPU_STRICT=1` to make a missed bandwidth/hit-rate target fail the check (it only prints by default:
 //! a shared or throttled GPU should not turn a correct build red).
@@ -53,6 +54,14 @@ pub fn gpu_check() -> Result<()> {
         example.extend(["--", "--strict"]);
     }
     run("H2D bandwidth", &example, &[("SPDL_REQUIRE_GPU", "1")])?;
+
+    // End to end: the demo pipeline with its `h2d` stage (pinned batches, copy stream); the JSON report carries
+    // `gpu: true`, `h2d_gbps` and the pinned pool's hit rate.
+    run(
+        "demo with the GPU stage",
+        &["run", "--release", "-p", "spdl-cli", "--features", "cuda", "--", "demo", "--json", "--epochs", "2"],
+        &[],
+    )?;
     eprintln!("==> gpu-check: passed");
     Ok(())
 }

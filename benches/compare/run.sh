@@ -7,7 +7,14 @@
 # 2. builds the `spdl` CLI in release;
 # 3. makes the demo corpus once (`spdl gen-data`, ~2,000 JPEGs) under target/compare-data;
 # 4. runs benches/compare/compare.py, which prints the table and writes docs/benchmarks.md's "## Comparison"
-#    section and docs/img/compare.png.
+#    section and docs/img/compare.png;
+# 5. then the audio/video comparison (issue 4): builds spdl-io's `av_throughput` example in release and runs
+#    benches/compare/av_compare.py, which makes its media once under target/compare-av (ffmpeg CLI) and writes
+#    docs/benchmarks.md's "## Audio/video comparison" section.
+#
+# AV_ONLY=1 runs only step 5 (after the venv); its arguments then go to av_compare.py (e.g. --formats flac,mp3
+# --threads 1 --no-docs). SPDL_COMPARE_NO_AV=1 skips step 5; SPDL_AV_ARGS adds options to av_compare.py when it
+# runs after the image comparison (`--no-docs` given to compare.py is passed on too).
 #
 # Environment: PYTHON (interpreter for the venv, default python3), SPDL_PEERS_VENV (venv path),
 # SPDL_COMPARE_DATA (corpus directory), SPDL_COMPARE_SETUP_ONLY=1 (stop after the venv is ready),
@@ -54,9 +61,26 @@ setup_venv() {
     printf '%s\n' "$wanted" >"$marker"
 }
 
+# Issue 4: spdl-io's av_throughput example against Meta SPDL's load_audio/load_video.
+run_av() {
+    local bin="$ROOT/target/release/examples/av_throughput"
+    if [[ "${SPDL_COMPARE_NO_BUILD:-0}" == 1 && -x "$bin" ]]; then
+        log "reusing $bin (SPDL_COMPARE_NO_BUILD=1)"
+    else
+        log "building spdl-io's av_throughput example (release, feature ffmpeg)"
+        (cd "$ROOT" && cargo build --release -p spdl-io --example av_throughput --features ffmpeg)
+    fi
+    "$VENV/bin/python" "$ROOT/benches/compare/av_compare.py" --rust-bin "$bin" "$@"
+}
+
 setup_venv
 if [[ "${SPDL_COMPARE_SETUP_ONLY:-0}" == 1 ]]; then
     exit 0
+fi
+if [[ "${AV_ONLY:-0}" == 1 ]]; then
+    export SPDL_AV_COMPARE_COMMAND="AV_ONLY=1 bash benches/compare/run.sh${*:+ $*}"
+    run_av "$@"
+    exit
 fi
 
 SPDL="$ROOT/target/release/spdl"
@@ -87,5 +111,17 @@ if [[ $# -eq 0 ]]; then
 else
     export SPDL_COMPARE_COMMAND="bash benches/compare/run.sh $*"
 fi
+status=0
 "$VENV/bin/python" "$ROOT/benches/compare/compare.py" --data "$DATA" --corpus "\`spdl gen-data\`" \
-    --spdl-bin "$SPDL" "$@"
+    --spdl-bin "$SPDL" "$@" || status=$?
+
+if [[ "${SPDL_COMPARE_NO_AV:-0}" != 1 ]]; then
+    av_args=()
+    read -r -a av_args <<<"${SPDL_AV_ARGS:-}"
+    for arg in "$@"; do
+        [[ "$arg" == --no-docs ]] && av_args+=(--no-docs)
+    done
+    export SPDL_AV_COMPARE_COMMAND="$SPDL_COMPARE_COMMAND${SPDL_AV_ARGS:+ (SPDL_AV_ARGS=$SPDL_AV_ARGS)}"
+    run_av "${av_args[@]}" || status=$?
+fi
+exit "$status"

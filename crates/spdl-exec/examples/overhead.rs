@@ -24,10 +24,8 @@ fn run(items: u64, stages: usize, is_async: bool, concurrency: usize) -> Result<
     for i in 1..stages {
         b = b.pipe(make(format!("s{i}")));
     }
-    let cap: usize = std::env::var("QUEUE_CAP")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(BuildOptions::default().queue_capacity);
+    let cap: usize =
+        std::env::var("QUEUE_CAP").ok().and_then(|v| v.parse().ok()).unwrap_or(BuildOptions::default().queue_capacity);
     let pipeline = b.sink(cap).build(BuildOptions { queue_capacity: cap, ..BuildOptions::default() })?;
     let t0 = Instant::now();
     let mut n = 0u64;

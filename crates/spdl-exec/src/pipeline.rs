@@ -142,7 +142,9 @@ impl<T: Send + 'static> Pipeline<T> {
         }
         match self.pop(timeout) {
             Ok(Msg::Item(item)) => {
+                // The sink's row: items taken from its queue (in) and handed to the consumer (out).
                 self.sink_cell.items_in.fetch_add(1, Relaxed);
+                self.sink_cell.items_out.fetch_add(1, Relaxed);
                 Ok(Some(Item::Data(item)))
             }
             Ok(Msg::EpochEnd(epoch)) => Ok(Some(Item::EpochEnd { epoch })),

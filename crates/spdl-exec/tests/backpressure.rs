@@ -41,11 +41,23 @@ fn stopped_consumer_bounds_items_produced() {
         assert!(stalled_at <= bound, "produced {stalled_at} items for 10 consumed; bound {bound}");
         assert!(stalled_at >= consumed as u64);
 
-        // Occupancy is visible in the stats while stalled.
-        let stats = pipeline.stats();
+        // Occupancy is visible in the stats while stalled. The source can stop before the last stage has
+        // pushed its final items (a worker may still be waking up on a loaded machine): wait for the sink
+        // queue to fill rather than sampling it once.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let stats = loop {
+            let stats = pipeline.stats();
+            let full = stats.stages.last().is_some_and(|s| s.queue_len == sink);
+            if full || std::time::Instant::now() > deadline {
+                break stats;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
         let sink_row = stats.stages.last().expect("sink row");
         assert_eq!(sink_row.queue_capacity, sink);
         assert_eq!(sink_row.queue_len, sink, "{stats}");
+        let produced_end = produced.load(Ordering::SeqCst);
+        assert!(produced_end <= bound, "produced {produced_end} items for 10 consumed; bound {bound}");
         pipeline.stop();
     });
 }

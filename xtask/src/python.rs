@@ -24,6 +24,12 @@ const FT_SUITE: &str = "trixie";
 /// Written into the interpreter's prefix after `make install` succeeds; a prefix without it is rebuilt.
 const FT_COMPLETE_STAMP: &str = ".spdl-rs-complete";
 
+/// Cargo features of spdl-py that both test builds enable (given on the command line, they replace
+/// pyproject.toml's list): `abi3` (ignored by PyO3 for the free-threaded interpreter, which has no stable
+/// ABI) and `ffmpeg` (video; needs the FFmpeg development packages, which `cargo xtask test` installs
+/// before this step).
+const MODULE_FEATURES: &str = "abi3,ffmpeg";
+
 /// Builds `spdl_rs` into `.venv` (system python3) and `.venv-ft` (free-threaded CPython 3.13t) under `root`
 /// and runs `crates/spdl-py/tests` with pytest in each. Fails if any test fails or if pytest collects none.
 pub fn python_tests(root: &Path) -> Result<()> {
@@ -31,15 +37,18 @@ pub fn python_tests(root: &Path) -> Result<()> {
     if !crate_dir.join("pyproject.toml").is_file() {
         bail!("{} has no pyproject.toml: is {} the repository root?", crate_dir.display(), root.display());
     }
+    // The audio/video suites make their media with the ffmpeg CLI; without it they would be skipped.
+    which("ffmpeg").context("the ffmpeg CLI is needed to make the Python tests' media (apt-get install ffmpeg)")?;
 
+    let target_dir = root.join("target/py");
     let system_python = which("python3").context("python3 is needed for the Python tests")?;
     let venv = ensure_venv(&root.join(".venv"), &system_python)?;
-    build_module(&venv, &crate_dir)?;
+    build_module(&venv, &crate_dir, &target_dir)?;
     run_pytest(&venv, &crate_dir, false)?;
 
     let ft_python = ensure_free_threaded_python()?;
     let venv_ft = ensure_venv(&root.join(".venv-ft"), &ft_python)?;
-    build_module(&venv_ft, &crate_dir)?;
+    build_module(&venv_ft, &crate_dir, &target_dir)?;
     run_pytest(&venv_ft, &crate_dir, true)?;
     Ok(())
 }
@@ -99,19 +108,25 @@ fn same_interpreter(venv_py: &Path, python: &Path) -> Result<bool> {
 }
 
 /// `maturin develop --release` into the venv: an optimised build, because the suite measures throughput.
-fn build_module(venv: &Path, crate_dir: &Path) -> Result<()> {
+/// Cargo builds into `target/py` (unless `CARGO_TARGET_DIR` is set): the module's pyo3 is configured for one
+/// interpreter at a time, and sharing `target/` would rebuild it, and what depends on it, for every other
+/// `cargo` command of the workspace.
+fn build_module(venv: &Path, crate_dir: &Path, target_dir: &Path) -> Result<()> {
     let bin = venv.join("bin");
     let path = std::env::var_os("PATH").unwrap_or_default();
     let mut paths = vec![bin.clone()];
     paths.extend(std::env::split_paths(&path));
     let joined = std::env::join_paths(paths).context("joining PATH")?;
-    run(Command::new(bin.join("maturin"))
-        .args(["develop", "--release", "--manifest-path"])
+    let mut cmd = Command::new(bin.join("maturin"));
+    cmd.args(["develop", "--release", "--features", MODULE_FEATURES, "--manifest-path"])
         .arg(crate_dir.join("Cargo.toml"))
         .env("VIRTUAL_ENV", venv)
         .env("PATH", joined)
-        .env_remove("CONDA_PREFIX"))
-    .with_context(|| format!("building spdl_rs into {}", venv.display()))
+        .env_remove("CONDA_PREFIX");
+    if std::env::var_os("CARGO_TARGET_DIR").is_none() {
+        cmd.env("CARGO_TARGET_DIR", target_dir);
+    }
+    run(&mut cmd).with_context(|| format!("building spdl_rs into {}", venv.display()))
 }
 
 /// pytest on the crate's tests. `free_threaded` makes the suite assert that the GIL stays disabled after

@@ -1,12 +1,17 @@
 //! `spdl_rs.io`: spdl-io's decoders for Python. Every function releases the GIL for its whole duration,
 //! and each has a native-op form (`spdl_rs.io.ops`) that a pipeline runs without the GIL at all.
+//! Images are here; audio (and `probe`) in [`audio`], video (feature `ffmpeg`) in [`video`].
+
+mod audio;
+#[cfg(feature = "ffmpeg")]
+mod video;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyDict};
 use spdl_buffer::{Buffer, Layout, system_allocator};
 use spdl_io::image::{BatchDecoder, BatchOptions, ImageOptions, Normalize, PixelFormat, ResizeFilter, Transform};
 
@@ -44,16 +49,56 @@ fn src_from_py(obj: &Bound<'_, PyAny>, index: usize) -> PyResult<Src> {
     Ok(Src::Bytes(format!("<bytes #{index}>"), bytes.as_bytes().to_vec()))
 }
 
+/// The failed items of a non-strict batch: `(index, item, message)`, as Python sees them.
+type Failures = Vec<(usize, String, String)>;
+
+/// A media source argument: a path, or bytes named `name` in errors (default `<bytes>`).
+fn media_src(obj: &Bound<'_, PyAny>, name: Option<&str>) -> PyResult<Src> {
+    Ok(match src_from_py(obj, 0)? {
+        Src::Bytes(_, b) => Src::Bytes(name.unwrap_or("<bytes>").to_owned(), b),
+        path => path,
+    })
+}
+
+/// A decoded buffer as a numpy array that views it in place (the array keeps the buffer alive).
+fn to_numpy(py: Python<'_>, buffer: Buffer) -> PyResult<Bound<'_, PyAny>> {
+    let buf = Bound::new(py, PyBuffer::new(buffer))?;
+    py.import("numpy")?.call_method1("asarray", (buf,))
+}
+
+/// Logs the failed items of a non-strict batch on the `spdl_rs.io` logger (one warning each).
+fn log_failures(py: Python<'_>, what: &str, failures: &[(usize, String, String)]) {
+    if failures.is_empty() {
+        return;
+    }
+    let logged = py.import("logging").and_then(|logging| {
+        let logger = logging.call_method1("getLogger", ("spdl_rs.io",))?;
+        for (index, item, message) in failures {
+            logger.call_method1(
+                "warning",
+                ("%s: item %d (%s) failed, its slot is zero: %s", what, *index, item.as_str(), message.as_str()),
+            )?;
+        }
+        Ok(())
+    });
+    if let Err(e) = logged {
+        // A broken logging setup must not turn a decoded batch into an error.
+        e.write_unraisable(py, None);
+    }
+}
+
 fn src_from_value(v: Value, stage: &str, op: &str, expects: &'static str, index: usize) -> Result<Src, Error> {
     match v {
         Value::Str(s) => Ok(Src::Path(PathBuf::from(s))),
         Value::Bytes(b) => Ok(Src::Bytes(format!("<bytes #{index}>"), b)),
-        Value::Py(obj) => Python::attach(|py| src_from_py(obj.bind(py), index)).map_err(|e| Error::WrongInput {
-            stage: stage.to_owned(),
-            op: op.to_owned(),
-            item: format!("a Python object ({e})"),
-            expected: expects,
-        }),
+        Value::Py(obj) => {
+            crate::pipeline::tstate::attach(|py| src_from_py(obj.bind(py), index)).map_err(|e| Error::WrongInput {
+                stage: stage.to_owned(),
+                op: op.to_owned(),
+                item: format!("a Python object ({e})"),
+                expected: expects,
+            })
+        }
         other => Err(Error::WrongInput {
             stage: stage.to_owned(),
             op: op.to_owned(),
@@ -242,8 +287,9 @@ impl BatchSpec {
         Ok(Self { decoder })
     }
 
-    /// Decodes the batch: all paths, all bytes, or a mix (then files are read first).
-    fn run(&self, srcs: Vec<Src>) -> Result<Buffer, spdl_io::Error> {
+    /// Decodes the batch: all paths, all bytes, or a mix (then files are read first). Returns the buffer and
+    /// the failed items (non-strict mode) as `(index, item, message)`.
+    fn run(&self, srcs: Vec<Src>) -> Result<(Buffer, Failures), spdl_io::Error> {
         let out = if srcs.iter().all(|s| matches!(s, Src::Path(_))) {
             let paths: Vec<PathBuf> =
                 srcs.into_iter().filter_map(|s| if let Src::Path(p) = s { Some(p) } else { None }).collect();
@@ -261,7 +307,9 @@ impl BatchSpec {
             }
             self.decoder.decode(&items)?
         };
-        Ok(out.buffer)
+        let failures =
+            out.failures.iter().map(|f| (f.index, f.item.clone(), crate::error::error_chain(&f.error))).collect();
+        Ok((out.buffer, failures))
     }
 }
 
@@ -277,10 +325,13 @@ impl BatchSpec {
 ///         output, ``(x / 255 - mean) / std``).
 ///     pixel_format: ``"rgb"``, ``"rgba"`` or ``"gray"``.
 ///     filter: The resize filter.
-///     strict: Fail the whole batch if one image fails (else its slot stays zero).
+///     strict: Fail the whole batch if one image fails (the message names its index and file). ``False``:
+///         a failed image's slot stays zero and the failure is logged on the ``spdl_rs.io`` logger.
 ///     num_threads: Decoding threads (``None``: all cores).
+///     return_info: Return ``(buffer, info)``, where ``info["failures"]`` lists the failed items as
+///         ``(index, item, message)`` tuples.
 #[pyfunction]
-#[pyo3(signature = (srcs, width, height, *, layout="NHWC", normalize=None, pixel_format="rgb", filter="bilinear", strict=true, num_threads=None))]
+#[pyo3(signature = (srcs, width, height, *, layout="NHWC", normalize=None, pixel_format="rgb", filter="bilinear", strict=true, num_threads=None, return_info=false))]
 #[allow(clippy::too_many_arguments)]
 fn load_image_batch(
     py: Python<'_>,
@@ -293,10 +344,19 @@ fn load_image_batch(
     filter: &str,
     strict: bool,
     num_threads: Option<usize>,
-) -> PyResult<PyBuffer> {
+    return_info: bool,
+) -> PyResult<Py<PyAny>> {
     let spec = BatchSpec::new(width, height, layout, normalize.as_ref(), pixel_format, filter, strict, num_threads)?;
     let srcs = srcs.iter().enumerate().map(|(i, s)| src_from_py(s, i)).collect::<PyResult<Vec<_>>>()?;
-    py.detach(|| spec.run(srcs)).map(PyBuffer::new).map_err(io_err)
+    let (buffer, failures) = py.detach(|| spec.run(srcs)).map_err(io_err)?;
+    log_failures(py, "load_image_batch", &failures);
+    let buffer = Py::new(py, PyBuffer::new(buffer))?;
+    if !return_info {
+        return Ok(buffer.into_any());
+    }
+    let info = PyDict::new(py);
+    info.set_item("failures", failures)?;
+    Ok((buffer, info).into_pyobject(py)?.into_any().unbind())
 }
 
 const IMAGE_INPUT: &str = "a path (str) or encoded bytes";
@@ -357,12 +417,16 @@ impl NativeOp for ImageBatchOp {
             .enumerate()
             .map(|(i, v)| src_from_value(v, stage, "load_image_batch", BATCH_INPUT, i))
             .collect::<Result<Vec<_>, _>>()?;
-        let buf = self.spec.run(srcs).map_err(|e| Error::Native {
+        let (buf, failures) = self.spec.run(srcs).map_err(|e| Error::Native {
             stage: stage.to_owned(),
             op: self.name().to_owned(),
             item: format!("a batch of {n}"),
             source: Box::new(e),
         })?;
+        if !failures.is_empty() {
+            // Rare (non-strict batches only): the GIL is taken just to log them.
+            Python::attach(|py| log_failures(py, stage, &failures));
+        }
         Ok(vec![Value::Buffer(Arc::new(buf))])
     }
 }
@@ -410,5 +474,8 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(load_image_batch, m)?)?;
     m.add_function(wrap_pyfunction!(decode_image_op, m)?)?;
     m.add_function(wrap_pyfunction!(load_image_batch_op, m)?)?;
+    audio::register(m)?;
+    #[cfg(feature = "ffmpeg")]
+    video::register(m)?;
     Ok(())
 }

@@ -9,7 +9,8 @@
 //!   never takes the GIL; native ops ([`NativeOp`], e.g. `spdl_rs.io.ops.decode_image`) never take it.
 //! - `spdl_rs.Buffer` ([`PyBuffer`]) shows a Rust [`spdl_buffer::Buffer`] to numpy (array interface,
 //!   buffer protocol) and to any DLPack consumer, in place.
-//! - `spdl_rs.io` (feature `io`) wraps spdl-io's image decoders, each releasing the GIL.
+//! - `spdl_rs.io` (feature `io`) wraps spdl-io's image and audio decoders and `probe`, and (feature
+//!   `ffmpeg`, the system's FFmpeg libraries) its video demuxer and decoder, each releasing the GIL.
 //! - `spdl_rs.source` (feature `source`) wraps spdl-source's samplers and dataset listings.
 //!
 //! The module is declared free-threading safe (`gil_used = false`): no Rust code relies on the GIL for its
@@ -72,9 +73,11 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pipeline::AsyncBridge>()?;
     m.add_class::<pipeline::Reply>()?;
     m.add_class::<pipeline::PyNativeOp>()?;
+    pipeline::tstate::register(m)?;
     #[cfg(feature = "io")]
     io::register(m)?;
     m.add("HAS_IO", cfg!(feature = "io"))?;
+    m.add("HAS_VIDEO", cfg!(feature = "ffmpeg"))?;
     #[cfg(feature = "source")]
     source::register(m)?;
     m.add("HAS_SOURCE", cfg!(feature = "source"))?;

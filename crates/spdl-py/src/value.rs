@@ -98,7 +98,7 @@ impl Value {
     pub fn into_items(self) -> Vec<Value> {
         match self {
             Value::List(v) => v,
-            Value::Py(obj) => Python::attach(|py| {
+            Value::Py(obj) => crate::pipeline::tstate::attach(|py| {
                 let bound = obj.bind(py);
                 match bound.try_iter() {
                     Ok(it) => it.filter_map(|r| r.ok()).map(Value::from_py).collect(),

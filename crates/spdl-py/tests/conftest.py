@@ -42,3 +42,41 @@ def _no_leaked_python_threads():
 
 EXPECT_NO_GIL = os.environ.get("SPDL_RS_EXPECT_NO_GIL") == "1"
 FREE_THREADED_BUILD = bool(getattr(sys, "_is_gil_enabled", None)) and not sys._is_gil_enabled()
+
+
+def _ffmpeg(*args: str) -> None:
+    import subprocess
+
+    subprocess.run(["ffmpeg", "-hide_banner", "-loglevel", "error", "-y", *args], check=True, timeout=300)
+
+
+@pytest.fixture(scope="session")
+def media(tmp_path_factory):
+    """Real media made with the ``ffmpeg`` CLI, once per session: a 440 Hz sine (amplitude 1/8, the lavfi
+    default) at 16 kHz, stereo, 2 s, as WAV, FLAC and MP3; a 1 s WAV; a long (120 s, 48 kHz stereo) FLAC; and a
+    4 s 160x120 25 fps H.264 MP4 (``testsrc``, a keyframe every second)."""
+    import shutil
+
+    if shutil.which("ffmpeg") is None:
+        pytest.skip("the ffmpeg CLI is needed to make the test media (`cargo xtask test` installs it)")
+    d = tmp_path_factory.mktemp("media")
+    stereo = "pan=stereo|c0=c0|c1=c0"  # both channels the same sine, at full amplitude (`-ac 2` lowers it)
+    sine = ["-f", "lavfi", "-i", f"sine=frequency=440:sample_rate=16000:duration=2,{stereo}"]
+    files = {
+        "wav": d / "sine.wav",
+        "flac": d / "sine.flac",
+        "mp3": d / "sine.mp3",
+        "short_wav": d / "short.wav",
+        "long_flac": d / "long.flac",
+        "mp4": d / "testsrc.mp4",
+    }
+    _ffmpeg(*sine, "-c:a", "pcm_s16le", str(files["wav"]))
+    _ffmpeg(*sine, "-c:a", "flac", str(files["flac"]))
+    _ffmpeg(*sine, "-c:a", "libmp3lame", "-b:a", "128k", str(files["mp3"]))
+    _ffmpeg("-f", "lavfi", "-i", f"sine=frequency=440:sample_rate=16000:duration=1,{stereo}",
+            str(files["short_wav"]))
+    _ffmpeg("-f", "lavfi", "-i", f"sine=frequency=440:sample_rate=48000:duration=120,{stereo}",
+            "-c:a", "flac", str(files["long_flac"]))
+    _ffmpeg("-f", "lavfi", "-i", "testsrc=size=160x120:rate=25:duration=4", "-c:v", "libx264",
+            "-pix_fmt", "yuv420p", "-g", "25", str(files["mp4"]))
+    return {k: str(v) for k, v in files.items()}

@@ -1,7 +1,8 @@
 """spdl-rs: scalable data loading, with the pipeline engine and the media decoders in Rust.
 
 - :py:mod:`spdl_rs.pipeline`: a drop-in for ``spdl.pipeline`` (``PipelineBuilder``, ``Pipeline``).
-- :py:mod:`spdl_rs.io`: image decoding in Rust, GIL released; :py:mod:`spdl_rs.io.ops` as pipeline stages.
+- :py:mod:`spdl_rs.io`: image, audio and (with FFmpeg) video decoding in Rust, GIL released;
+  :py:mod:`spdl_rs.io.ops` as pipeline stages.
 - :py:mod:`spdl_rs.source`: deterministic samplers (shuffle, shard) and dataset listings.
 - :py:class:`Buffer`: arrays made by native ops; ``numpy.asarray(buf)`` and ``numpy.from_dlpack(buf)`` view
   them without a copy.

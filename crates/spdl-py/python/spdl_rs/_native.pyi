@@ -9,6 +9,9 @@ from collections.abc import Buffer as _BufferLike  # Python 3.12+; type checkers
 HAS_IO: bool
 """Whether this build has :py:mod:`spdl_rs.io` (the ``io`` cargo feature)."""
 
+HAS_VIDEO: bool
+"""Whether this build decodes video (the ``ffmpeg`` cargo feature)."""
+
 class Buffer:
     """An array in host memory made by spdl-rs. ``numpy.asarray(buf)`` and ``buf.numpy()`` view it in place (the
     array keeps it alive); ``__dlpack__`` hands it to ``numpy.from_dlpack``/``torch.from_dlpack`` in place."""
@@ -150,8 +153,11 @@ def load_image_batch(
     filter: str = "bilinear",
     strict: bool = True,
     num_threads: int | None = None,
-) -> Buffer:
-    """Decodes and resizes a batch of images into one ``[N, H, W, C]`` buffer, in parallel (GIL released)."""
+    return_info: bool = False,
+) -> Buffer | tuple[Buffer, dict[str, Any]]:
+    """Decodes and resizes a batch of images into one ``[N, H, W, C]`` buffer, in parallel (GIL released).
+    Non-strict failures leave zero slots and are logged on ``spdl_rs.io``; ``return_info=True`` returns
+    ``(buffer, {"failures": [(index, item, message), ...]})``."""
 
 def decode_image_op(
     *,
@@ -174,6 +180,189 @@ def load_image_batch_op(
     num_threads: int = 1,
 ) -> NativeOp:
     """The native op of :py:func:`load_image_batch`."""
+
+_Src = str | PathLike[str] | bytes | _BufferLike
+_Channels = Literal["mono", "all"] | Sequence[int] | None
+
+def load_audio(
+    src: _Src,
+    *,
+    start: float | None = None,
+    duration: float | None = None,
+    sample_rate: int | None = None,
+    channels: _Channels = None,
+    dtype: Literal["float32", "int16"] = "float32",
+    layout: Literal["channels_first", "interleaved"] = "channels_first",
+    num_samples: int | None = None,
+    backend: Literal["auto", "symphonia", "ffmpeg"] = "auto",
+    limits: dict[str, int] | None = None,
+    name: str | None = None,
+    return_info: bool = False,
+) -> Any:
+    """Decodes one clip into a numpy array ``[C, T]`` (or ``[T, C]``) viewing the decoded memory (GIL released);
+    ``(array, info)`` with ``return_info=True``."""
+
+def load_audio_batch(
+    srcs: Sequence[_Src],
+    *,
+    num_samples: int,
+    start: float | None = None,
+    duration: float | None = None,
+    sample_rate: int | None = None,
+    channels: _Channels = None,
+    dtype: Literal["float32", "int16"] = "float32",
+    layout: Literal["channels_first", "interleaved"] = "channels_first",
+    backend: Literal["auto", "symphonia", "ffmpeg"] = "auto",
+    limits: dict[str, int] | None = None,
+    strict: bool = True,
+    num_threads: int | None = None,
+    return_info: bool = False,
+) -> Any:
+    """Decodes clips into one numpy array ``[N, C, T]`` (or ``[N, T, C]``), each padded or truncated to
+    ``num_samples``; ``(array, {"sample_rate", "num_samples", "failures"})`` with ``return_info=True``."""
+
+def probe(src: _Src, *, name: str | None = None) -> dict[str, Any]:
+    """What a media file holds (container, duration, streams), from its headers only (GIL released)."""
+
+def load_audio_op(
+    *,
+    start: float | None = None,
+    duration: float | None = None,
+    sample_rate: int | None = None,
+    channels: _Channels = None,
+    dtype: str = "float32",
+    layout: str = "channels_first",
+    num_samples: int | None = None,
+    backend: str = "auto",
+    limits: dict[str, int] | None = None,
+) -> NativeOp:
+    """The native op of :py:func:`load_audio`."""
+
+def load_audio_batch_op(
+    *,
+    num_samples: int,
+    start: float | None = None,
+    duration: float | None = None,
+    sample_rate: int | None = None,
+    channels: _Channels = None,
+    dtype: str = "float32",
+    layout: str = "channels_first",
+    backend: str = "auto",
+    limits: dict[str, int] | None = None,
+    strict: bool = True,
+    num_threads: int = 1,
+) -> NativeOp:
+    """The native op of :py:func:`load_audio_batch`."""
+
+class Packets:
+    """The packets of one video stream from :py:func:`demux_video`, owned by Rust; :py:func:`decode_packets`
+    consumes them (a second decode raises ``ValueError``). Only in builds with ``HAS_VIDEO``."""
+
+    @property
+    def item(self) -> str:
+        """The path or name they came from."""
+    @property
+    def codec(self) -> str:
+        """Codec short name (``"h264"``, ...)."""
+    @property
+    def width(self) -> int:
+        """Coded width in pixels."""
+    @property
+    def height(self) -> int:
+        """Coded height in pixels."""
+    @property
+    def frame_rate(self) -> float | None:
+        """Average frame rate, if stated."""
+    @property
+    def nbytes(self) -> int:
+        """Bytes of packet data."""
+    @property
+    def timestamps(self) -> list[float]:
+        """Presentation times (seconds) of the frames a full decode of the window yields."""
+    @property
+    def decodable(self) -> bool:
+        """True until :py:func:`decode_packets` consumed them."""
+    def __len__(self) -> int:
+        """Number of packets (including those before the window that decoding needs)."""
+
+def load_video(
+    src: _Src,
+    *,
+    start: float | None = None,
+    duration: float | None = None,
+    fps: float | None = None,
+    every_k: int | None = None,
+    num_frames: int | None = None,
+    width: int | None = None,
+    height: int | None = None,
+    pix_fmt: Literal["rgb24", "gray"] = "rgb24",
+    filter: Literal["bicubic", "bilinear", "nearest", "area"] = "bicubic",
+    threads: int = 1,
+    limits: dict[str, int] | None = None,
+    name: str | None = None,
+    return_info: bool = False,
+) -> Any:
+    """Demuxes and decodes a video into a ``uint8`` numpy array ``[N, H, W, C]`` (GIL released); ``(array,
+    {"pts", "frame_rate", "codec", "item"})`` with ``return_info=True``. Only in builds with ``HAS_VIDEO``."""
+
+def demux_video(
+    src: _Src,
+    *,
+    start: float | None = None,
+    duration: float | None = None,
+    limits: dict[str, int] | None = None,
+    name: str | None = None,
+) -> Packets:
+    """The packets the window needs, to decode later with :py:func:`decode_packets` (GIL released)."""
+
+def decode_packets(
+    packets: Packets,
+    *,
+    fps: float | None = None,
+    every_k: int | None = None,
+    num_frames: int | None = None,
+    width: int | None = None,
+    height: int | None = None,
+    pix_fmt: Literal["rgb24", "gray"] = "rgb24",
+    filter: Literal["bicubic", "bilinear", "nearest", "area"] = "bicubic",
+    threads: int = 1,
+    return_info: bool = False,
+) -> Any:
+    """Decodes (and consumes) packets into a ``uint8`` numpy array ``[N, H, W, C]`` (GIL released)."""
+
+def load_video_op(
+    *,
+    start: float | None = None,
+    duration: float | None = None,
+    fps: float | None = None,
+    every_k: int | None = None,
+    num_frames: int | None = None,
+    width: int | None = None,
+    height: int | None = None,
+    pix_fmt: str = "rgb24",
+    filter: str = "bicubic",
+    threads: int = 1,
+    limits: dict[str, int] | None = None,
+) -> NativeOp:
+    """The native op of :py:func:`load_video`."""
+
+def demux_video_op(
+    *, start: float | None = None, duration: float | None = None, limits: dict[str, int] | None = None
+) -> NativeOp:
+    """The native op of :py:func:`demux_video` (outputs :py:class:`Packets`)."""
+
+def decode_packets_op(
+    *,
+    fps: float | None = None,
+    every_k: int | None = None,
+    num_frames: int | None = None,
+    width: int | None = None,
+    height: int | None = None,
+    pix_fmt: str = "rgb24",
+    filter: str = "bicubic",
+    threads: int = 1,
+) -> NativeOp:
+    """The native op of :py:func:`decode_packets`."""
 
 HAS_SOURCE: bool
 """Whether this build has :py:mod:`spdl_rs.source` (the ``source`` cargo feature)."""

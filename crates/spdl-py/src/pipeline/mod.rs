@@ -4,6 +4,7 @@
 
 mod bridge;
 mod ops;
+pub(crate) mod tstate;
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};

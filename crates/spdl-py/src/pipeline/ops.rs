@@ -182,7 +182,7 @@ where
             let failures = Arc::clone(failures);
             Stage::filter_map(name, move |input: T| {
                 let input: Value = input.into();
-                Python::attach(|py| {
+                super::tstate::attach(|py| {
                     let arg = input.into_py(py).map_err(|e| failures.record(py, &stage_name, e))?;
                     match op.bind(py).call1((arg,)) {
                         Ok(r) if r.is_none() => Ok(None),
@@ -196,7 +196,7 @@ where
             let failures = Arc::clone(failures);
             Stage::flat_map(name, move |input: T| {
                 let input: Value = input.into();
-                Python::attach(|py| {
+                super::tstate::attach(|py| {
                     let run = || -> PyResult<Vec<Value>> {
                         let arg = input.into_py(py)?;
                         let generator = op.bind(py).call1((arg,))?;
@@ -260,7 +260,7 @@ impl PyIter {
     fn refill(&mut self) {
         let chunk = self.chunk;
         self.chunk = (self.chunk * 2).min(SOURCE_CHUNK);
-        Python::attach(|py| {
+        super::tstate::attach(|py| {
             let it = match &self.iter {
                 Some(it) => it.bind(py).clone(),
                 None => match self.iterable.bind(py).try_iter() {

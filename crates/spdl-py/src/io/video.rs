@@ -1,0 +1,495 @@
+//! `spdl_rs.io` video (feature `ffmpeg`): `load_video`, and `demux_video` + `decode_packets` for pipelines
+//! that demux (I/O) and decode (CPU) in separate stages, with their native ops. Every function releases the
+//! GIL for its whole duration.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use spdl_buffer::system_allocator;
+use spdl_io::video::{
+    DecodeOptions, DemuxOptions, FrameSampling, Frames, Packets, PixelFormat, ScaleFilter, VideoLimits,
+    decode_packets as decode_packets_rs, demux_video as demux_video_rs,
+};
+
+use super::audio::window;
+use super::{io_err, media_src, src_from_value, to_numpy};
+use crate::error::Error;
+use crate::pipeline::{NativeOp, PyNativeOp};
+use crate::value::Value;
+
+/// The packets of one video stream (``demux_video``'s result), owned by Rust: hand them to another thread or
+/// pipeline stage and decode them there with ``decode_packets``, which consumes them (a second decode
+/// raises ``ValueError``).
+#[pyclass(name = "Packets", module = "spdl_rs._native", frozen)]
+#[derive(Debug)]
+pub struct PyPackets {
+    /// `None` once decoded. The lock is held only to take the packets out, never while Python runs.
+    packets: Mutex<Option<Packets>>,
+    item: String,
+    codec: String,
+    width: u32,
+    height: u32,
+    frame_rate: Option<f64>,
+    len: usize,
+    nbytes: usize,
+    timestamps: Vec<f64>,
+}
+
+impl PyPackets {
+    fn new(p: Packets) -> Self {
+        Self {
+            item: p.item().to_owned(),
+            codec: p.codec().to_owned(),
+            width: p.width(),
+            height: p.height(),
+            frame_rate: p.frame_rate(),
+            len: p.len(),
+            nbytes: p.bytes(),
+            timestamps: p.timestamps(),
+            packets: Mutex::new(Some(p)),
+        }
+    }
+
+    /// Takes the packets out (they are decoded once).
+    fn take(&self) -> PyResult<Packets> {
+        self.packets.lock().unwrap_or_else(PoisonError::into_inner).take().ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "{}: these packets were already decoded (decode_packets consumes them; demux again)",
+                self.item
+            ))
+        })
+    }
+}
+
+#[pymethods]
+impl PyPackets {
+    /// The item (path or name) they came from.
+    #[getter]
+    fn item(&self) -> &str {
+        &self.item
+    }
+
+    /// Codec short name (``"h264"``, ``"vp9"``, ...).
+    #[getter]
+    fn codec(&self) -> &str {
+        &self.codec
+    }
+
+    /// Coded width in pixels.
+    #[getter]
+    fn width(&self) -> u32 {
+        self.width
+    }
+
+    /// Coded height in pixels.
+    #[getter]
+    fn height(&self) -> u32 {
+        self.height
+    }
+
+    /// Average frame rate, if the container states it.
+    #[getter]
+    fn frame_rate(&self) -> Option<f64> {
+        self.frame_rate
+    }
+
+    /// Bytes of packet data.
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.nbytes
+    }
+
+    /// Presentation times (seconds) of the frames in the window, in order: what a full decode yields.
+    #[getter]
+    fn timestamps(&self) -> Vec<f64> {
+        self.timestamps.clone()
+    }
+
+    /// True until ``decode_packets`` consumed them.
+    #[getter]
+    fn decodable(&self) -> bool {
+        self.packets.lock().unwrap_or_else(PoisonError::into_inner).is_some()
+    }
+
+    /// Number of packets (including those before the window that decoding needs).
+    fn __len__(&self) -> usize {
+        self.len
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "spdl_rs.io.Packets(item={:?}, codec={:?}, {}x{}, packets={}, frames={})",
+            self.item,
+            self.codec,
+            self.width,
+            self.height,
+            self.len,
+            self.timestamps.len()
+        )
+    }
+}
+
+fn pixel_format(name: &str) -> PyResult<PixelFormat> {
+    match name.to_ascii_lowercase().as_str() {
+        "rgb24" | "rgb" => Ok(PixelFormat::Rgb24),
+        "gray" | "gray8" | "grey" => Ok(PixelFormat::Gray8),
+        other => Err(PyValueError::new_err(format!("pix_fmt must be \"rgb24\" or \"gray\", got {other:?}"))),
+    }
+}
+
+fn scale_filter(name: &str) -> PyResult<ScaleFilter> {
+    match name.to_ascii_lowercase().as_str() {
+        "nearest" | "point" => Ok(ScaleFilter::Nearest),
+        "bilinear" => Ok(ScaleFilter::Bilinear),
+        "bicubic" => Ok(ScaleFilter::Bicubic),
+        "area" => Ok(ScaleFilter::Area),
+        other => Err(PyValueError::new_err(format!(
+            "filter must be \"nearest\", \"bilinear\", \"bicubic\" or \"area\", got {other:?}"
+        ))),
+    }
+}
+
+/// `None` or a dict overriding some of [`VideoLimits`]' fields (unknown keys are an error).
+fn limits(spec: Option<&Bound<'_, PyDict>>) -> PyResult<VideoLimits> {
+    let mut l = VideoLimits::default();
+    let Some(spec) = spec else { return Ok(l) };
+    for (key, value) in spec.iter() {
+        let key: String = key.extract()?;
+        match key.as_str() {
+            "max_packets" => l.max_packets = value.extract()?,
+            "max_packet_bytes" => l.max_packet_bytes = value.extract()?,
+            "max_frames" => l.max_frames = value.extract()?,
+            "max_pixels" => l.max_pixels = value.extract()?,
+            "max_output_bytes" => l.max_output_bytes = value.extract()?,
+            "max_bad_packets" => l.max_bad_packets = value.extract()?,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "unknown video limit {other:?} (max_packets, max_packet_bytes, max_frames, max_pixels, \
+                     max_output_bytes, max_bad_packets)"
+                )));
+            }
+        }
+    }
+    Ok(l)
+}
+
+fn demux_options(
+    start: Option<f64>,
+    duration: Option<f64>,
+    limit_spec: Option<&Bound<'_, PyDict>>,
+) -> PyResult<DemuxOptions> {
+    let window = window(start, duration);
+    if let Some(w) = &window {
+        w.validate().map_err(io_err)?;
+    }
+    Ok(DemuxOptions { window, limits: limits(limit_spec)? })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn decode_options(
+    fps: Option<f64>,
+    every_k: Option<usize>,
+    num_frames: Option<usize>,
+    width: Option<u32>,
+    height: Option<u32>,
+    pix_fmt: &str,
+    filter: &str,
+    threads: usize,
+) -> PyResult<DecodeOptions> {
+    let sampling = match (fps, every_k, num_frames) {
+        (None, None, None) => FrameSampling::All,
+        (Some(f), None, None) => FrameSampling::Fps(f),
+        (None, Some(k), None) => FrameSampling::Every(k),
+        (None, None, Some(n)) => FrameSampling::Uniform(n),
+        _ => return Err(PyValueError::new_err("give at most one of fps, every_k and num_frames")),
+    };
+    let size = match (width, height) {
+        (None, None) => None,
+        (Some(w), Some(h)) => Some((w, h)),
+        _ => return Err(PyValueError::new_err("give both width and height (or neither, for the coded size)")),
+    };
+    let opts =
+        DecodeOptions { sampling, size, pixel_format: pixel_format(pix_fmt)?, filter: scale_filter(filter)?, threads };
+    opts.validate().map_err(io_err)?;
+    Ok(opts)
+}
+
+/// The frames as a numpy array, with `(array, info)` when asked.
+fn frames_result(py: Python<'_>, frames: Frames, return_info: bool) -> PyResult<Py<PyAny>> {
+    let info = if return_info {
+        let d = PyDict::new(py);
+        d.set_item("pts", &frames.pts_s)?;
+        d.set_item("frame_rate", frames.frame_rate)?;
+        d.set_item("codec", &frames.codec)?;
+        d.set_item("item", &frames.item)?;
+        Some(d)
+    } else {
+        None
+    };
+    let array = to_numpy(py, frames.buffer)?;
+    match info {
+        Some(info) => Ok((array, info).into_pyobject(py)?.into_any().unbind()),
+        None => Ok(array.unbind()),
+    }
+}
+
+/// Demuxes and decodes a video (a path or encoded bytes) into a ``uint8`` ``numpy`` array ``[N, H, W, C]``
+/// (GIL released), without a copy. FFmpeg seeks to the keyframe before ``start``; frames that are not
+/// selected are decoded but never converted.
+///
+/// Args:
+///     src: A path (``str`` or ``os.PathLike``) or encoded bytes.
+///     start: Window start in seconds (presentation time).
+///     duration: Window length in seconds (``None``: to the end).
+///     fps: Output frame rate: at each tick the frame on screen then (frames repeat above the source rate).
+///     every_k: Every k-th frame of the window.
+///     num_frames: Exactly this many frames, spread uniformly over the window (repeats if it has fewer).
+///         At most one of ``fps``, ``every_k``, ``num_frames``; none: every frame.
+///     width, height: Output size (both or neither; neither keeps the coded size).
+///     pix_fmt: ``"rgb24"`` (``C = 3``) or ``"gray"`` (``C = 1``).
+///     filter: Scaling filter: ``"bicubic"``, ``"bilinear"``, ``"nearest"`` or ``"area"``.
+///     threads: Decoder threads (``0``: FFmpeg picks one per core).
+///     limits: Overrides of the bounds (``max_packets``, ``max_packet_bytes``, ``max_frames``, ``max_pixels``,
+///         ``max_output_bytes``, ``max_bad_packets``).
+///     name: The name of ``src`` in error messages when it is bytes.
+///     return_info: Also return a dict: ``pts`` (seconds, per frame), ``frame_rate``, ``codec``, ``item``.
+///
+/// Raises:
+///     OSError: The file cannot be read.
+///     ValueError: Invalid options.
+///     RuntimeError: The input is corrupt, has no video stream or is over a limit; the message names it.
+#[pyfunction]
+#[pyo3(signature = (src, *, start=None, duration=None, fps=None, every_k=None, num_frames=None, width=None, height=None, pix_fmt="rgb24", filter="bicubic", threads=1, limits=None, name=None, return_info=false))]
+#[allow(clippy::too_many_arguments)]
+fn load_video(
+    py: Python<'_>,
+    src: &Bound<'_, PyAny>,
+    start: Option<f64>,
+    duration: Option<f64>,
+    fps: Option<f64>,
+    every_k: Option<usize>,
+    num_frames: Option<usize>,
+    width: Option<u32>,
+    height: Option<u32>,
+    pix_fmt: &str,
+    filter: &str,
+    threads: usize,
+    limits: Option<Bound<'_, PyDict>>,
+    name: Option<&str>,
+    return_info: bool,
+) -> PyResult<Py<PyAny>> {
+    let demux = demux_options(start, duration, limits.as_ref())?;
+    let decode = decode_options(fps, every_k, num_frames, width, height, pix_fmt, filter, threads)?;
+    let src = media_src(src, name)?;
+    let frames = py
+        .detach(|| {
+            let packets = demux_video_rs(src.media(), &demux)?;
+            decode_packets_rs(packets, &decode, &system_allocator())
+        })
+        .map_err(io_err)?;
+    frames_result(py, frames, return_info)
+}
+
+/// Reads the packets of the best video stream that the window needs (from the keyframe before ``start``),
+/// GIL released, into a :py:class:`Packets` object to decode with :py:func:`decode_packets`, possibly in
+/// another thread or pipeline stage. Arguments as :py:func:`load_video`.
+#[pyfunction]
+#[pyo3(signature = (src, *, start=None, duration=None, limits=None, name=None))]
+fn demux_video(
+    py: Python<'_>,
+    src: &Bound<'_, PyAny>,
+    start: Option<f64>,
+    duration: Option<f64>,
+    limits: Option<Bound<'_, PyDict>>,
+    name: Option<&str>,
+) -> PyResult<PyPackets> {
+    let demux = demux_options(start, duration, limits.as_ref())?;
+    let src = media_src(src, name)?;
+    let packets = py.detach(|| demux_video_rs(src.media(), &demux)).map_err(io_err)?;
+    Ok(PyPackets::new(packets))
+}
+
+/// Decodes :py:class:`Packets` into a ``uint8`` ``numpy`` array ``[N, H, W, C]`` (GIL released); the packets
+/// are consumed. Arguments as :py:func:`load_video`.
+#[pyfunction]
+#[pyo3(signature = (packets, *, fps=None, every_k=None, num_frames=None, width=None, height=None, pix_fmt="rgb24", filter="bicubic", threads=1, return_info=false))]
+#[allow(clippy::too_many_arguments)]
+fn decode_packets(
+    py: Python<'_>,
+    packets: &PyPackets,
+    fps: Option<f64>,
+    every_k: Option<usize>,
+    num_frames: Option<usize>,
+    width: Option<u32>,
+    height: Option<u32>,
+    pix_fmt: &str,
+    filter: &str,
+    threads: usize,
+    return_info: bool,
+) -> PyResult<Py<PyAny>> {
+    let decode = decode_options(fps, every_k, num_frames, width, height, pix_fmt, filter, threads)?;
+    let packets = packets.take()?;
+    let frames = py.detach(|| decode_packets_rs(packets, &decode, &system_allocator())).map_err(io_err)?;
+    frames_result(py, frames, return_info)
+}
+
+const VIDEO_INPUT: &str = "a path (str) or encoded bytes";
+const PACKETS_INPUT: &str = "spdl_rs.io.Packets (from demux_video)";
+
+fn native_err(stage: &str, op: &str, item: String, e: spdl_io::Error) -> Error {
+    Error::Native { stage: stage.to_owned(), op: op.to_owned(), item, source: Box::new(e) }
+}
+
+/// `load_video` as an op: demux and decode each item.
+#[derive(Debug)]
+struct LoadVideoOp {
+    demux: DemuxOptions,
+    decode: DecodeOptions,
+}
+
+impl NativeOp for LoadVideoOp {
+    fn name(&self) -> &str {
+        "load_video"
+    }
+    fn expects(&self) -> &'static str {
+        VIDEO_INPUT
+    }
+    fn call(&self, stage: &str, input: Value) -> Result<Vec<Value>, Error> {
+        let src = src_from_value(input, stage, self.name(), VIDEO_INPUT, 0)?;
+        let frames = demux_video_rs(src.media(), &self.demux)
+            .and_then(|p| decode_packets_rs(p, &self.decode, &system_allocator()))
+            .map_err(|e| native_err(stage, self.name(), src.name(), e))?;
+        Ok(vec![Value::Buffer(Arc::new(frames.buffer))])
+    }
+}
+
+/// `demux_video` as an op: each item becomes a `Packets` Python object (the GIL is taken once per item, to
+/// make it; the demuxing runs without it).
+#[derive(Debug)]
+struct DemuxVideoOp {
+    demux: DemuxOptions,
+}
+
+impl NativeOp for DemuxVideoOp {
+    fn name(&self) -> &str {
+        "demux_video"
+    }
+    fn expects(&self) -> &'static str {
+        VIDEO_INPUT
+    }
+    fn call(&self, stage: &str, input: Value) -> Result<Vec<Value>, Error> {
+        let src = src_from_value(input, stage, self.name(), VIDEO_INPUT, 0)?;
+        let packets =
+            demux_video_rs(src.media(), &self.demux).map_err(|e| native_err(stage, self.name(), src.name(), e))?;
+        let obj =
+            crate::pipeline::tstate::attach(|py| Py::new(py, PyPackets::new(packets))).map_err(|e| Error::Native {
+                stage: stage.to_owned(),
+                op: self.name().to_owned(),
+                item: src.name(),
+                source: Box::new(PyTypeError::new_err(e.to_string())),
+            })?;
+        Ok(vec![Value::Py(obj.into_any())])
+    }
+}
+
+/// `decode_packets` as an op: each item is a `Packets` object.
+#[derive(Debug)]
+struct DecodePacketsOp {
+    decode: DecodeOptions,
+}
+
+impl NativeOp for DecodePacketsOp {
+    fn name(&self) -> &str {
+        "decode_packets"
+    }
+    fn expects(&self) -> &'static str {
+        PACKETS_INPUT
+    }
+    fn call(&self, stage: &str, input: Value) -> Result<Vec<Value>, Error> {
+        let wrong = |item: String| Error::WrongInput {
+            stage: stage.to_owned(),
+            op: self.name().to_owned(),
+            item,
+            expected: PACKETS_INPUT,
+        };
+        let Value::Py(obj) = input else { return Err(wrong(input.describe())) };
+        // The GIL is held only to take the packets out of their Python object.
+        let packets = crate::pipeline::tstate::attach(|py| match obj.bind(py).cast::<PyPackets>() {
+            Ok(p) => p.get().take().map_err(|e| wrong(format!("spent packets ({e})"))),
+            Err(_) => Err(wrong("a Python object".to_owned())),
+        })?;
+        let item = packets.item().to_owned();
+        let frames = decode_packets_rs(packets, &self.decode, &system_allocator())
+            .map_err(|e| native_err(stage, self.name(), item, e))?;
+        Ok(vec![Value::Buffer(Arc::new(frames.buffer))])
+    }
+}
+
+/// Native op: demuxes and decodes each item (a path or encoded bytes) into a ``[N, H, W, C]`` ``uint8``
+/// buffer, without the GIL. Arguments as :py:func:`spdl_rs.io.load_video`.
+#[pyfunction]
+#[pyo3(signature = (*, start=None, duration=None, fps=None, every_k=None, num_frames=None, width=None, height=None, pix_fmt="rgb24", filter="bicubic", threads=1, limits=None))]
+#[allow(clippy::too_many_arguments)]
+fn load_video_op(
+    start: Option<f64>,
+    duration: Option<f64>,
+    fps: Option<f64>,
+    every_k: Option<usize>,
+    num_frames: Option<usize>,
+    width: Option<u32>,
+    height: Option<u32>,
+    pix_fmt: &str,
+    filter: &str,
+    threads: usize,
+    limits: Option<Bound<'_, PyDict>>,
+) -> PyResult<PyNativeOp> {
+    let demux = demux_options(start, duration, limits.as_ref())?;
+    let decode = decode_options(fps, every_k, num_frames, width, height, pix_fmt, filter, threads)?;
+    Ok(PyNativeOp { op: Arc::new(LoadVideoOp { demux, decode }) })
+}
+
+/// Native op: demuxes each item (a path or encoded bytes) into a :py:class:`Packets` object. Arguments as
+/// :py:func:`spdl_rs.io.demux_video`.
+#[pyfunction]
+#[pyo3(signature = (*, start=None, duration=None, limits=None))]
+fn demux_video_op(
+    start: Option<f64>,
+    duration: Option<f64>,
+    limits: Option<Bound<'_, PyDict>>,
+) -> PyResult<PyNativeOp> {
+    let demux = demux_options(start, duration, limits.as_ref())?;
+    Ok(PyNativeOp { op: Arc::new(DemuxVideoOp { demux }) })
+}
+
+/// Native op: decodes each item (a :py:class:`Packets`) into a ``[N, H, W, C]`` ``uint8`` buffer, without the
+/// GIL. Arguments as :py:func:`spdl_rs.io.decode_packets`.
+#[pyfunction]
+#[pyo3(signature = (*, fps=None, every_k=None, num_frames=None, width=None, height=None, pix_fmt="rgb24", filter="bicubic", threads=1))]
+#[allow(clippy::too_many_arguments)]
+fn decode_packets_op(
+    fps: Option<f64>,
+    every_k: Option<usize>,
+    num_frames: Option<usize>,
+    width: Option<u32>,
+    height: Option<u32>,
+    pix_fmt: &str,
+    filter: &str,
+    threads: usize,
+) -> PyResult<PyNativeOp> {
+    let decode = decode_options(fps, every_k, num_frames, width, height, pix_fmt, filter, threads)?;
+    Ok(PyNativeOp { op: Arc::new(DecodePacketsOp { decode }) })
+}
+
+/// Registers the video functions and `Packets` on the native module.
+pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyPackets>()?;
+    m.add_function(wrap_pyfunction!(load_video, m)?)?;
+    m.add_function(wrap_pyfunction!(demux_video, m)?)?;
+    m.add_function(wrap_pyfunction!(decode_packets, m)?)?;
+    m.add_function(wrap_pyfunction!(load_video_op, m)?)?;
+    m.add_function(wrap_pyfunction!(demux_video_op, m)?)?;
+    m.add_function(wrap_pyfunction!(decode_packets_op, m)?)?;
+    Ok(())
+}

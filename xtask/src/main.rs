@@ -90,7 +90,8 @@ fn test(root: &Path, args: &[String]) -> Result<()> {
             .env("RUSTDOCFLAGS", "-D warnings"))?;
     }
     run(cargo()
-        .args(["test", "--workspace", "--exclude", "spdl-py", "--features", TEST_FEATURES])
+        // Every suite runs even after one fails, so one CI log shows every failure.
+        .args(["test", "--workspace", "--exclude", "spdl-py", "--no-fail-fast", "--features", TEST_FEATURES])
         .env(s3::S3S_FS_ENV, &s3s_fs)
         .env("RUST_BACKTRACE", "1"))?;
     if !no_python {

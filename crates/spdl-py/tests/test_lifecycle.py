@@ -73,7 +73,8 @@ def test_no_thread_leak_after_many_cycles(watchdog):
 def test_garbage_collected_pipeline_is_stopped(watchdog):
     baseline = os_threads()
     p = PipelineBuilder().add_source(endless()).pipe(lambda x: x, concurrency=2).add_sink(3).build(num_threads=3)
-    assert p.get_item(timeout=30) == 0
+    # Completion order with 2 concurrent calls: either of the first two items may come first.
+    assert p.get_item(timeout=30) in (0, 1)
     assert os_threads() > baseline
     del p
     gc.collect()

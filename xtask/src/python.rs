@@ -27,8 +27,8 @@ const FT_COMPLETE_STAMP: &str = ".spdl-rs-complete";
 /// Cargo features of spdl-py that both test builds enable (given on the command line, they replace
 /// pyproject.toml's list): `abi3` (ignored by PyO3 for the free-threaded interpreter, which has no stable
 /// ABI) and `ffmpeg` (video; needs the FFmpeg development packages, which `cargo xtask test` installs
-/// before this step).
-const MODULE_FEATURES: &str = "abi3,ffmpeg";
+/// before this step), `http` (`spdl_rs.source.Store` over HTTP(S)).
+const MODULE_FEATURES: &str = "abi3,ffmpeg,http";
 
 /// Builds `spdl_rs` into `.venv` (system python3) and `.venv-ft` (free-threaded CPython 3.13t) under `root`
 /// and runs `crates/spdl-py/tests` with pytest in each. Fails if any test fails or if pytest collects none.

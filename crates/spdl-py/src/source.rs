@@ -109,8 +109,141 @@ fn list_dataset(py: Python<'_>, root: PathBuf, extensions: Vec<String>, layout: 
     Ok((keys, labels, ds.classes().to_vec()))
 }
 
+/// An object store from an address: a local directory (``/data/train`` or ``file:///data/train``), an HTTP(S)
+/// base URL (``https://host/path``; builds with the ``http`` feature) or ``s3://bucket/prefix`` (builds with
+/// the ``s3`` feature). Every call releases the GIL while it waits; transient failures are retried with
+/// backoff; errors name the key (the full address) and the cause.
+///
+/// .. code-block:: python
+///
+///     store = Store.open("https://example.org/shards", read_timeout=10.0, max_attempts=5)
+///     data = store.get("train/000001.jpg")          # bytes
+///     blobs = store.get_many(keys, concurrency=32)   # bytes, in the order of keys
+#[pyclass(name = "Store", module = "spdl_rs.source", frozen)]
+pub struct PyStore {
+    inner: Arc<dyn spdl_source::ObjectStore>,
+    runtime: tokio::runtime::Runtime,
+    url: String,
+}
+
+impl std::fmt::Debug for PyStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PyStore").field("url", &self.url).finish_non_exhaustive()
+    }
+}
+
+fn secs(what: &str, v: f64) -> PyResult<std::time::Duration> {
+    std::time::Duration::try_from_secs_f64(v)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| PyValueError::new_err(format!("{what} must be a positive number of seconds, got {v}")))
+}
+
+#[pymethods]
+impl PyStore {
+    /// Opens the store that ``url`` names. ``connect_timeout``/``read_timeout`` in seconds; ``max_attempts``
+    /// counts the first try (1 disables retries); ``max_in_flight`` caps concurrent requests.
+    #[staticmethod]
+    #[pyo3(signature = (url, *, connect_timeout=10.0, read_timeout=30.0, max_attempts=None, max_in_flight=64))]
+    fn open(
+        py: Python<'_>,
+        url: String,
+        connect_timeout: f64,
+        read_timeout: f64,
+        max_attempts: Option<u32>,
+        max_in_flight: usize,
+    ) -> PyResult<Self> {
+        let mut opts = spdl_source::StoreOptions::default()
+            .connect_timeout(secs("connect_timeout", connect_timeout)?)
+            .read_timeout(secs("read_timeout", read_timeout)?)
+            .max_in_flight(max_in_flight);
+        if let Some(n) = max_attempts {
+            if n == 0 {
+                return Err(PyValueError::new_err("max_attempts must be at least 1"));
+            }
+            opts = opts.retry(spdl_source::RetryPolicy { max_attempts: n, ..Default::default() });
+        }
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("spdl-store")
+            .enable_all()
+            .build()
+            .map_err(|e| PyOSError::new_err(format!("{url}: cannot start the store's I/O runtime: {e}")))?;
+        let inner = py.detach(|| runtime.block_on(spdl_source::open_store_with(&url, &opts))).map_err(source_err)?;
+        Ok(PyStore { inner, runtime, url })
+    }
+
+    /// The whole object ``key`` as ``bytes``.
+    fn get<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+        let data = py.detach(|| self.runtime.block_on(self.inner.get(key))).map_err(source_err)?;
+        Ok(pyo3::types::PyBytes::new(py, &data))
+    }
+
+    /// Bytes ``start..end`` of object ``key`` (``end`` past the object's size is clipped).
+    fn get_range<'py>(
+        &self,
+        py: Python<'py>,
+        key: &str,
+        start: u64,
+        end: u64,
+    ) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+        let data = py.detach(|| self.runtime.block_on(self.inner.get_range(key, start..end))).map_err(source_err)?;
+        Ok(pyo3::types::PyBytes::new(py, &data))
+    }
+
+    /// The size in bytes of object ``key``, without reading it.
+    fn size(&self, py: Python<'_>, key: &str) -> PyResult<u64> {
+        py.detach(|| self.runtime.block_on(self.inner.head(key))).map(|m| m.size).map_err(source_err)
+    }
+
+    /// ``(key, size)`` of every object whose key starts with ``prefix``, in key order.
+    #[pyo3(signature = (prefix=""))]
+    fn list(&self, py: Python<'_>, prefix: &str) -> PyResult<Vec<(String, u64)>> {
+        use futures::TryStreamExt;
+        py.detach(|| self.runtime.block_on(self.inner.list(prefix).map_ok(|m| (m.key, m.size)).try_collect::<Vec<_>>()))
+            .map_err(source_err)
+    }
+
+    /// Reads ``keys`` with up to ``concurrency`` requests in flight; returns their bytes in the order of
+    /// ``keys``. The first failure raises, naming its key.
+    #[pyo3(signature = (keys, *, concurrency=16))]
+    fn get_many<'py>(
+        &self,
+        py: Python<'py>,
+        keys: Vec<String>,
+        concurrency: usize,
+    ) -> PyResult<Vec<Bound<'py, pyo3::types::PyBytes>>> {
+        use futures::{StreamExt, TryStreamExt};
+        if concurrency == 0 {
+            return Err(PyValueError::new_err("concurrency must be at least 1"));
+        }
+        let store = &self.inner;
+        let all = py
+            .detach(|| {
+                self.runtime.block_on(
+                    futures::stream::iter(keys.iter().map(|k| store.get(k)))
+                        .buffered(concurrency)
+                        .try_collect::<Vec<_>>(),
+                )
+            })
+            .map_err(source_err)?;
+        Ok(all.iter().map(|b| pyo3::types::PyBytes::new(py, b)).collect())
+    }
+
+    /// The address the store was opened with.
+    #[getter]
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Store({:?})", self.url)
+    }
+}
+
 /// Registers the source classes and functions on the native module.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyStore>()?;
     m.add_class::<PySampler>()?;
     m.add_function(wrap_pyfunction!(list_dataset, m)?)?;
     Ok(())

@@ -389,6 +389,33 @@ class Sampler:
     def __len__(self) -> int:
         """Indices per epoch."""
 
+class Store:
+    """An object store (local directory, HTTP(S) base URL, ``s3://bucket/prefix``) read without the GIL."""
+
+    @staticmethod
+    def open(
+        url: str,
+        *,
+        connect_timeout: float = 10.0,
+        read_timeout: float = 30.0,
+        max_attempts: int | None = None,
+        max_in_flight: int = 64,
+    ) -> Store:
+        """Opens the store ``url`` names; raises if its backend is not in this build or it cannot be reached."""
+    def get(self, key: str) -> bytes:
+        """The whole object ``key``."""
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        """Bytes ``start..end`` of ``key`` (``end`` past the size is clipped)."""
+    def size(self, key: str) -> int:
+        """The size of ``key`` in bytes, without reading it."""
+    def list(self, prefix: str = "") -> list[tuple[str, int]]:
+        """``(key, size)`` of every object under ``prefix``, in key order."""
+    def get_many(self, keys: Sequence[str], *, concurrency: int = 16) -> list[bytes]:
+        """The objects ``keys``, fetched ``concurrency`` at a time, in the order of ``keys``."""
+    @property
+    def url(self) -> str:
+        """The address the store was opened with."""
+
 def list_dataset(
     root: str | PathLike[str], *, extensions: Sequence[str] = (), layout: Literal["class_folders", "flat"] = "class_folders"
 ) -> tuple[list[str], list[int | None], list[str]]:

@@ -120,10 +120,8 @@ pub(crate) fn parse(
                     wav_error(item, format!("`fmt ` chunk of {size} bytes is malformed (or 0 channels / 0 Hz)"))
                 })?;
                 match parsed {
-                    Some((kind, channels, rate)) => {
-                        check_limits(item, channels, rate, limits)?;
-                        fmt = Some((kind, channels, rate));
-                    }
+                    // The limits were checked above, on the same header fields.
+                    Some(format) => fmt = Some(format),
                     None => return Ok(None),
                 }
             }

@@ -41,13 +41,15 @@ fn stopped_consumer_bounds_items_produced() {
         assert!(stalled_at <= bound, "produced {stalled_at} items for 10 consumed; bound {bound}");
         assert!(stalled_at >= consumed as u64);
 
-        // Occupancy is visible in the stats while stalled. The source can stop before the last stage has
-        // pushed its final items (a worker may still be waking up on a loaded machine): wait for the sink
-        // queue to fill rather than sampling it once.
+        // Occupancy is visible in the stats while stalled. A producer that found the sink queue full
+        // is woken only once the queue drains to its low-water mark (half the capacity), so a consumer
+        // that stops right after one pop leaves it at capacity - 1: the stalled queue holds more than
+        // half its capacity. The source can stop before the last stage has pushed its final items (a
+        // worker may still be waking up on a loaded machine): wait for that rather than sampling once.
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         let stats = loop {
             let stats = pipeline.stats();
-            let full = stats.stages.last().is_some_and(|s| s.queue_len == sink);
+            let full = stats.stages.last().is_some_and(|s| s.queue_len > sink / 2);
             if full || std::time::Instant::now() > deadline {
                 break stats;
             }
@@ -55,7 +57,7 @@ fn stopped_consumer_bounds_items_produced() {
         };
         let sink_row = stats.stages.last().expect("sink row");
         assert_eq!(sink_row.queue_capacity, sink);
-        assert_eq!(sink_row.queue_len, sink, "{stats}");
+        assert!(sink_row.queue_len > sink / 2 && sink_row.queue_len <= sink, "{stats}");
         let produced_end = produced.load(Ordering::SeqCst);
         assert!(produced_end <= bound, "produced {produced_end} items for 10 consumed; bound {bound}");
         pipeline.stop();

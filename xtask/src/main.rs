@@ -95,7 +95,7 @@ fn test(root: &Path, args: &[String]) -> Result<()> {
         .env(s3::S3S_FS_ENV, &s3s_fs)
         .env("RUST_BACKTRACE", "1"))?;
     if !no_python {
-        python::python_tests(root)?;
+        python::python_tests(root, &s3s_fs)?;
     }
     eprintln!("xtask: all checks passed in {:.0} s", started.elapsed().as_secs_f64());
     Ok(())

@@ -27,12 +27,14 @@ const FT_COMPLETE_STAMP: &str = ".spdl-rs-complete";
 /// Cargo features of spdl-py that both test builds enable (given on the command line, they replace
 /// pyproject.toml's list): `abi3` (ignored by PyO3 for the free-threaded interpreter, which has no stable
 /// ABI) and `ffmpeg` (video; needs the FFmpeg development packages, which `cargo xtask test` installs
-/// before this step), `http` (`spdl_rs.source.Store` over HTTP(S)).
-const MODULE_FEATURES: &str = "abi3,ffmpeg,http";
+/// before this step), `http` and `s3` (`spdl_rs.source.Store` over HTTP(S) and S3; the suite's S3 tests
+/// run against the s3s-fs server that `cargo xtask test` installs).
+const MODULE_FEATURES: &str = "abi3,ffmpeg,http,s3";
 
 /// Builds `spdl_rs` into `.venv` (system python3) and `.venv-ft` (free-threaded CPython 3.13t) under `root`
 /// and runs `crates/spdl-py/tests` with pytest in each. Fails if any test fails or if pytest collects none.
-pub fn python_tests(root: &Path) -> Result<()> {
+/// `s3s_fs` is the S3-compatible server binary the S3 tests start (passed to pytest as `SPDL_S3S_FS`).
+pub fn python_tests(root: &Path, s3s_fs: &Path) -> Result<()> {
     let crate_dir = root.join("crates/spdl-py");
     if !crate_dir.join("pyproject.toml").is_file() {
         bail!("{} has no pyproject.toml: is {} the repository root?", crate_dir.display(), root.display());
@@ -44,12 +46,12 @@ pub fn python_tests(root: &Path) -> Result<()> {
     let system_python = which("python3").context("python3 is needed for the Python tests")?;
     let venv = ensure_venv(&root.join(".venv"), &system_python)?;
     build_module(&venv, &crate_dir, &target_dir)?;
-    run_pytest(&venv, &crate_dir, false)?;
+    run_pytest(&venv, &crate_dir, false, s3s_fs)?;
 
     let ft_python = ensure_free_threaded_python()?;
     let venv_ft = ensure_venv(&root.join(".venv-ft"), &ft_python)?;
     build_module(&venv_ft, &crate_dir, &target_dir)?;
-    run_pytest(&venv_ft, &crate_dir, true)?;
+    run_pytest(&venv_ft, &crate_dir, true, s3s_fs)?;
     Ok(())
 }
 
@@ -131,13 +133,14 @@ fn build_module(venv: &Path, crate_dir: &Path, target_dir: &Path) -> Result<()> 
 
 /// pytest on the crate's tests. `free_threaded` makes the suite assert that the GIL stays disabled after
 /// `import spdl_rs` (crates/spdl-py/tests/conftest.py reads `SPDL_RS_EXPECT_NO_GIL`).
-fn run_pytest(venv: &Path, crate_dir: &Path, free_threaded: bool) -> Result<()> {
+fn run_pytest(venv: &Path, crate_dir: &Path, free_threaded: bool, s3s_fs: &Path) -> Result<()> {
     let py = venv_python(venv);
     let mut cmd = Command::new(&py);
     cmd.args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
         .arg(crate_dir.join("tests"))
         .current_dir(crate_dir)
-        .env("SPDL_RS_EXPECT_NO_GIL", if free_threaded { "1" } else { "0" });
+        .env("SPDL_RS_EXPECT_NO_GIL", if free_threaded { "1" } else { "0" })
+        .env(crate::s3::S3S_FS_ENV, s3s_fs);
     if free_threaded {
         // Any import that re-enables the GIL warns; make it an error so it cannot pass unnoticed.
         cmd.env("PYTHON_GIL", "0");

@@ -147,10 +147,12 @@ pub fn run(path: &Path, args: &LoaderArgs, mode: &str) -> Result<()> {
     let gpu = open_gpu(args)?;
     // Batches are recycled either way: pinned blocks with a GPU, a heap pool without one (no mmap, page faults
     // and munmap per batch; RSS stays flat). A cap keeps a stalled consumer from growing it without bound.
-    let heap_pool = Arc::new(PinnedPool::new(HeapBackend, PoolConfig { max_bytes: 2 << 30 }));
-    let allocator: SharedAllocator = match &gpu {
-        Some(t) => t.allocator(),
-        None => heap_pool.clone(),
+    let (allocator, heap_pool): (SharedAllocator, _) = match &gpu {
+        Some(t) => (t.allocator(), None),
+        None => {
+            let pool = Arc::new(PinnedPool::new(HeapBackend, PoolConfig { max_bytes: 2 << 30 }));
+            (pool.clone(), Some(pool))
+        }
     };
     let decoder = Arc::new(
         BatchDecoder::new(
@@ -307,7 +309,10 @@ pub fn run(path: &Path, args: &LoaderArgs, mode: &str) -> Result<()> {
         h2d_gbps: transfer.and_then(|t| t.h2d_gbps()),
         h2d_bytes: transfer.map(|t| t.bytes),
         pinned_hit_rate: transfer.and_then(|t| t.pool).map(|p| p.hit_rate()),
-        batch_pool_hit_rate: transfer.and_then(|t| t.pool).unwrap_or_else(|| heap_pool.stats()).hit_rate(),
+        batch_pool_hit_rate: transfer
+            .and_then(|t| t.pool)
+            .or_else(|| heap_pool.as_ref().map(|p| p.stats()))
+            .map_or(0.0, |p| p.hit_rate()),
         bottleneck: stats.bottleneck().map(|s| s.name.clone()),
         stages: stats.stages.iter().map(StageReport::from).collect(),
     };

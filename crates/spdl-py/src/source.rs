@@ -3,14 +3,24 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyPermissionError, PyValueError};
 use pyo3::prelude::*;
 use spdl_source::sampler::{Remainder, Sampler, SequentialSampler, ShardedSampler, ShuffledSampler, WeightedSampler};
 use spdl_source::{Dataset, SourceError};
 
+/// A missing object is `FileNotFoundError`, a refused one `PermissionError`, a failed read or request (after
+/// its retries) `OSError`, anything else (bad address, range, configuration) `ValueError`.
 fn source_err(e: SourceError) -> PyErr {
     let msg = crate::error::error_chain(&e);
-    if matches!(e, SourceError::Io { .. }) { PyOSError::new_err(msg) } else { PyValueError::new_err(msg) }
+    match e {
+        SourceError::NotFound { .. } => PyFileNotFoundError::new_err(msg),
+        SourceError::PermissionDenied { .. } => PyPermissionError::new_err(msg),
+        SourceError::Io { .. }
+        | SourceError::Request { .. }
+        | SourceError::ShortBody { .. }
+        | SourceError::Task { .. } => PyOSError::new_err(msg),
+        _ => PyValueError::new_err(msg),
+    }
 }
 
 /// A deterministic order of indices per epoch: the same (configuration, epoch) gives the same order on
@@ -112,7 +122,8 @@ fn list_dataset(py: Python<'_>, root: PathBuf, extensions: Vec<String>, layout: 
 /// An object store from an address: a local directory (``/data/train`` or ``file:///data/train``), an HTTP(S)
 /// base URL (``https://host/path``; builds with the ``http`` feature) or ``s3://bucket/prefix`` (builds with
 /// the ``s3`` feature). Every call releases the GIL while it waits; transient failures are retried with
-/// backoff; errors name the key (the full address) and the cause.
+/// backoff; errors name the key (the full address) and the cause: ``FileNotFoundError`` for a missing object,
+/// ``PermissionError`` for a refused one, ``OSError`` for a read that still fails after its retries.
 ///
 /// .. code-block:: python
 ///
@@ -143,8 +154,17 @@ fn secs(what: &str, v: f64) -> PyResult<std::time::Duration> {
 impl PyStore {
     /// Opens the store that ``url`` names. ``connect_timeout``/``read_timeout`` in seconds; ``max_attempts``
     /// counts the first try (1 disables retries); ``max_in_flight`` caps concurrent requests.
+    ///
+    /// For ``s3://`` addresses, ``endpoint`` (an S3-compatible server such as ``http://127.0.0.1:9000``),
+    /// ``region``, ``access_key``/``secret_key`` (both or neither) and ``force_path_style`` (default: on when
+    /// ``endpoint`` is given) override the standard AWS chain (``AWS_ACCESS_KEY_ID``, ``AWS_REGION``,
+    /// ``AWS_ENDPOINT_URL``, ``~/.aws/config``...); other stores refuse them.
     #[staticmethod]
-    #[pyo3(signature = (url, *, connect_timeout=10.0, read_timeout=30.0, max_attempts=None, max_in_flight=64))]
+    #[pyo3(signature = (
+        url, *, connect_timeout=10.0, read_timeout=30.0, max_attempts=None, max_in_flight=64,
+        endpoint=None, region=None, access_key=None, secret_key=None, force_path_style=None
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn open(
         py: Python<'_>,
         url: String,
@@ -152,11 +172,28 @@ impl PyStore {
         read_timeout: f64,
         max_attempts: Option<u32>,
         max_in_flight: usize,
+        endpoint: Option<String>,
+        region: Option<String>,
+        access_key: Option<String>,
+        secret_key: Option<String>,
+        force_path_style: Option<bool>,
     ) -> PyResult<Self> {
+        let credentials = match (access_key, secret_key) {
+            (Some(a), Some(s)) => Some((a, s)),
+            (None, None) => None,
+            _ => return Err(PyValueError::new_err("access_key and secret_key go together: give both or neither")),
+        };
+        let s3 = spdl_source::S3Options { region, endpoint, force_path_style, credentials };
+        if s3 != spdl_source::S3Options::default() && !url.starts_with("s3://") {
+            return Err(PyValueError::new_err(format!(
+                "{url}: endpoint, region, access_key, secret_key and force_path_style apply to s3:// addresses only"
+            )));
+        }
         let mut opts = spdl_source::StoreOptions::default()
             .connect_timeout(secs("connect_timeout", connect_timeout)?)
             .read_timeout(secs("read_timeout", read_timeout)?)
-            .max_in_flight(max_in_flight);
+            .max_in_flight(max_in_flight)
+            .s3(s3);
         if let Some(n) = max_attempts {
             if n == 0 {
                 return Err(PyValueError::new_err("max_attempts must be at least 1"));

@@ -390,7 +390,11 @@ class Sampler:
         """Indices per epoch."""
 
 class Store:
-    """An object store (local directory, HTTP(S) base URL, ``s3://bucket/prefix``) read without the GIL."""
+    """An object store (local directory, HTTP(S) base URL, ``s3://bucket/prefix``) read without the GIL.
+
+    A missing object raises ``FileNotFoundError``, a refused one ``PermissionError``, a read that still fails
+    after its retries ``OSError``; each names the object's full address.
+    """
 
     @staticmethod
     def open(
@@ -400,8 +404,17 @@ class Store:
         read_timeout: float = 30.0,
         max_attempts: int | None = None,
         max_in_flight: int = 64,
+        endpoint: str | None = None,
+        region: str | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+        force_path_style: bool | None = None,
     ) -> Store:
-        """Opens the store ``url`` names; raises if its backend is not in this build or it cannot be reached."""
+        """Opens the store ``url`` names; raises if its backend is not in this build or it cannot be reached.
+
+        ``endpoint``, ``region``, ``access_key``/``secret_key`` and ``force_path_style`` configure ``s3://``
+        stores (S3-compatible servers); unset, they come from the standard AWS chain.
+        """
     def get(self, key: str) -> bytes:
         """The whole object ``key``."""
     def get_range(self, key: str, start: int, end: int) -> bytes:

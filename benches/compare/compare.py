@@ -36,8 +36,11 @@ import report
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 SPDL_RS = "spdl-rs"
+# The same binary with one decoding thread: the like-for-like peer of the single-process runners (torch
+# DataLoader with 0 workers, Pillow), since per-thread efficiency drops when both cores decode at once.
+SPDL_RS_T1 = "spdl-rs-t1"
 PY_RUNNERS = ["spdl-0.8", "pillow", "torch-pil-w0", "torch-pil-w2", "torch-tv-w0", "torch-tv-w2"]
-ALL_RUNNERS = [SPDL_RS, *PY_RUNNERS]
+ALL_RUNNERS = [SPDL_RS, SPDL_RS_T1, *PY_RUNNERS]
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".JPG", ".JPEG"}
 SAMPLE_SECONDS = 0.05
 
@@ -150,8 +153,9 @@ def last_json(stdout: str) -> dict:
 
 
 def run_one(name: str, rnd: int, args: argparse.Namespace, listing: Path, n_files: int) -> Run:
-    common = ["--threads", str(args.threads), "--batch-size", str(args.batch_size), "--size", str(args.size)]
-    if name == SPDL_RS:
+    threads = 1 if name == SPDL_RS_T1 else args.threads
+    common = ["--threads", str(threads), "--batch-size", str(args.batch_size), "--size", str(args.size)]
+    if name in (SPDL_RS, SPDL_RS_T1):
         # Straight resize (not the default center crop) like every peer; CPU only, like every peer.
         cmd = [str(args.spdl_bin), "bench", str(listing), *common, "--transform", "resize", "--no-gpu",
                "--no-progress", "--json"]
@@ -174,7 +178,7 @@ def run_one(name: str, rnd: int, args: argparse.Namespace, listing: Path, n_file
     run.images = int(raw.get("images", 0))
     run.failed = int(raw.get("failed", 0))
     run.seconds = float(raw.get("seconds", 0.0))
-    if name == SPDL_RS:
+    if name in (SPDL_RS, SPDL_RS_T1):
         # A native binary has no interpreter to start: charge it the whole process.
         run.cpu_seconds = cpu
     else:
@@ -341,7 +345,7 @@ def main() -> int:
     unknown = [r for r in runners if r not in ALL_RUNNERS]
     if unknown:
         parser.error(f"unknown runners {unknown}; known: {ALL_RUNNERS}")
-    if SPDL_RS in runners and not args.spdl_bin.is_file():
+    if {SPDL_RS, SPDL_RS_T1} & set(runners) and not args.spdl_bin.is_file():
         parser.error(f"{args.spdl_bin} is missing: cargo build --release -p spdl-cli")
 
     files = list_corpus(args.data, args.limit)

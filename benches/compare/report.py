@@ -6,10 +6,12 @@ import os
 from pathlib import Path
 
 SPDL_RS = "spdl-rs"
+SPDL_RS_T1 = "spdl-rs-t1"
 SECTION = "## Comparison"
 
 LABELS = {
     "spdl-rs": "spdl-rs (`spdl bench`)",
+    "spdl-rs-t1": "spdl-rs (`spdl bench --threads 1`)",
     "spdl-0.8": "Meta SPDL 0.8.0 (pipeline + load_image_batch)",
     "pillow": "Pillow loop, 1 thread",
     "torch-pil-w0": "torch DataLoader, PIL, 0 workers",
@@ -18,6 +20,7 @@ LABELS = {
     "torch-tv-w2": "torch DataLoader, decode_jpeg, 2 workers",
 }
 TORCH = ["torch-pil-w0", "torch-pil-w2", "torch-tv-w0", "torch-tv-w2"]
+TORCH_W0 = ["torch-pil-w0", "torch-tv-w0"]
 TORCH_W2 = ["torch-pil-w2", "torch-tv-w2"]
 
 
@@ -49,6 +52,21 @@ def targets(summary: dict) -> list[dict]:
     else:
         add("img/s per CPU core vs the most efficient torch DataLoader", ">= 1.5x", None, None, None)
 
+    # The same target like for like: one decoding thread against the single-process DataLoaders (0 workers),
+    # two against the 2-worker ones. Two threads on two busy cores do less work per CPU-second than one, for
+    # every runner (compare torch's w0 and w2 rows), so the judgement above charges spdl-rs for that.
+    for mine, peers, what in ((SPDL_RS_T1, TORCH_W0, "1 thread vs 0 workers"),
+                              (SPDL_RS, TORCH_W2, "2 threads vs 2 workers")):
+        own = _ok(summary, mine)
+        ran = [(n, _ok(summary, n)) for n in peers if _ok(summary, n)]
+        name = f"img/s per CPU core vs the most efficient torch DataLoader, {what}"
+        if own and ran:
+            best, s = max(ran, key=lambda item: item[1]["images_per_cpu_sec"])
+            ratio = own["images_per_cpu_sec"] / s["images_per_cpu_sec"]
+            add(name, ">= 1.5x", best, ratio, ratio >= 1.5)
+        elif mine in summary:
+            add(name, ">= 1.5x", None, None, None)
+
     w2 = [(n, _ok(summary, n)) for n in TORCH_W2 if _ok(summary, n)]
     if rs and w2:
         lean, s = min(w2, key=lambda item: item[1]["peak_rss_bytes"])
@@ -68,7 +86,7 @@ def _rows(results: dict) -> list[list[str]]:
             rows.append([name, "failed", "", "", "", "", "", ""])
             continue
         speed = per_core = rss = ""
-        if rs and name != SPDL_RS:
+        if rs and name not in (SPDL_RS, SPDL_RS_T1):
             speed = f"{rs['images_per_sec'] / s['images_per_sec']:.2f}x"
             per_core = f"{rs['images_per_cpu_sec'] / s['images_per_cpu_sec']:.2f}x"
             rss = f"{s['peak_rss_bytes'] / rs['peak_rss_bytes']:.1f}x"
@@ -148,9 +166,11 @@ def _markdown_section(results: dict, png: Path, docs: Path) -> str:
         "",
         "Ratios: `spdl-rs img/s x` and `spdl-rs per-core x` are how many times more images per second "
         "(per CPU-second) spdl-rs decodes than that runner; `RSS / spdl-rs` is how many times more memory "
-        "that runner holds.",
+        "that runner holds. `spdl-rs-t1` is the same binary with one decoding thread (`--threads 1`), the "
+        "like-for-like peer of the single-process runners.",
         "",
-        "Targets (issue 3), judged against the strictest peer:",
+        "Targets (issue 3): first judged against the strictest peer whatever its thread count, then like for "
+        "like (one decoding thread against 0 workers, two against 2 workers):",
         "",
         *(f"- {line}" for line in _target_lines(results)),
         "",
@@ -230,7 +250,7 @@ def write_png(results: dict, png: Path) -> None:
 
     summary = {n: s for n, s in results["summary"].items() if s.get("ok")}
     names = list(summary)
-    colors = ["#d9480f" if n == SPDL_RS else "#868e96" for n in names]
+    colors = ["#d9480f" if n.startswith(SPDL_RS) else "#868e96" for n in names]
     panels = [
         ("images / s", [summary[n]["images_per_sec"] for n in names]),
         ("images / CPU-second", [summary[n]["images_per_cpu_sec"] for n in names]),

@@ -6,7 +6,12 @@ use std::sync::Arc;
 use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyPermissionError, PyValueError};
 use pyo3::prelude::*;
 use spdl_source::sampler::{Remainder, Sampler, SequentialSampler, ShardedSampler, ShuffledSampler, WeightedSampler};
+use futures::future::BoxFuture;
 use spdl_source::{Dataset, SourceError};
+
+use crate::error::Error;
+use crate::pipeline::{NativeOp, PyNativeOp};
+use crate::value::Value;
 
 /// A missing object is `FileNotFoundError`, a refused one `PermissionError`, a failed read or request (after
 /// its retries) `OSError`, anything else (bad address, range, configuration) `ValueError`.
@@ -133,8 +138,108 @@ fn list_dataset(py: Python<'_>, root: PathBuf, extensions: Vec<String>, layout: 
 #[pyclass(name = "Store", module = "spdl_rs.source", frozen)]
 pub struct PyStore {
     inner: Arc<dyn spdl_source::ObjectStore>,
-    runtime: tokio::runtime::Runtime,
+    runtime: Arc<StoreRuntime>,
     url: String,
+}
+
+/// The store's I/O runtime, shared by the store and its native ops. Shut down without waiting when the last
+/// owner goes: that can be an engine thread inside an async context, where a blocking shutdown would panic.
+struct StoreRuntime(Option<tokio::runtime::Runtime>);
+
+impl StoreRuntime {
+    fn rt(&self) -> &tokio::runtime::Runtime {
+        self.0.as_ref().unwrap_or_else(|| unreachable!("the runtime is taken only by Drop"))
+    }
+}
+
+impl Drop for StoreRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl std::fmt::Debug for StoreRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StoreRuntime")
+    }
+}
+
+/// Native op: each item (a key) becomes the object's bytes. In a pipeline the request is awaited on the
+/// store's runtime, so a stage's `concurrency` requests are in flight without the GIL or a blocked thread.
+#[derive(Debug)]
+struct FetchOp {
+    store: Arc<dyn spdl_source::ObjectStore>,
+    runtime: Arc<StoreRuntime>,
+}
+
+/// Aborts a spawned request when the pipeline stops waiting for it.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl FetchOp {
+    fn key(&self, stage: &str, input: Value) -> Result<String, Error> {
+        match input {
+            Value::Str(key) => Ok(key),
+            other => Err(Error::WrongInput {
+                stage: stage.to_owned(),
+                op: "fetch".to_owned(),
+                item: other.describe(),
+                expected: "str (a key of the store)",
+            }),
+        }
+    }
+}
+
+fn fetch_failed(stage: &str, key: &str, source: impl std::error::Error + Send + Sync + 'static) -> Error {
+    Error::Native { stage: stage.to_owned(), op: "fetch".to_owned(), item: format!("key {key:?}"), source: Box::new(source) }
+}
+
+impl NativeOp for FetchOp {
+    fn name(&self) -> &str {
+        "fetch"
+    }
+
+    fn expects(&self) -> &'static str {
+        "str (a key of the store)"
+    }
+
+    fn call(&self, stage: &str, input: Value) -> Result<Vec<Value>, Error> {
+        let key = self.key(stage, input)?;
+        let data = self.runtime.rt().block_on(self.store.get(&key)).map_err(|e| fetch_failed(stage, &key, e))?;
+        Ok(vec![Value::Bytes(Vec::from(data))])
+    }
+
+    fn is_async(&self) -> bool {
+        true
+    }
+
+    fn call_async(&self, stage: &str, input: Value) -> BoxFuture<'static, Result<Vec<Value>, Error>> {
+        let key = match self.key(stage, input) {
+            Ok(key) => key,
+            Err(e) => return Box::pin(async move { Err(e) }),
+        };
+        let store = Arc::clone(&self.store);
+        let task = self.runtime.rt().spawn(async move {
+            let got = store.get(&key).await;
+            (key, got)
+        });
+        let stage = stage.to_owned();
+        Box::pin(async move {
+            let _abort = AbortOnDrop(task.abort_handle());
+            match task.await {
+                Ok((_, Ok(data))) => Ok(vec![Value::Bytes(Vec::from(data))]),
+                Ok((key, Err(e))) => Err(fetch_failed(&stage, &key, e)),
+                Err(e) => Err(fetch_failed(&stage, "?", e)),
+            }
+        })
+    }
 }
 
 impl std::fmt::Debug for PyStore {
@@ -207,12 +312,12 @@ impl PyStore {
             .build()
             .map_err(|e| PyOSError::new_err(format!("{url}: cannot start the store's I/O runtime: {e}")))?;
         let inner = py.detach(|| runtime.block_on(spdl_source::open_store_with(&url, &opts))).map_err(source_err)?;
-        Ok(PyStore { inner, runtime, url })
+        Ok(PyStore { inner, runtime: Arc::new(StoreRuntime(Some(runtime))), url })
     }
 
     /// The whole object ``key`` as ``bytes``.
     fn get<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
-        let data = py.detach(|| self.runtime.block_on(self.inner.get(key))).map_err(source_err)?;
+        let data = py.detach(|| self.runtime.rt().block_on(self.inner.get(key))).map_err(source_err)?;
         Ok(pyo3::types::PyBytes::new(py, &data))
     }
 
@@ -224,20 +329,20 @@ impl PyStore {
         start: u64,
         end: u64,
     ) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
-        let data = py.detach(|| self.runtime.block_on(self.inner.get_range(key, start..end))).map_err(source_err)?;
+        let data = py.detach(|| self.runtime.rt().block_on(self.inner.get_range(key, start..end))).map_err(source_err)?;
         Ok(pyo3::types::PyBytes::new(py, &data))
     }
 
     /// The size in bytes of object ``key``, without reading it.
     fn size(&self, py: Python<'_>, key: &str) -> PyResult<u64> {
-        py.detach(|| self.runtime.block_on(self.inner.head(key))).map(|m| m.size).map_err(source_err)
+        py.detach(|| self.runtime.rt().block_on(self.inner.head(key))).map(|m| m.size).map_err(source_err)
     }
 
     /// ``(key, size)`` of every object whose key starts with ``prefix``, in key order.
     #[pyo3(signature = (prefix=""))]
     fn list(&self, py: Python<'_>, prefix: &str) -> PyResult<Vec<(String, u64)>> {
         use futures::TryStreamExt;
-        py.detach(|| self.runtime.block_on(self.inner.list(prefix).map_ok(|m| (m.key, m.size)).try_collect::<Vec<_>>()))
+        py.detach(|| self.runtime.rt().block_on(self.inner.list(prefix).map_ok(|m| (m.key, m.size)).try_collect::<Vec<_>>()))
             .map_err(source_err)
     }
 
@@ -257,7 +362,7 @@ impl PyStore {
         let store = &self.inner;
         let all = py
             .detach(|| {
-                self.runtime.block_on(
+                self.runtime.rt().block_on(
                     futures::stream::iter(keys.iter().map(|k| store.get(k)))
                         .buffered(concurrency)
                         .try_collect::<Vec<_>>(),
@@ -265,6 +370,15 @@ impl PyStore {
             })
             .map_err(source_err)?;
         Ok(all.iter().map(|b| pyo3::types::PyBytes::new(py, b)).collect())
+    }
+
+    /// A native pipeline op that turns each item (a key) into the object's ``bytes``, e.g.
+    /// ``builder.pipe(store.get_op(), concurrency=32)``: the requests are awaited in Rust, so the stage holds
+    /// ``concurrency`` of them in flight without taking the GIL or blocking a thread per request, and a
+    /// following native op (``spdl_rs.io.ops.decode_image``...) keeps the whole chain out of Python. A failed
+    /// key is counted as a failed item of the stage, its error naming the key.
+    fn get_op(&self) -> PyNativeOp {
+        PyNativeOp { op: Arc::new(FetchOp { store: Arc::clone(&self.inner), runtime: Arc::clone(&self.runtime) }) }
     }
 
     /// The address the store was opened with.

@@ -247,3 +247,68 @@ def test_s3_options_are_checked(tmp_path, s3_server):
         raise
     with pytest.raises(PermissionError, match="creds-bucket/k.bin"):
         store.get("k.bin")
+
+
+def test_store_get_op_is_a_native_async_stage(tmp_path):
+    from spdl_rs.pipeline import PipelineFailure
+    from spdl_rs.source import Store
+
+    objs = _files(tmp_path)
+    keys = sorted(objs)
+    server = _http_server(tmp_path)
+    stores = [Store.open(str(tmp_path))]
+    try:
+        try:
+            stores.append(Store.open(f"http://127.0.0.1:{server.server_address[1]}", max_attempts=2))
+        except Exception as e:  # a build without the `http` feature: the local store alone
+            assert "http" in str(e)
+        for store in stores:
+            op = store.get_op()
+            assert op.name == "fetch"
+            assert op(keys[0]) == objs[keys[0]]  # called directly
+            with pytest.raises(TypeError, match="key of the store"):
+                op(3)
+            # Native fetch, then a Python check; input order kept with 16 requests in flight.
+            p = (
+                PipelineBuilder()
+                .add_source(keys * 3)
+                .pipe(op, concurrency=16, output_order="input")
+                .add_sink(8)
+                .build(num_threads=2)
+            )
+            with p.auto_stop():
+                assert list(p) == [objs[k] for k in keys * 3]
+            # A missing key fails that item, named; the rest come out.
+            p = (
+                PipelineBuilder()
+                .add_source([*keys, "shard/absent.bin", *keys])
+                .pipe(op, concurrency=4, name="fetch", max_failures=1)
+                .add_sink(8)
+                .build(num_threads=2)
+            )
+            with p.auto_stop():
+                assert sorted(p) == sorted([objs[k] for k in keys] * 2)
+            p = (
+                PipelineBuilder()
+                .add_source(["shard/absent.bin"] * 3)
+                .pipe(op, name="fetch", max_failures=1)
+                .add_sink(8)
+                .build(num_threads=2)
+            )
+            with pytest.raises(PipelineFailure) as info:
+                with p.auto_stop():
+                    list(p)
+            assert info.value.stage == "fetch"
+            assert "absent.bin" in str(info.value.exceptions[0])
+        # The op keeps its store's runtime alive after the store object is gone.
+        op = stores.pop().get_op()
+        stores.clear()
+        import gc
+
+        gc.collect()
+        p = PipelineBuilder().add_source(keys).pipe(op, concurrency=4).add_sink(4).build(num_threads=2)
+        with p.auto_stop():
+            assert sorted(p) == sorted(objs[k] for k in keys)
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -425,6 +425,9 @@ class Store:
         """``(key, size)`` of every object under ``prefix``, in key order."""
     def get_many(self, keys: Sequence[str], *, concurrency: int = 16) -> list[bytes]:
         """The objects ``keys``, fetched ``concurrency`` at a time, in the order of ``keys``."""
+    def get_op(self) -> NativeOp:
+        """A native pipeline op: each item (a key) becomes the object's ``bytes``, awaited in Rust without the
+        GIL (``builder.pipe(store.get_op(), concurrency=32)``); a failed key fails that item, naming it."""
     @property
     def url(self) -> str:
         """The address the store was opened with."""

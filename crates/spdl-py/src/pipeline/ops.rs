@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crossbeam_channel::{Receiver, Sender, unbounded};
+use futures::future::BoxFuture;
 use pyo3::exceptions::PyBaseException;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyIterator};
@@ -26,6 +27,16 @@ pub trait NativeOp: Send + Sync + fmt::Debug {
     fn expects(&self) -> &'static str;
     /// Processes one item into zero, one or many outputs.
     fn call(&self, stage: &str, input: Value) -> Result<Vec<Value>, Error>;
+    /// `true` for an op that mostly waits (network, disk): the engine then awaits [`NativeOp::call_async`] on
+    /// its scheduler, so `concurrency` requests are in flight without a pool thread blocked on each.
+    fn is_async(&self) -> bool {
+        false
+    }
+    /// The op as a future, used when [`NativeOp::is_async`]; by default, [`NativeOp::call`] run at once.
+    fn call_async(&self, stage: &str, input: Value) -> BoxFuture<'static, Result<Vec<Value>, Error>> {
+        let out = self.call(stage, input);
+        Box::pin(async move { out })
+    }
 }
 
 /// A native op as a Python object (`spdl_rs.io.ops.decode_image(...)` returns one), to be given to
@@ -177,6 +188,9 @@ where
     let PipeSpec { name, op, concurrency, order, budget, split_output } = spec;
     let stage_name = name.clone();
     let stage = match op {
+        OpImpl::Native(op) if op.is_async() => {
+            Stage::flat_map_async(name, move |input: T| op.call_async(&stage_name, input.into()))
+        }
         OpImpl::Native(op) => Stage::flat_map(name, move |input: T| op.call(&stage_name, input.into())),
         OpImpl::Python { kind: PyOpKind::Sync, op } => {
             let failures = Arc::clone(failures);

@@ -3,10 +3,10 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use futures::future::BoxFuture;
 use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyPermissionError, PyValueError};
 use pyo3::prelude::*;
 use spdl_source::sampler::{Remainder, Sampler, SequentialSampler, ShardedSampler, ShuffledSampler, WeightedSampler};
-use futures::future::BoxFuture;
 use spdl_source::{Dataset, SourceError};
 
 use crate::error::Error;
@@ -198,7 +198,12 @@ impl FetchOp {
 }
 
 fn fetch_failed(stage: &str, key: &str, source: impl std::error::Error + Send + Sync + 'static) -> Error {
-    Error::Native { stage: stage.to_owned(), op: "fetch".to_owned(), item: format!("key {key:?}"), source: Box::new(source) }
+    Error::Native {
+        stage: stage.to_owned(),
+        op: "fetch".to_owned(),
+        item: format!("key {key:?}"),
+        source: Box::new(source),
+    }
 }
 
 impl NativeOp for FetchOp {
@@ -329,7 +334,8 @@ impl PyStore {
         start: u64,
         end: u64,
     ) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
-        let data = py.detach(|| self.runtime.rt().block_on(self.inner.get_range(key, start..end))).map_err(source_err)?;
+        let data =
+            py.detach(|| self.runtime.rt().block_on(self.inner.get_range(key, start..end))).map_err(source_err)?;
         Ok(pyo3::types::PyBytes::new(py, &data))
     }
 
@@ -342,8 +348,10 @@ impl PyStore {
     #[pyo3(signature = (prefix=""))]
     fn list(&self, py: Python<'_>, prefix: &str) -> PyResult<Vec<(String, u64)>> {
         use futures::TryStreamExt;
-        py.detach(|| self.runtime.rt().block_on(self.inner.list(prefix).map_ok(|m| (m.key, m.size)).try_collect::<Vec<_>>()))
-            .map_err(source_err)
+        py.detach(|| {
+            self.runtime.rt().block_on(self.inner.list(prefix).map_ok(|m| (m.key, m.size)).try_collect::<Vec<_>>())
+        })
+        .map_err(source_err)
     }
 
     /// Reads ``keys`` with up to ``concurrency`` requests in flight; returns their bytes in the order of

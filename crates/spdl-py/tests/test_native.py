@@ -1,5 +1,6 @@
 """spdl_rs.io: native decoding, as functions and as pipeline stages that never take the GIL."""
 
+import os
 import struct
 import sys
 import threading
@@ -102,13 +103,22 @@ def test_native_failures_count_against_the_budget(images, tmp_path):
     assert "nope.png" in str(info.value.exceptions[0])
 
 
-def run_native_batches(images, repeat: int) -> tuple[int, float]:
-    """(images, seconds) of a pipeline made only of native stages (list source, aggregate, batch decode)."""
-    srcs = images * repeat
+def run_native_batches(images, repeat: int, fetch: bool = False) -> tuple[int, float]:
+    """(images, seconds) of a pipeline made only of native stages: list source, (with `fetch`, the bytes read by
+    a local `Store`'s native `get_op`,) aggregate, batch decode."""
+    builder = PipelineBuilder()
+    if fetch:
+        from spdl_rs.source import Store
+
+        root = os.path.dirname(images[0])
+        store = Store.open(root)
+        srcs = [os.path.basename(p) for p in images] * repeat
+        builder = builder.add_source(srcs).pipe(store.get_op(), concurrency=8)
+    else:
+        srcs = images * repeat
+        builder = builder.add_source(srcs)
     p = (
-        PipelineBuilder()
-        .add_source(srcs)
-        .aggregate(64)
+        builder.aggregate(64)
         .pipe(ops.load_image_batch(64, 64), concurrency=2)
         .add_sink(4)
         .build(num_threads=2)
@@ -120,7 +130,8 @@ def run_native_batches(images, repeat: int) -> tuple[int, float]:
     return n, time.perf_counter() - t0
 
 
-def test_native_pipeline_holds_no_gil_per_item(images, watchdog):
+@pytest.mark.parametrize("fetch", [False, True], ids=["paths", "store-fetch"])
+def test_native_pipeline_holds_no_gil_per_item(images, watchdog, fetch):
     # Another thread spins in pure Python, holding the GIL and giving it up only when asked, after 50 ms. A
     # pipeline whose 2 workers needed the GIL for each image would wait about that long per image pair:
     # 512 images -> at least ~12.8 s. One that needs it only to hand each batch of 64 to the consumer (8
@@ -128,8 +139,10 @@ def test_native_pipeline_holds_no_gil_per_item(images, watchdog):
     if getattr(sys, "_is_gil_enabled", lambda: True)() is False:
         pytest.skip("no GIL on this interpreter: nothing to contend for")
     interval = 0.05
-    run_native_batches(images, 1)  # warm up
-    n, alone = run_native_batches(images, 8)
+    if fetch and not spdl_rs._native.HAS_SOURCE:
+        pytest.skip("built without the source feature")
+    run_native_batches(images, 1, fetch)  # warm up
+    n, alone = run_native_batches(images, 8, fetch)
     old = sys.getswitchinterval()
     stop = threading.Event()
 
@@ -142,7 +155,7 @@ def test_native_pipeline_holds_no_gil_per_item(images, watchdog):
     sys.setswitchinterval(interval)
     spinner.start()
     try:
-        _, contended = run_native_batches(images, 8)
+        _, contended = run_native_batches(images, 8, fetch)
     finally:
         stop.set()
         spinner.join()

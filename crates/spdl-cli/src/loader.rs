@@ -325,5 +325,14 @@ pub fn run(path: &Path, args: &LoaderArgs, mode: &str) -> Result<()> {
     if let Some(e) = error {
         return Err(e).context("the pipeline stopped on an error");
     }
+    if report.images == 0 && report.failed > 0 && !interrupted {
+        // A run that loaded nothing is a failed run, whatever the table says (wrong root, unreadable listing
+        // paths, a corpus of one unsupported format): exit non-zero so scripts and CI notice.
+        bail!(
+            "no image was loaded from {}: all {} failed (each is named in the warnings above)",
+            path.display(),
+            report.failed
+        );
+    }
     Ok(())
 }

@@ -177,22 +177,8 @@ impl ObjectStore for HttpStore {
                     // Both bounds are within `body.len()`, a usize.
                     return Ok(body.slice(clamped.start as usize..clamped.end as usize));
                 }
-                let want = range.end - range.start;
-                let ok = match span {
-                    Some((start, end, _)) => start == range.start && end - start + 1 == body.len() as u64,
-                    None => body.len() as u64 <= want && !body.is_empty(),
-                };
-                if !ok || body.len() as u64 > want {
-                    return Err(Failure::Transient {
-                        reason: format!(
-                            "asked for bytes {}..{}, got {} bytes (Content-Range {span:?})",
-                            range.start,
-                            range.end,
-                            body.len()
-                        ),
-                        source: None,
-                    });
-                }
+                super::check_range_body(&range, span.map_or((None, None), |(f, l, _)| (Some(f), Some(l))), body.len())
+                    .map_err(|reason| Failure::Transient { reason, source: None })?;
                 Ok(body)
             })
             .await

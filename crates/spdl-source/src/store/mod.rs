@@ -360,9 +360,44 @@ pub(crate) fn check_range_order(location: impl FnOnce() -> String, range: &Range
     Ok(())
 }
 
+/// Checks the body of a ranged GET, the same way for every store: it must be non-empty, no longer than the
+/// range, and start where asked; `span` is the `(first, last)` byte positions the response's Content-Range
+/// names, each when known. `Err` is the reason a retry is due (a server or proxy that answered another range).
+pub(crate) fn check_range_body(range: &Range<u64>, span: (Option<u64>, Option<u64>), len: usize) -> Result<(), String> {
+    let len = len as u64;
+    let (first, last) = span;
+    let fits = len > 0 && len <= range.end - range.start;
+    let starts = first.is_none_or(|f| f == range.start);
+    // An inclusive last position must agree with the body's length.
+    let ends = match (first, last) {
+        (Some(f), Some(l)) => l.checked_sub(f).is_some_and(|d| d + 1 == len),
+        _ => true,
+    };
+    if fits && starts && ends {
+        Ok(())
+    } else {
+        Err(format!(
+            "asked for bytes {}..{}, got {len} bytes (Content-Range {first:?}-{last:?})",
+            range.start, range.end
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn range_bodies_are_checked_alike() {
+        let r = 10..20;
+        assert!(check_range_body(&r, (Some(10), Some(19)), 10).is_ok());
+        assert!(check_range_body(&r, (None, None), 4).is_ok()); // clipped at the object's end
+        assert!(check_range_body(&r, (Some(10), None), 10).is_ok());
+        assert!(check_range_body(&r, (Some(0), Some(9)), 10).is_err()); // another range
+        assert!(check_range_body(&r, (Some(10), Some(14)), 10).is_err()); // length disagrees
+        assert!(check_range_body(&r, (None, None), 11).is_err()); // too long
+        assert!(check_range_body(&r, (None, None), 0).is_err()); // empty
+    }
 
     #[test]
     fn parses_addresses() {

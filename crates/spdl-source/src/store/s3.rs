@@ -286,18 +286,8 @@ impl ObjectStore for S3Store {
                 })?;
                 let start = content_range_start(resp.content_range());
                 let body = resp.body.collect().await.map_err(Failure::transient)?.into_bytes();
-                let want = range.end - range.start;
-                if start.is_some_and(|s| s != range.start) || body.len() as u64 > want || body.is_empty() {
-                    return Err(Failure::Transient {
-                        reason: format!(
-                            "asked for bytes {}..{}, got {} bytes starting at {start:?}",
-                            range.start,
-                            range.end,
-                            body.len()
-                        ),
-                        source: None,
-                    });
-                }
+                super::check_range_body(&range, (start, None), body.len())
+                    .map_err(|reason| Failure::Transient { reason, source: None })?;
                 Ok(body)
             })
             .await

@@ -199,3 +199,50 @@ def test_invalid_arguments():
     with pytest.raises(RuntimeError):
         PipelineBuilder().build(num_threads=1)
     assert isinstance(PipelineBuilder().add_source(range(3)).add_sink(1).build(num_threads=1), Pipeline)
+
+
+def test_executor_runs_sync_ops_like_spdl():
+    import concurrent.futures as cf
+    import math
+    import multiprocessing
+    import operator
+
+    from spdl_rs.pipeline import PipelineFailure
+
+    # A thread pool of the caller's: every call runs there, `concurrency` at a time, order kept on request.
+    with cf.ThreadPoolExecutor(2, thread_name_prefix="user-pool") as ex:
+        def where(x):
+            return x * 2, threading.current_thread().name.startswith("user-pool")
+
+        out = run(PipelineBuilder().add_source(range(20)).pipe(where, executor=ex, concurrency=2, output_order="input"))
+        assert out == [(x * 2, True) for x in range(20)]
+        # A container op goes through the executor too.
+        assert run(PipelineBuilder().add_source([2, 0, 1]).pipe("abc", executor=ex, output_order="input")) == ["c", "a", "b"]
+
+    # A process pool (spawned children: nothing of this process is forked): items and op pickle across.
+    with cf.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as ex:
+        out = run(PipelineBuilder().add_source(range(10)).pipe(operator.neg, executor=ex, concurrency=4,
+                                                                output_order="input"))
+        assert out == [-x for x in range(10)]
+        # An exception in the child fails that item only, counted against the stage's budget.
+        p = (
+            PipelineBuilder()
+            .add_source([4, -1, 9, -4])
+            .pipe(math.sqrt, executor=ex, name="sqrt", max_failures=1)
+            .add_sink(3)
+            .build(num_threads=1)
+        )
+        with pytest.raises(PipelineFailure) as info:
+            with p.auto_stop():
+                list(p)
+        assert info.value.stage == "sqrt"
+        assert "math domain error" in str(info.value.exceptions[0])
+
+    with cf.ThreadPoolExecutor(1) as ex:
+        def gen(x):
+            yield x
+
+        with pytest.raises(ValueError, match="generator function"):
+            PipelineBuilder().add_source([1]).pipe(gen, executor=ex)
+        with pytest.raises(TypeError, match="executor"):
+            PipelineBuilder().add_source([1]).pipe(abs, executor=object())

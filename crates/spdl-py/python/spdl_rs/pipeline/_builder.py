@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import AsyncIterable, Callable, Iterable
+from concurrent.futures import Executor
 from fractions import Fraction
 from typing import Any, Generic, TypeVar
 
@@ -55,6 +57,24 @@ def _op_kind(op: Any) -> tuple[str, Any]:
         if inspect.isgeneratorfunction(target):
             return "gen", op
     return "sync", op
+
+
+def _in_executor(kind: str, fn: Any, executor: Any) -> tuple[str, Any]:
+    """A sync op made into an async one that runs each call in ``executor`` (``pipe(..., executor=...)``)."""
+    if not callable(getattr(executor, "submit", None)):
+        raise TypeError(f"executor must be a concurrent.futures.Executor, got {type(executor).__name__}")
+    if kind != "sync":
+        what = {"native": "a native op", "gen": "a generator function", "async": "an async function",
+                "asyncgen": "an async generator function"}.get(kind, kind)
+        raise ValueError(
+            f"executor applies to sync functions only; this op is {what} (native ops run without the GIL on the "
+            "pipeline's threads, async ones on its event loop)"
+        )
+
+    async def call_in_executor(item: Any) -> Any:
+        return await asyncio.wrap_future(executor.submit(fn, item))
+
+    return "async", call_in_executor
 
 
 def _op_name(op: Any) -> str:
@@ -136,7 +156,7 @@ class PipelineBuilder(Generic[T, U]):
         /,
         *,
         concurrency: int = 1,
-        executor: None = None,
+        executor: Executor | None = None,
         name: str | None = None,
         output_order: str = "completion",
         max_failures: int | Fraction | None = None,
@@ -149,19 +169,22 @@ class PipelineBuilder(Generic[T, U]):
                 :py:mod:`spdl_rs.io.ops`. A result of ``None`` is dropped. An exception drops that item and
                 is logged with its traceback.
             concurrency: Items processed at the same time.
-            executor: Must be ``None``: sync ops run on the pipeline's own thread pool.
+            executor: ``None`` (sync ops run on the pipeline's own thread pool, without an event loop), or a
+                ``concurrent.futures`` executor to run a sync ``op`` in instead, as SPDL does (e.g. a
+                ``ProcessPoolExecutor`` for GIL-bound Python code; ``op`` and items must then pickle). Each call
+                is awaited on the pipeline's event loop, ``concurrency`` at a time.
             name: The stage's name in stats, logs and errors (default: the op's name).
             output_order: ``"completion"`` (as soon as each is done) or ``"input"`` (in input order).
             max_failures: This stage's failure budget: an int (count) or a ``Fraction`` in (0, 1] (rate, judged
                 after 100 calls); ``None`` for none of its own.
         """
-        if executor is not None:
-            raise ValueError("spdl_rs runs sync ops on the pipeline's own thread pool: executor must be None")
         if not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
         if output_order not in ("completion", "input"):
             raise ValueError(f'output_order must be "completion" or "input", got {output_order!r}')
         kind, fn = _op_kind(op)
+        if executor is not None:
+            kind, fn = _in_executor(kind, fn, executor)
         if kind in ("async", "asyncgen"):
             self._needs_loop = True
         stage = name if name is not None else _op_name(op)

@@ -215,3 +215,14 @@ def test_decode_releases_the_gil(media, watchdog):
         f"the spinning thread advanced {during} times in {decoding:.2f} s of decoding "
         f"({rate:.0f}/s when the main thread slept)"
     )
+
+
+def test_spdl_timestamp_spelling(media):
+    # `timestamp=(start, end)` as in spdl.io, the same window as start/duration.
+    a = spdl_rs.io.load_audio(media["wav"], timestamp=(0.5, 0.75))
+    b = spdl_rs.io.load_audio(media["wav"], start=0.5, duration=0.25)
+    np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="timestamp"):
+        spdl_rs.io.load_audio(media["wav"], timestamp=(0.5, 0.25))
+    with pytest.raises(ValueError, match="not both"):
+        spdl_rs.io.load_audio(media["wav"], timestamp=(0.5, 0.75), start=0.5)

@@ -165,3 +165,17 @@ def test_native_pipeline_holds_no_gil_per_item(images, watchdog, fetch):
         f"{n} images took {contended:.2f} s with a spinning thread ({alone:.2f} s alone); "
         f"per-item GIL use would take at least {per_item_floor:.1f} s"
     )
+
+
+def test_spdl_spellings(images):
+    # Code written for spdl.io: load_image of encoded bytes, pix_fmt, to_numpy.
+    with open(images[5], "rb") as f:
+        data = f.read()
+    from_bytes = spdl_rs.io.to_numpy(spdl_rs.io.load_image(data))
+    from_path = spdl_rs.io.to_numpy(spdl_rs.io.load_image(images[5]))
+    assert from_bytes.shape == (80, 101, 3) and (from_bytes == from_path).all()
+    assert spdl_rs.io.to_numpy(spdl_rs.io.load_image(images[5], pix_fmt="gray")).shape == (80, 101, 1)
+    batch = spdl_rs.io.load_image_batch(images[:3], width=16, height=8, pix_fmt="rgb24")
+    assert spdl_rs.io.to_numpy(batch).shape == (3, 8, 16, 3)
+    with pytest.raises(ValueError, match="pix_fmt"):
+        spdl_rs.io.load_image(images[0], pix_fmt="yuv420p")

@@ -115,3 +115,9 @@ def test_probe_video(media):
     [s] = [s for s in info["streams"] if s["kind"] == "video"]
     assert s["codec"] == "h264" and (s["width"], s["height"]) == (W, H)
     assert s["frame_rate"] == pytest.approx(FPS) and info["duration_s"] == pytest.approx(4.0, abs=0.1)
+
+
+def test_spdl_timestamp_spelling(media):
+    a = spdl_rs.io.load_video(media["mp4"], timestamp=(1.2, 2.2))
+    b = spdl_rs.io.load_video(media["mp4"], start=1.2, duration=1.0)
+    np.testing.assert_array_equal(a, b)

@@ -52,6 +52,82 @@ else:
             raise RuntimeError("spdl_rs was built without the `ffmpeg` feature")
 
 
+# SPDL spellings, so that code written for `spdl.io` runs with an import change: `pix_fmt` ("rgb24", "rgba",
+# "gray") for `pixel_format`, `timestamp=(start, end)` for `start`/`duration`, `load_image` of encoded bytes,
+# and `to_numpy`. Thin Python wrappers: the decoding itself still runs in Rust without the GIL.
+_PIX_FMTS = {"rgb24": "rgb", "rgb": "rgb", "rgba": "rgba", "gray": "gray", "gray8": "gray"}
+
+
+def _pixel_format(pixel_format: str, pix_fmt: str | None) -> str:
+    if pix_fmt is None:
+        return pixel_format
+    try:
+        return _PIX_FMTS[pix_fmt]
+    except KeyError:
+        raise ValueError(f"pix_fmt must be one of {sorted(_PIX_FMTS)}, got {pix_fmt!r}") from None
+
+
+def _window(kwargs: dict, timestamp) -> dict:
+    if timestamp is not None:
+        if "start" in kwargs or "duration" in kwargs:
+            raise ValueError("give either timestamp=(start, end) or start/duration, not both")
+        start, end = (float(t) for t in timestamp)
+        if not end > start >= 0:
+            raise ValueError(f"timestamp must be (start, end) with 0 <= start < end, got {timestamp!r}")
+        kwargs = {**kwargs, "start": start, "duration": end - start}
+    return kwargs
+
+
+if HAS_IO:
+    _native_load_image, _native_decode_image = load_image, decode_image
+    _native_load_image_batch, _native_load_audio = load_image_batch, load_audio
+
+    def load_image(src, *, pixel_format: str = "rgb", pix_fmt: str | None = None, **kwargs):
+        """Decodes one image into an HWC ``uint8`` :py:class:`spdl_rs.Buffer` (GIL released). ``src`` is a path
+        or, as in SPDL, the encoded bytes; other keywords as :py:func:`decode_image` (``size``, ``filter``,
+        ``exif_orientation``); ``pix_fmt`` is SPDL's spelling of ``pixel_format``."""
+        pixel_format = _pixel_format(pixel_format, pix_fmt)
+        if isinstance(src, (bytes, bytearray, memoryview)) or (
+            not isinstance(src, str) and not hasattr(src, "__fspath__") and hasattr(src, "__buffer__")
+        ):
+            return _native_decode_image(src, pixel_format=pixel_format, **kwargs)
+        kwargs.pop("name", None)
+        return _native_load_image(src, pixel_format=pixel_format, **kwargs)
+
+    def decode_image(data, *, pixel_format: str = "rgb", pix_fmt: str | None = None, **kwargs):
+        """Decodes one encoded image (bytes or a buffer) into an HWC ``uint8`` buffer (GIL released): see the
+        native ``decode_image`` for the keywords; ``pix_fmt`` is SPDL's spelling of ``pixel_format``."""
+        return _native_decode_image(data, pixel_format=_pixel_format(pixel_format, pix_fmt), **kwargs)
+
+    def load_image_batch(srcs, width: int, height: int, *, pixel_format: str = "rgb", pix_fmt: str | None = None,
+                         **kwargs):
+        """Decodes and resizes ``srcs`` into one ``[N, H, W, C]`` buffer in parallel (GIL released): see the native
+        ``load_image_batch`` for the keywords; ``pix_fmt`` is SPDL's spelling of ``pixel_format``."""
+        return _native_load_image_batch(srcs, width, height, pixel_format=_pixel_format(pixel_format, pix_fmt),
+                                        **kwargs)
+
+    def load_audio(src, timestamp=None, **kwargs):
+        """Decodes audio into a ``numpy`` array (GIL released): see the native ``load_audio`` for the keywords;
+        ``timestamp=(start, end)`` in seconds is SPDL's spelling of ``start``/``duration``."""
+        return _native_load_audio(src, **_window(kwargs, timestamp))
+
+if HAS_VIDEO:
+    _native_load_video = load_video
+
+    def load_video(src, timestamp=None, **kwargs):
+        """Decodes video frames into a ``numpy`` ``uint8`` array ``[N, H, W, C]`` (GIL released): see the native
+        ``load_video`` for the keywords; ``timestamp=(start, end)`` in seconds is SPDL's spelling of
+        ``start``/``duration``."""
+        return _native_load_video(src, **_window(kwargs, timestamp))
+
+
+def to_numpy(buffer):
+    """A ``numpy`` view of a :py:class:`spdl_rs.Buffer` (no copy), or the array itself: SPDL's ``to_numpy``."""
+    import numpy
+
+    return numpy.asarray(buffer)
+
+
 from . import ops  # noqa: E402
 
 __all__ = [
@@ -68,4 +144,5 @@ __all__ = [
     "load_video",
     "ops",
     "probe",
+    "to_numpy",
 ]

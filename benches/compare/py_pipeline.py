@@ -13,8 +13,9 @@ Benchmarks (each in a fresh subprocess, so that its peak RSS is its own):
       the JPEG/PNG files in --images (skipped when no directory is given or it has no images);
   (c) the peak RSS of each run (``ru_maxrss``).
 
-Prints one JSON object per line: bench, impl, python, gil, items, seconds, items_per_s, peak_rss_mb (the
-median of --repeat runs for the rates).
+Prints one JSON object per line: bench, impl, python, gil, items, seconds, items_per_s, cpu_seconds,
+items_per_cpu_s (the process's CPU time over the timed loop, all threads), peak_rss_mb (the median of --repeat
+runs for the rates).
 """
 
 from __future__ import annotations
@@ -59,14 +60,14 @@ def bench_trivial(impl: str, items: int, num_threads: int) -> dict:
         .add_sink(3)
         .build(num_threads=num_threads)
     )
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     n = 0
     with pipeline.auto_stop():
         for _ in pipeline:
             n += 1
-    dt = time.perf_counter() - t0
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
     assert n == items, (n, items)
-    return {"items": n, "seconds": dt}
+    return {"items": n, "seconds": dt, "cpu_seconds": cpu}
 
 
 def _image_paths(directory: str) -> list[str]:
@@ -100,14 +101,14 @@ def bench_images(impl: str, directory: str, num_threads: int) -> dict:
         .add_sink(4)
         .build(num_threads=num_threads)
     )
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     n = 0
     with pipeline.auto_stop():
         for batch in pipeline:
             # spdl_rs: an spdl_rs.Buffer [N, H, W, C] (numpy.asarray views it in place); spdl: a numpy array.
             n += batch.shape[0]
-    dt = time.perf_counter() - t0
-    return {"items": n, "seconds": dt}
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"items": n, "seconds": dt, "cpu_seconds": cpu}
 
 
 def _worker(args: argparse.Namespace) -> None:
@@ -149,6 +150,7 @@ def main() -> None:
             out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
             runs.append(json.loads(out))
         rates = [r["items"] / r["seconds"] for r in runs]
+        per_cpu = [r["items"] / r["cpu_seconds"] for r in runs if r.get("cpu_seconds")]
         print(json.dumps({
             "bench": bench,
             "impl": args.impl,
@@ -158,6 +160,8 @@ def main() -> None:
             "items": runs[0]["items"],
             "seconds": round(statistics.median(r["seconds"] for r in runs), 4),
             "items_per_s": round(statistics.median(rates), 1),
+            "cpu_seconds": round(statistics.median(r["cpu_seconds"] for r in runs), 4),
+            "items_per_cpu_s": round(statistics.median(per_cpu), 1) if per_cpu else None,
             "peak_rss_mb": round(max(r["peak_rss_mb"] for r in runs), 1),
         }), flush=True)
 

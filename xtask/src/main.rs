@@ -68,8 +68,7 @@ fn cargo() -> Command {
 
 /// Features that the Rust test run turns on: every optional capability whose system dependencies
 /// `sys::ensure_system_packages` installs.
-const TEST_FEATURES: &str =
-    "spdl-io/ffmpeg,spdl-source/http,spdl-source/s3,spdl-cuda/cuda,spdl-cli/ffmpeg,spdl-cli/cuda";
+const TEST_FEATURES: &str = "spdl-io/ffmpeg,spdl-source/http,spdl-source/s3,spdl-cuda/cuda,spdl-cli/ffmpeg,spdl-cli/cuda,spdl-cli/s3,spdl-cli/http";
 
 fn test(root: &Path, args: &[String]) -> Result<()> {
     let quick = args.iter().any(|a| a == "--quick");

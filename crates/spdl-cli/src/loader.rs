@@ -25,6 +25,92 @@ use crate::LoaderArgs;
 use crate::report::{Report, StageReport};
 use crate::usage;
 
+/// Where `spdl bench` reads bytes from when they are not local files: an object store (`s3://bucket/prefix`,
+/// `http(s)://host/path`) given as the PATH (listed) or with `--store` (PATH is then a list file of its keys).
+#[derive(Debug, Clone, Default)]
+pub struct Remote {
+    /// `--store URL`: read the keys of the list file PATH from this store.
+    pub store: Option<String>,
+    /// `--endpoint URL`: an S3-compatible server (path-style addressing), instead of AWS.
+    pub endpoint: Option<String>,
+}
+
+/// Where the read stage gets each item's bytes.
+enum Origin {
+    Local,
+    /// The store, and the runtime it was opened on (kept running for the store's connections).
+    Store(Arc<dyn spdl_source::ObjectStore>, tokio::runtime::Runtime),
+}
+
+fn is_store_url(s: &str) -> bool {
+    ["s3://", "http://", "https://"].iter().any(|p| s.starts_with(p))
+}
+
+/// The items and their origin: local paths, or keys of the object store that `path` or `--store` names.
+fn list_items(path: &Path, remote: &Remote) -> Result<(Vec<(String, i64)>, Origin)> {
+    let url = match (&remote.store, path.to_str()) {
+        (Some(url), _) => url.clone(),
+        (None, Some(p)) if is_store_url(p) => p.to_owned(),
+        (None, _) => {
+            if remote.endpoint.is_some() {
+                bail!("--endpoint applies to s3:// stores (as PATH or --store)");
+            }
+            return Ok((list(path)?, Origin::Local));
+        }
+    };
+    let mut opts = spdl_source::StoreOptions::default();
+    if let Some(endpoint) = &remote.endpoint {
+        opts = opts.s3(spdl_source::S3Options { endpoint: Some(endpoint.clone()), ..Default::default() });
+    }
+    // One I/O thread of its own: the store's connections live on it, the pipeline's runtime only awaits.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("spdl-store")
+        .enable_all()
+        .build()
+        .context("cannot start the store's I/O runtime")?;
+    let store = rt.block_on(spdl_source::open_store_with(&url, &opts)).with_context(|| format!("cannot open {url}"))?;
+    let items = if remote.store.is_some() {
+        // Keys from the list file, as they are (relative to the store).
+        spdl_source::Dataset::from_manifest(path)
+            .with_context(|| format!("cannot read the list file {}", path.display()))?
+            .iter()
+            .map(|r| (r.key.clone(), r.label.unwrap_or(-1)))
+            .collect()
+    } else {
+        use futures::TryStreamExt;
+        let metas: Vec<spdl_source::ObjectMeta> = rt
+            .block_on(store.list("").try_collect())
+            .with_context(|| format!("cannot list {url} (an HTTP store cannot: give a list file and --store)"))?;
+        keys_with_labels(metas.into_iter().map(|m| m.key))
+    };
+    if items.is_empty() {
+        bail!("no images ({}) found in {url}", IMAGE_EXTENSIONS.join(", "));
+    }
+    Ok((items, Origin::Store(store, rt)))
+}
+
+/// Image keys in key order, labelled by their folder as in an ImageNet tree (sorted folder names -> 0, 1, ...;
+/// keys at the top level: -1).
+fn keys_with_labels(keys: impl Iterator<Item = String>) -> Vec<(String, i64)> {
+    let mut keys: Vec<String> = keys
+        .filter(|k| {
+            k.rsplit_once('.').is_some_and(|(_, ext)| IMAGE_EXTENSIONS.contains(&ext.to_ascii_lowercase().as_str()))
+        })
+        .collect();
+    keys.sort();
+    let folder = |k: &str| k.rsplit_once('/').map(|(d, _)| d.to_owned());
+    let mut classes: Vec<String> = keys.iter().filter_map(|k| folder(k)).collect();
+    classes.sort();
+    classes.dedup();
+    keys.into_iter()
+        .map(|k| {
+            let label = folder(&k).and_then(|d| classes.binary_search(&d).ok()).map_or(-1, |i| i as i64);
+            (k, label)
+        })
+        .collect()
+}
+
 /// Extensions the listing keeps.
 const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff"];
 
@@ -133,11 +219,17 @@ fn transform(args: &LoaderArgs) -> Result<Transform> {
 }
 
 /// Runs the pipeline and prints the report (table or JSON).
-pub fn run(path: &Path, args: &LoaderArgs, mode: &str) -> Result<()> {
+pub fn run(path: &Path, args: &LoaderArgs, mode: &str, remote: &Remote) -> Result<()> {
     if args.threads == 0 || args.batch_size == 0 || args.epochs == 0 || args.io_concurrency == 0 {
         bail!("--threads, --batch-size, --epochs and --io-concurrency must be at least 1");
     }
-    let mut items = list(path)?;
+    let (mut items, origin) = list_items(path, remote)?;
+    // The store goes into the read stage; its runtime stays here, dropped on this thread after the pipeline
+    // (a runtime cannot be dropped inside the pipeline's async context).
+    let (store, _store_runtime) = match origin {
+        Origin::Local => (None, None),
+        Origin::Store(store, rt) => (Some(store), Some(rt)),
+    };
     if let Some(limit) = args.limit {
         items.truncate(limit);
     }
@@ -187,10 +279,20 @@ pub fn run(path: &Path, args: &LoaderArgs, mode: &str) -> Result<()> {
     let builder = PipelineBuilder::new()
         .source(source)
         .pipe(
-            Stage::map_async("read", |(path, label): (String, i64)| async move {
-                match tokio::fs::read(&path).await {
-                    Ok(bytes) => Ok(Encoded { path, label, bytes }),
-                    Err(e) => Err(format!("{path}: cannot read: {e}")),
+            Stage::map_async("read", move |(path, label): (String, i64)| {
+                let store = store.clone();
+                async move {
+                    match store {
+                        None => match tokio::fs::read(&path).await {
+                            Ok(bytes) => Ok(Encoded { path, label, bytes }),
+                            Err(e) => Err(format!("{path}: cannot read: {e}")),
+                        },
+                        // The error names the object's full address, the attempts and the cause.
+                        Some(store) => match store.get(&path).await {
+                            Ok(bytes) => Ok(Encoded { path, label, bytes: Vec::from(bytes) }),
+                            Err(e) => Err(e.to_string()),
+                        },
+                    }
                 }
             })
             .concurrency(args.io_concurrency),

@@ -2,8 +2,10 @@
 //!
 //! - `spdl demo` makes (once, cached) a deterministic dataset of ~2,000 photo-like JPEGs and runs the full
 //!   image-loading pipeline on it: list → read (async) → decode + resize/crop (N threads) → batch → \[GPU\].
-//! - `spdl bench PATH` runs the same pipeline over a directory (an ImageNet-style tree works) or a file
-//!   listing one path per line.
+//! - `spdl bench PATH` runs the same pipeline over a directory (an ImageNet-style tree works), a file
+//!   listing one path per line, or an object store: `spdl bench s3://bucket/prefix` (feature `s3`; `--endpoint`
+//!   for S3-compatible servers) lists and reads it; `spdl bench KEYS.txt --store URL` reads listed keys from any
+//!   store (features `s3`, `http`). The read stage then awaits the store's GETs (`--io-concurrency` in flight).
 //! - `spdl probe FILE` prints what a media file holds.
 //! - `spdl gen-data DIR` writes the synthetic corpora the tests and benchmarks use.
 
@@ -40,10 +42,20 @@ enum Command {
         #[command(flatten)]
         opts: LoaderArgs,
     },
-    /// Run the image-loading pipeline over a directory of images or a file listing one path per line.
+    /// Run the image-loading pipeline over a directory of images, a file listing one path per line, or an
+    /// object store (`s3://bucket/prefix`; builds with the `s3`/`http` features).
     Bench {
-        /// A directory (walked recursively; class folders give labels) or a list file.
+        /// A directory (walked recursively; class folders give labels), a list file, or an `s3://` address
+        /// (listed; folders give labels).
         path: PathBuf,
+        /// Read the keys of the list file PATH from this object store (`s3://bucket/prefix`,
+        /// `https://host/path`) instead of local files.
+        #[arg(long)]
+        store: Option<String>,
+        /// An S3-compatible server for `s3://` addresses (e.g. `http://127.0.0.1:9000`; path-style requests).
+        /// Credentials and region come from the standard AWS chain (`AWS_ACCESS_KEY_ID`, `AWS_REGION`, ...).
+        #[arg(long)]
+        endpoint: Option<String>,
         #[command(flatten)]
         opts: LoaderArgs,
     },
@@ -127,9 +139,11 @@ fn main() -> Result<()> {
         Command::Demo { dir, images, opts } => {
             let dir = dir.unwrap_or_else(data::default_demo_dir);
             data::ensure_demo_dataset(&dir, images, !opts.json)?;
-            loader::run(&dir, &opts, "demo")
+            loader::run(&dir, &opts, "demo", &loader::Remote::default())
         }
-        Command::Bench { path, opts } => loader::run(&path, &opts, "bench"),
+        Command::Bench { path, store, endpoint, opts } => {
+            loader::run(&path, &opts, "bench", &loader::Remote { store, endpoint })
+        }
         Command::Probe { file, json } => probe::run(&file, json),
         Command::GenData { dir, images, classes, seed, corrupt } => {
             data::gen_data(&dir, images, classes, seed, corrupt)

@@ -220,7 +220,7 @@ fn transform(args: &LoaderArgs) -> Result<Transform> {
 
 /// Runs the pipeline and prints the report (table or JSON).
 pub fn run(path: &Path, args: &LoaderArgs, mode: &str, remote: &Remote) -> Result<()> {
-    if args.threads == 0 || args.batch_size == 0 || args.epochs == 0 || args.io_concurrency == 0 {
+    if args.threads == 0 || args.batch_size == 0 || args.epochs == 0 || args.io_concurrency == Some(0) {
         bail!("--threads, --batch-size, --epochs and --io-concurrency must be at least 1");
     }
     let (mut items, origin) = list_items(path, remote)?;
@@ -230,6 +230,7 @@ pub fn run(path: &Path, args: &LoaderArgs, mode: &str, remote: &Remote) -> Resul
         Origin::Local => (None, None),
         Origin::Store(store, rt) => (Some(store), Some(rt)),
     };
+    let io_concurrency = args.io_concurrency.unwrap_or(if store.is_some() { 64 } else { 16 });
     if let Some(limit) = args.limit {
         items.truncate(limit);
     }
@@ -295,7 +296,7 @@ pub fn run(path: &Path, args: &LoaderArgs, mode: &str, remote: &Remote) -> Resul
                     }
                 }
             })
-            .concurrency(args.io_concurrency),
+            .concurrency(io_concurrency),
         )
         .aggregate(args.batch_size)
         .pipe(

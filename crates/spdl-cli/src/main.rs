@@ -108,9 +108,11 @@ pub struct LoaderArgs {
     /// Passes over the dataset.
     #[arg(long, default_value_t = 1)]
     pub epochs: usize,
-    /// Concurrent file reads.
-    #[arg(long, default_value_t = 16)]
-    pub io_concurrency: usize,
+    /// Concurrent reads (default: 16 for local files, 64 for an object store, where each GET waits on the
+    /// network: measured 121 / 376 / 672 img/s at 4 / 16 / 64 from a local S3 server, 64 reaching the decode
+    /// bound).
+    #[arg(long)]
+    pub io_concurrency: Option<usize>,
     /// Normalize batches to f32 with ImageNet's mean/std (fused into the batch write).
     #[arg(long)]
     pub normalize: bool,

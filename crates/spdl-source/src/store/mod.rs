@@ -363,6 +363,7 @@ pub(crate) fn check_range_order(location: impl FnOnce() -> String, range: &Range
 /// Checks the body of a ranged GET, the same way for every store: it must be non-empty, no longer than the
 /// range, and start where asked; `span` is the `(first, last)` byte positions the response's Content-Range
 /// names, each when known. `Err` is the reason a retry is due (a server or proxy that answered another range).
+#[cfg(any(feature = "http", feature = "s3", test))]
 pub(crate) fn check_range_body(range: &Range<u64>, span: (Option<u64>, Option<u64>), len: usize) -> Result<(), String> {
     let len = len as u64;
     let (first, last) = span;

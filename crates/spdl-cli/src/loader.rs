@@ -35,19 +35,17 @@ pub struct Remote {
     pub endpoint: Option<String>,
 }
 
-/// Where the read stage gets each item's bytes.
-enum Origin {
-    Local,
-    /// The store, and the runtime it was opened on (kept running for the store's connections).
-    Store(Arc<dyn spdl_source::ObjectStore>, tokio::runtime::Runtime),
-}
+/// An object store, and the runtime it was opened on (kept running for the store's connections).
+type OpenedStore = (Arc<dyn spdl_source::ObjectStore>, tokio::runtime::Runtime);
+/// Listed items: (path or key, label or -1).
+type Items = Vec<(String, i64)>;
 
 fn is_store_url(s: &str) -> bool {
     ["s3://", "http://", "https://"].iter().any(|p| s.starts_with(p))
 }
 
-/// The items and their origin: local paths, or keys of the object store that `path` or `--store` names.
-fn list_items(path: &Path, remote: &Remote) -> Result<(Vec<(String, i64)>, Origin)> {
+/// The items, and the store to read them from (`None`: local files) when `path` or `--store` names one.
+fn list_items(path: &Path, remote: &Remote) -> Result<(Items, Option<OpenedStore>)> {
     let url = match (&remote.store, path.to_str()) {
         (Some(url), _) => url.clone(),
         (None, Some(p)) if is_store_url(p) => p.to_owned(),
@@ -55,7 +53,7 @@ fn list_items(path: &Path, remote: &Remote) -> Result<(Vec<(String, i64)>, Origi
             if remote.endpoint.is_some() {
                 bail!("--endpoint applies to s3:// stores (as PATH or --store)");
             }
-            return Ok((list(path)?, Origin::Local));
+            return Ok((list(path)?, None));
         }
     };
     let mut opts = spdl_source::StoreOptions::default();
@@ -70,45 +68,26 @@ fn list_items(path: &Path, remote: &Remote) -> Result<(Vec<(String, i64)>, Origi
         .build()
         .context("cannot start the store's I/O runtime")?;
     let store = rt.block_on(spdl_source::open_store_with(&url, &opts)).with_context(|| format!("cannot open {url}"))?;
-    let items = if remote.store.is_some() {
+    let dataset = if remote.store.is_some() {
         // Keys from the list file, as they are (relative to the store).
         spdl_source::Dataset::from_manifest(path)
             .with_context(|| format!("cannot read the list file {}", path.display()))?
-            .iter()
-            .map(|r| (r.key.clone(), r.label.unwrap_or(-1)))
-            .collect()
     } else {
-        use futures::TryStreamExt;
-        let metas: Vec<spdl_source::ObjectMeta> = rt
-            .block_on(store.list("").try_collect())
-            .with_context(|| format!("cannot list {url} (an HTTP store cannot: give a list file and --store)"))?;
-        keys_with_labels(metas.into_iter().map(|m| m.key))
+        let listed = rt.block_on(async {
+            let by_folder = spdl_source::FolderLayout::ClassFolders;
+            let ds = spdl_source::Dataset::from_store(&*store, "", IMAGE_EXTENSIONS, by_folder).await?;
+            if !ds.is_empty() {
+                return Ok(ds);
+            }
+            spdl_source::Dataset::from_store(&*store, "", IMAGE_EXTENSIONS, spdl_source::FolderLayout::Flat).await
+        });
+        listed.with_context(|| format!("cannot list {url} (an HTTP store cannot: give a list file and --store)"))?
     };
+    let items: Items = dataset.iter().map(|r| (r.key.clone(), r.label.unwrap_or(-1))).collect();
     if items.is_empty() {
         bail!("no images ({}) found in {url}", IMAGE_EXTENSIONS.join(", "));
     }
-    Ok((items, Origin::Store(store, rt)))
-}
-
-/// Image keys in key order, labelled by their folder as in an ImageNet tree (sorted folder names -> 0, 1, ...;
-/// keys at the top level: -1).
-fn keys_with_labels(keys: impl Iterator<Item = String>) -> Vec<(String, i64)> {
-    let mut keys: Vec<String> = keys
-        .filter(|k| {
-            k.rsplit_once('.').is_some_and(|(_, ext)| IMAGE_EXTENSIONS.contains(&ext.to_ascii_lowercase().as_str()))
-        })
-        .collect();
-    keys.sort();
-    let folder = |k: &str| k.rsplit_once('/').map(|(d, _)| d.to_owned());
-    let mut classes: Vec<String> = keys.iter().filter_map(|k| folder(k)).collect();
-    classes.sort();
-    classes.dedup();
-    keys.into_iter()
-        .map(|k| {
-            let label = folder(&k).and_then(|d| classes.binary_search(&d).ok()).map_or(-1, |i| i as i64);
-            (k, label)
-        })
-        .collect()
+    Ok((items, Some((store, rt))))
 }
 
 /// Extensions the listing keeps.
@@ -223,13 +202,10 @@ pub fn run(path: &Path, args: &LoaderArgs, mode: &str, remote: &Remote) -> Resul
     if args.threads == 0 || args.batch_size == 0 || args.epochs == 0 || args.io_concurrency == Some(0) {
         bail!("--threads, --batch-size, --epochs and --io-concurrency must be at least 1");
     }
-    let (mut items, origin) = list_items(path, remote)?;
+    let (mut items, opened) = list_items(path, remote)?;
     // The store goes into the read stage; its runtime stays here, dropped on this thread after the pipeline
     // (a runtime cannot be dropped inside the pipeline's async context).
-    let (store, _store_runtime) = match origin {
-        Origin::Local => (None, None),
-        Origin::Store(store, rt) => (Some(store), Some(rt)),
-    };
+    let (store, _store_runtime) = opened.unzip();
     let io_concurrency = args.io_concurrency.unwrap_or(if store.is_some() { 64 } else { 16 });
     if let Some(limit) = args.limit {
         items.truncate(limit);

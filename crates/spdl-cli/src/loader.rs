@@ -160,8 +160,13 @@ fn open_gpu(args: &LoaderArgs) -> Result<Option<Arc<spdl_cuda::Transfer>>> {
 fn list(path: &Path) -> Result<Vec<(String, i64)>> {
     let meta = std::fs::metadata(path).with_context(|| format!("cannot open {}", path.display()))?;
     let dataset = if meta.is_dir() {
-        spdl_source::Dataset::image_folder(path, IMAGE_EXTENSIONS)
-            .with_context(|| format!("cannot list {}", path.display()))?
+        // Class folders give labels; a directory without any is listed flat (no labels), as a store is.
+        let by_folder = spdl_source::Dataset::image_folder(path, IMAGE_EXTENSIONS);
+        match by_folder {
+            Ok(ds) if ds.is_empty() => spdl_source::Dataset::from_dir(path, IMAGE_EXTENSIONS),
+            other => other,
+        }
+        .with_context(|| format!("cannot list {}", path.display()))?
     } else {
         spdl_source::Dataset::from_manifest(path)
             .with_context(|| format!("cannot read the list file {}", path.display()))?

@@ -54,3 +54,22 @@ fn relative_listing_paths_resolve_against_the_listing() {
     assert_eq!(report["failed"], 1, "{report}");
     assert!(stderr.contains("missing.png"), "{stderr}");
 }
+
+#[test]
+fn a_flat_directory_is_listed_without_labels() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_png(&dir.path().join("a.png"), 40, 30);
+    write_png(&dir.path().join("b.png"), 30, 40);
+    std::fs::write(dir.path().join("notes.txt"), "not an image").expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_spdl"))
+        .arg("bench")
+        .arg(dir.path())
+        .args(["--json", "--no-progress", "--no-gpu", "--threads", "1", "--batch-size", "2", "--size", "32"])
+        .output()
+        .expect("run spdl bench");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON report");
+    assert_eq!(report["images"], 2, "{report}");
+    assert_eq!(report["failed"], 0, "{report}");
+}

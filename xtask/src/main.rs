@@ -70,11 +70,16 @@ fn cargo() -> Command {
 /// `sys::ensure_system_packages` installs.
 const TEST_FEATURES: &str = "spdl-io/ffmpeg,spdl-source/http,spdl-source/s3,spdl-cuda/cuda,spdl-cli/ffmpeg,spdl-cli/cuda,spdl-cli/s3,spdl-cli/http";
 
+/// Below this much free disk after the Rust suites, `cargo xtask test` frees target/debug before the
+/// Python build (which takes about 2 GB in target/py).
+const LOW_DISK_BYTES: u64 = 6_000_000_000;
+
 fn test(root: &Path, args: &[String]) -> Result<()> {
     let quick = args.iter().any(|a| a == "--quick");
     let no_python = args.iter().any(|a| a == "--no-python");
     let started = std::time::Instant::now();
 
+    sys::report_free(root, "before the build");
     sys::ensure_system_packages()?;
     // The S3 tests start their own s3s-fs server on 127.0.0.1; install it once (about 2 minutes).
     let s3s_fs = s3::ensure_s3s_fs()?;
@@ -94,8 +99,20 @@ fn test(root: &Path, args: &[String]) -> Result<()> {
         .env(s3::S3S_FS_ENV, &s3s_fs)
         .env("RUST_BACKTRACE", "1"))?;
     if !no_python {
+        // The Python module builds into target/py with the release profile and shares nothing with
+        // target/debug. Where the disk is short, the debug artefacts go first: their suites are done.
+        if sys::report_free(root, "after the Rust suites").is_some_and(|b| b < LOW_DISK_BYTES) {
+            let debug = root.join("target/debug");
+            eprintln!(
+                "xtask: less than {} GB free: removing {} before the Python build",
+                LOW_DISK_BYTES / 1_000_000_000,
+                debug.display()
+            );
+            std::fs::remove_dir_all(&debug).with_context(|| format!("removing {}", debug.display()))?;
+        }
         python::python_tests(root, &s3s_fs)?;
     }
+    sys::report_free(root, "at the end");
     eprintln!("xtask: all checks passed in {:.0} s", started.elapsed().as_secs_f64());
     Ok(())
 }

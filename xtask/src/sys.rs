@@ -71,3 +71,20 @@ pub(crate) fn ensure_system_packages() -> Result<()> {
 fn is_root() -> bool {
     Command::new("id").arg("-u").output().map(|o| o.stdout.starts_with(b"0")).unwrap_or(false)
 }
+
+/// Free bytes on the file system that holds `path`, from `df` (None where `df` cannot tell).
+pub(crate) fn free_bytes(path: &std::path::Path) -> Option<u64> {
+    let out = Command::new("df").arg("-Pk").arg(path).output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let kib: u64 = text.lines().nth(1)?.split_whitespace().nth(3)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Prints the free disk space at a step of `cargo xtask test`, so a CI log shows what each step cost.
+pub(crate) fn report_free(path: &std::path::Path, step: &str) -> Option<u64> {
+    let free = free_bytes(path);
+    if let Some(b) = free {
+        eprintln!("xtask: {:.1} GB free on disk {step}", b as f64 / 1e9);
+    }
+    free
+}

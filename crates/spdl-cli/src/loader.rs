@@ -35,8 +35,6 @@ pub struct Remote {
     pub endpoint: Option<String>,
 }
 
-/// An object store, and the runtime it was opened on (kept running for the store's connections).
-type OpenedStore = (Arc<dyn spdl_source::ObjectStore>, tokio::runtime::Runtime);
 /// Listed items: (path or key, label or -1).
 type Items = Vec<(String, i64)>;
 
@@ -45,7 +43,7 @@ fn is_store_url(s: &str) -> bool {
 }
 
 /// The items, and the store to read them from (`None`: local files) when `path` or `--store` names one.
-fn list_items(path: &Path, remote: &Remote) -> Result<(Items, Option<OpenedStore>)> {
+fn list_items(path: &Path, remote: &Remote) -> Result<(Items, Option<spdl_source::DedicatedStore>)> {
     let url = match (&remote.store, path.to_str()) {
         (Some(url), _) => url.clone(),
         (None, Some(p)) if is_store_url(p) => p.to_owned(),
@@ -61,19 +59,14 @@ fn list_items(path: &Path, remote: &Remote) -> Result<(Items, Option<OpenedStore
         opts = opts.s3(spdl_source::S3Options { endpoint: Some(endpoint.clone()), ..Default::default() });
     }
     // One I/O thread of its own: the store's connections live on it, the pipeline's runtime only awaits.
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("spdl-store")
-        .enable_all()
-        .build()
-        .context("cannot start the store's I/O runtime")?;
-    let store = rt.block_on(spdl_source::open_store_with(&url, &opts)).with_context(|| format!("cannot open {url}"))?;
+    let opened = spdl_source::DedicatedStore::open(&url, &opts, 1).with_context(|| format!("cannot open {url}"))?;
+    let store = opened.store();
     let dataset = if remote.store.is_some() {
         // Keys from the list file, as they are (relative to the store).
         spdl_source::Dataset::from_manifest(path)
             .with_context(|| format!("cannot read the list file {}", path.display()))?
     } else {
-        let listed = rt.block_on(async {
+        let listed = opened.block_on(async {
             let by_folder = spdl_source::FolderLayout::ClassFolders;
             let ds = spdl_source::Dataset::from_store(&*store, "", IMAGE_EXTENSIONS, by_folder).await?;
             if !ds.is_empty() {
@@ -87,7 +80,7 @@ fn list_items(path: &Path, remote: &Remote) -> Result<(Items, Option<OpenedStore
     if items.is_empty() {
         bail!("no images ({}) found in {url}", IMAGE_EXTENSIONS.join(", "));
     }
-    Ok((items, Some((store, rt))))
+    Ok((items, Some(opened)))
 }
 
 /// Extensions the listing keeps.
@@ -208,9 +201,8 @@ pub fn run(path: &Path, args: &LoaderArgs, mode: &str, remote: &Remote) -> Resul
         bail!("--threads, --batch-size, --epochs and --io-concurrency must be at least 1");
     }
     let (mut items, opened) = list_items(path, remote)?;
-    // The store goes into the read stage; its runtime stays here, dropped on this thread after the pipeline
-    // (a runtime cannot be dropped inside the pipeline's async context).
-    let (store, _store_runtime) = opened.unzip();
+    // The store goes into the read stage; its runtime stays alive here until the pipeline is done.
+    let store = opened.as_ref().map(|o| Arc::clone(o.store()));
     let io_concurrency = args.io_concurrency.unwrap_or(if store.is_some() { 64 } else { 16 });
     if let Some(limit) = args.limit {
         items.truncate(limit);

@@ -23,7 +23,8 @@ fn source_err(e: SourceError) -> PyErr {
         SourceError::Io { .. }
         | SourceError::Request { .. }
         | SourceError::ShortBody { .. }
-        | SourceError::Task { .. } => PyOSError::new_err(msg),
+        | SourceError::Task { .. }
+        | SourceError::Runtime { .. } => PyOSError::new_err(msg),
         _ => PyValueError::new_err(msg),
     }
 }
@@ -137,41 +138,17 @@ fn list_dataset(py: Python<'_>, root: PathBuf, extensions: Vec<String>, layout: 
 ///     blobs = store.get_many(keys, concurrency=32)   # bytes, in the order of keys
 #[pyclass(name = "Store", module = "spdl_rs.source", frozen)]
 pub struct PyStore {
-    inner: Arc<dyn spdl_source::ObjectStore>,
-    runtime: Arc<StoreRuntime>,
+    /// Shared with the store's native ops; its runtime shuts down without waiting when the last owner goes,
+    /// which can be an engine thread inside an async context.
+    inner: Arc<spdl_source::DedicatedStore>,
     url: String,
-}
-
-/// The store's I/O runtime, shared by the store and its native ops. Shut down without waiting when the last
-/// owner goes: that can be an engine thread inside an async context, where a blocking shutdown would panic.
-struct StoreRuntime(Option<tokio::runtime::Runtime>);
-
-impl StoreRuntime {
-    fn rt(&self) -> &tokio::runtime::Runtime {
-        self.0.as_ref().unwrap_or_else(|| unreachable!("the runtime is taken only by Drop"))
-    }
-}
-
-impl Drop for StoreRuntime {
-    fn drop(&mut self) {
-        if let Some(rt) = self.0.take() {
-            rt.shutdown_background();
-        }
-    }
-}
-
-impl std::fmt::Debug for StoreRuntime {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("StoreRuntime")
-    }
 }
 
 /// Native op: each item (a key) becomes the object's bytes. In a pipeline the request is awaited on the
 /// store's runtime, so a stage's `concurrency` requests are in flight without the GIL or a blocked thread.
 #[derive(Debug)]
 struct FetchOp {
-    store: Arc<dyn spdl_source::ObjectStore>,
-    runtime: Arc<StoreRuntime>,
+    store: Arc<spdl_source::DedicatedStore>,
 }
 
 /// Aborts a spawned request when the pipeline stops waiting for it.
@@ -217,7 +194,7 @@ impl NativeOp for FetchOp {
 
     fn call(&self, stage: &str, input: Value) -> Result<Vec<Value>, Error> {
         let key = self.key(stage, input)?;
-        let data = self.runtime.rt().block_on(self.store.get(&key)).map_err(|e| fetch_failed(stage, &key, e))?;
+        let data = self.store.block_on(self.store.store().get(&key)).map_err(|e| fetch_failed(stage, &key, e))?;
         Ok(vec![Value::Bytes(Vec::from(data))])
     }
 
@@ -230,18 +207,19 @@ impl NativeOp for FetchOp {
             Ok(key) => key,
             Err(e) => return Box::pin(async move { Err(e) }),
         };
-        let store = Arc::clone(&self.store);
-        let task = self.runtime.rt().spawn(async move {
-            let got = store.get(&key).await;
-            (key, got)
-        });
+        let store = Arc::clone(self.store.store());
+        let task = {
+            let key = key.clone();
+            self.store.handle().spawn(async move { store.get(&key).await })
+        };
         let stage = stage.to_owned();
         Box::pin(async move {
             let _abort = AbortOnDrop(task.abort_handle());
             match task.await {
-                Ok((_, Ok(data))) => Ok(vec![Value::Bytes(Vec::from(data))]),
-                Ok((key, Err(e))) => Err(fetch_failed(&stage, &key, e)),
-                Err(e) => Err(fetch_failed(&stage, "?", e)),
+                Ok(Ok(data)) => Ok(vec![Value::Bytes(Vec::from(data))]),
+                Ok(Err(e)) => Err(fetch_failed(&stage, &key, e)),
+                // The request was cancelled (the store's runtime shut down) or panicked.
+                Err(e) => Err(fetch_failed(&stage, &key, e)),
             }
         })
     }
@@ -310,19 +288,13 @@ impl PyStore {
             }
             opts = opts.retry(spdl_source::RetryPolicy { max_attempts: n, ..Default::default() });
         }
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("spdl-store")
-            .enable_all()
-            .build()
-            .map_err(|e| PyOSError::new_err(format!("{url}: cannot start the store's I/O runtime: {e}")))?;
-        let inner = py.detach(|| runtime.block_on(spdl_source::open_store_with(&url, &opts))).map_err(source_err)?;
-        Ok(PyStore { inner, runtime: Arc::new(StoreRuntime(Some(runtime))), url })
+        let inner = py.detach(|| spdl_source::DedicatedStore::open(&url, &opts, 1)).map_err(source_err)?;
+        Ok(PyStore { inner: Arc::new(inner), url })
     }
 
     /// The whole object ``key`` as ``bytes``.
     fn get<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
-        let data = py.detach(|| self.runtime.rt().block_on(self.inner.get(key))).map_err(source_err)?;
+        let data = py.detach(|| self.inner.block_on(self.inner.store().get(key))).map_err(source_err)?;
         Ok(pyo3::types::PyBytes::new(py, &data))
     }
 
@@ -335,13 +307,13 @@ impl PyStore {
         end: u64,
     ) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
         let data =
-            py.detach(|| self.runtime.rt().block_on(self.inner.get_range(key, start..end))).map_err(source_err)?;
+            py.detach(|| self.inner.block_on(self.inner.store().get_range(key, start..end))).map_err(source_err)?;
         Ok(pyo3::types::PyBytes::new(py, &data))
     }
 
     /// The size in bytes of object ``key``, without reading it.
     fn size(&self, py: Python<'_>, key: &str) -> PyResult<u64> {
-        py.detach(|| self.runtime.rt().block_on(self.inner.head(key))).map(|m| m.size).map_err(source_err)
+        py.detach(|| self.inner.block_on(self.inner.store().head(key))).map(|m| m.size).map_err(source_err)
     }
 
     /// ``(key, size)`` of every object whose key starts with ``prefix``, in key order.
@@ -349,7 +321,7 @@ impl PyStore {
     fn list(&self, py: Python<'_>, prefix: &str) -> PyResult<Vec<(String, u64)>> {
         use futures::TryStreamExt;
         py.detach(|| {
-            self.runtime.rt().block_on(self.inner.list(prefix).map_ok(|m| (m.key, m.size)).try_collect::<Vec<_>>())
+            self.inner.block_on(self.inner.store().list(prefix).map_ok(|m| (m.key, m.size)).try_collect::<Vec<_>>())
         })
         .map_err(source_err)
     }
@@ -367,10 +339,10 @@ impl PyStore {
         if concurrency == 0 {
             return Err(PyValueError::new_err("concurrency must be at least 1"));
         }
-        let store = &self.inner;
+        let store = self.inner.store();
         let all = py
             .detach(|| {
-                self.runtime.rt().block_on(
+                self.inner.block_on(
                     futures::stream::iter(keys.iter().map(|k| store.get(k)))
                         .buffered(concurrency)
                         .try_collect::<Vec<_>>(),
@@ -386,7 +358,7 @@ impl PyStore {
     /// following native op (``spdl_rs.io.ops.decode_image``...) keeps the whole chain out of Python. A failed
     /// key is counted as a failed item of the stage, its error naming the key.
     fn get_op(&self) -> PyNativeOp {
-        PyNativeOp { op: Arc::new(FetchOp { store: Arc::clone(&self.inner), runtime: Arc::clone(&self.runtime) }) }
+        PyNativeOp { op: Arc::new(FetchOp { store: Arc::clone(&self.inner) }) }
     }
 
     /// The address the store was opened with.

@@ -129,6 +129,16 @@ pub enum SourceError {
         source: Option<BoxError>,
     },
 
+    /// The I/O runtime of a [`DedicatedStore`](crate::DedicatedStore) could not be started.
+    #[error("cannot start the I/O runtime for {url}: {source}")]
+    Runtime {
+        /// The store's address.
+        url: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+
     /// A manifest line that cannot be parsed.
     #[error("manifest {source_name}, line {line}: {reason}")]
     Manifest {

@@ -11,6 +11,7 @@ use futures::stream::{BoxStream, StreamExt, TryStreamExt};
 
 use crate::error::{Result, SourceError};
 
+mod dedicated;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod local;
@@ -18,6 +19,7 @@ mod retry;
 #[cfg(feature = "s3")]
 pub mod s3;
 
+pub use dedicated::DedicatedStore;
 pub use retry::RetryPolicy;
 
 /// What a store knows about one object.

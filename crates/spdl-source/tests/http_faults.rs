@@ -3,6 +3,8 @@
 //! read timeout. Every object must come back intact or be reported failed with its key; none lost or duplicated.
 #![cfg(feature = "http")]
 
+mod support;
+
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -14,6 +16,8 @@ use futures::StreamExt;
 use spdl_source::{HttpStore, ObjectStore, ParallelRead, RetryPolicy, SourceError, StoreOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+
+use support::data::mix;
 
 /// The faults the server can inject, drawn per request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -79,14 +83,6 @@ impl TestServer {
     fn requests_for(&self, key: &str) -> u64 {
         self.counters.per_key.lock().unwrap().get(key).copied().unwrap_or(0)
     }
-}
-
-/// splitmix64: a deterministic spread of the request counter into fault decisions.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 async fn read_head(stream: &mut TcpStream) -> Option<String> {
@@ -204,16 +200,7 @@ async fn serve(
 
 /// Deterministic content per key, so the test can check every byte.
 fn content(i: usize) -> Bytes {
-    let len = 1 + (mix(i as u64) % 20_000) as usize;
-    let mut x = mix(i as u64 + 1);
-    Bytes::from(
-        (0..len)
-            .map(|_| {
-                x = mix(x);
-                x as u8
-            })
-            .collect::<Vec<u8>>(),
-    )
+    support::data::content(i, 1, 20_000, 1)
 }
 
 fn objects(n: usize) -> HashMap<String, Bytes> {

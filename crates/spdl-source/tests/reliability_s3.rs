@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
-use spdl_exec::{BuildOptions, FailureBudget, OutputOrder, PipelineBuilder, PipelineError, Stage};
-use spdl_source::{ObjectStore, RetryPolicy, S3Options, S3Store, SourceError, StoreOptions};
+use spdl_exec::{FailureBudget, PipelineError};
+use spdl_source::{RetryPolicy, S3Options, S3Store, StoreOptions};
 use support::s3s::{ACCESS_KEY, SECRET_KEY, find_binary};
 
 const BUCKET: &str = "spdl-reliability";
@@ -116,24 +116,9 @@ fn fill(rt: &tokio::runtime::Runtime, store: &S3Store, n: usize) {
     });
 }
 
+/// keys → `store.get` (8 in flight, input order) → sink.
 fn fetch_pipeline(store: Arc<S3Store>, n: usize, budget: FailureBudget) -> spdl_exec::Pipeline<(String, Bytes)> {
-    PipelineBuilder::new()
-        .source((0..n).map(key))
-        .pipe(
-            Stage::map_async("fetch", move |key: String| {
-                let store = store.clone();
-                async move {
-                    let bytes = store.get(&key).await?;
-                    Ok::<_, SourceError>((key, bytes))
-                }
-            })
-            .concurrency(8)
-            .order(OutputOrder::Input)
-            .failure_budget(budget),
-        )
-        .sink(4)
-        .build(BuildOptions { num_threads: 2, ..BuildOptions::default() })
-        .expect("build")
+    support::data::fetch_pipeline(store, (0..n).map(key), 8, 4, budget)
 }
 
 fn runtime() -> tokio::runtime::Runtime {

@@ -13,17 +13,21 @@
 //! retried) is not repeated here.
 #![cfg(feature = "http")]
 
+mod support;
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use spdl_exec::{BuildOptions, FailureBudget, OutputOrder, PipelineBuilder, PipelineError, Stage};
-use spdl_source::{HttpStore, ObjectStore, RetryPolicy, SourceError, StoreOptions};
+use spdl_exec::{FailureBudget, PipelineError};
+use spdl_source::{HttpStore, RetryPolicy, StoreOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::watch;
+
+use support::data::mix;
 
 /// Faults the server injects, per request.
 #[derive(Debug, Clone, Copy, Default)]
@@ -37,13 +41,6 @@ struct Faults {
     stall: Duration,
     /// Accept connections and never answer (a black hole).
     never_answer: bool,
-}
-
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 /// An HTTP server that can be killed (listener closed, open connections dropped) and restarted on the
@@ -207,16 +204,7 @@ async fn serve(
 }
 
 fn content(i: usize) -> Bytes {
-    let len = 100 + (mix(i as u64) % 8_000) as usize;
-    let mut x = mix(i as u64 + 7);
-    Bytes::from(
-        (0..len)
-            .map(|_| {
-                x = mix(x);
-                x as u8
-            })
-            .collect::<Vec<u8>>(),
-    )
+    support::data::content(i, 100, 8_000, 7)
 }
 
 fn key(i: usize) -> String {
@@ -231,29 +219,13 @@ fn server_runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime")
 }
 
-/// keys → `store.get` (async stage, 16 in flight, input order) → sink. The stage's result keeps the key.
+/// keys → `store.get` (16 in flight, input order) → sink.
 fn fetch_pipeline(
     store: Arc<HttpStore>,
     keys: Vec<String>,
     budget: FailureBudget,
 ) -> spdl_exec::Pipeline<(String, Bytes)> {
-    PipelineBuilder::new()
-        .source(keys)
-        .pipe(
-            Stage::map_async("fetch", move |key: String| {
-                let store = store.clone();
-                async move {
-                    let bytes = store.get(&key).await?;
-                    Ok::<_, SourceError>((key, bytes))
-                }
-            })
-            .concurrency(16)
-            .order(OutputOrder::Input)
-            .failure_budget(budget),
-        )
-        .sink(8)
-        .build(BuildOptions { num_threads: 2, ..BuildOptions::default() })
-        .expect("build")
+    support::data::fetch_pipeline(store, keys, 16, 8, budget)
 }
 
 /// A watchdog: runs `body` on its own thread, fails if it takes longer than `secs`.

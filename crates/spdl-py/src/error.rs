@@ -54,6 +54,23 @@ pub enum Error {
     Pipeline(#[from] spdl_exec::PipelineError),
 }
 
+impl Error {
+    /// A native op `op` of stage `stage` failed on `item` (its path or key, or "a batch of N").
+    pub fn native(
+        stage: &str,
+        op: &str,
+        item: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        Error::Native { stage: stage.to_owned(), op: op.to_owned(), item: item.into(), source: source.into() }
+    }
+
+    /// A native op `op` of stage `stage` got `item` (described), which is not what it takes (`expected`).
+    pub fn wrong_input(stage: &str, op: &str, item: impl Into<String>, expected: &'static str) -> Self {
+        Error::WrongInput { stage: stage.to_owned(), op: op.to_owned(), item: item.into(), expected }
+    }
+}
+
 impl From<Error> for PyErr {
     fn from(e: Error) -> PyErr {
         let msg = error_chain(&e);

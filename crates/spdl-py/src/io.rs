@@ -91,20 +91,9 @@ fn src_from_value(v: Value, stage: &str, op: &str, expects: &'static str, index:
     match v {
         Value::Str(s) => Ok(Src::Path(PathBuf::from(s))),
         Value::Bytes(b) => Ok(Src::Bytes(format!("<bytes #{index}>"), b)),
-        Value::Py(obj) => {
-            crate::pipeline::tstate::attach(|py| src_from_py(obj.bind(py), index)).map_err(|e| Error::WrongInput {
-                stage: stage.to_owned(),
-                op: op.to_owned(),
-                item: format!("a Python object ({e})"),
-                expected: expects,
-            })
-        }
-        other => Err(Error::WrongInput {
-            stage: stage.to_owned(),
-            op: op.to_owned(),
-            item: other.describe(),
-            expected: expects,
-        }),
+        Value::Py(obj) => crate::pipeline::tstate::attach(|py| src_from_py(obj.bind(py), index))
+            .map_err(|e| Error::wrong_input(stage, op, format!("a Python object ({e})"), expects)),
+        other => Err(Error::wrong_input(stage, op, other.describe(), expects)),
     }
 }
 
@@ -377,12 +366,7 @@ impl NativeOp for DecodeImageOp {
     }
     fn call(&self, stage: &str, input: Value) -> Result<Vec<Value>, Error> {
         let src = src_from_value(input, stage, &self.name, IMAGE_INPUT, 0)?;
-        let buf = self.spec.decode(&src).map_err(|e| Error::Native {
-            stage: stage.to_owned(),
-            op: self.name.clone(),
-            item: src.name(),
-            source: Box::new(e),
-        })?;
+        let buf = self.spec.decode(&src).map_err(|e| Error::native(stage, &self.name, src.name(), e))?;
         Ok(vec![Value::Buffer(Arc::new(buf))])
     }
 }
@@ -403,12 +387,7 @@ impl NativeOp for ImageBatchOp {
         let items = match input {
             Value::List(v) => v,
             other => {
-                return Err(Error::WrongInput {
-                    stage: stage.to_owned(),
-                    op: self.name().to_owned(),
-                    item: other.describe(),
-                    expected: BATCH_INPUT,
-                });
+                return Err(Error::wrong_input(stage, self.name(), other.describe(), BATCH_INPUT));
             }
         };
         let n = items.len();
@@ -417,12 +396,8 @@ impl NativeOp for ImageBatchOp {
             .enumerate()
             .map(|(i, v)| src_from_value(v, stage, "load_image_batch", BATCH_INPUT, i))
             .collect::<Result<Vec<_>, _>>()?;
-        let (buf, failures) = self.spec.run(srcs).map_err(|e| Error::Native {
-            stage: stage.to_owned(),
-            op: self.name().to_owned(),
-            item: format!("a batch of {n}"),
-            source: Box::new(e),
-        })?;
+        let (buf, failures) =
+            self.spec.run(srcs).map_err(|e| Error::native(stage, self.name(), format!("a batch of {n}"), e))?;
         if !failures.is_empty() {
             // Rare (non-strict batches only): the GIL is taken just to log them.
             Python::attach(|py| log_failures(py, stage, &failures));

@@ -33,9 +33,7 @@
 //!     fn call(&self, stage: &str, input: Value) -> Result<Vec<Value>, Error> {
 //!         match input {
 //!             Value::Int(i) => Ok(vec![Value::Int(i * 2)]),
-//!             other => Err(Error::WrongInput {
-//!                 stage: stage.into(), op: "double".into(), item: other.describe(), expected: "an int",
-//!             }),
+//!             other => Err(Error::wrong_input(stage, "double", other.describe(), "an int")),
 //!         }
 //!     }
 //! }

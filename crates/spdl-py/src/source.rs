@@ -164,23 +164,13 @@ impl FetchOp {
     fn key(&self, stage: &str, input: Value) -> Result<String, Error> {
         match input {
             Value::Str(key) => Ok(key),
-            other => Err(Error::WrongInput {
-                stage: stage.to_owned(),
-                op: "fetch".to_owned(),
-                item: other.describe(),
-                expected: "str (a key of the store)",
-            }),
+            other => Err(Error::wrong_input(stage, "fetch", other.describe(), "str (a key of the store)")),
         }
     }
 }
 
 fn fetch_failed(stage: &str, key: &str, source: impl std::error::Error + Send + Sync + 'static) -> Error {
-    Error::Native {
-        stage: stage.to_owned(),
-        op: "fetch".to_owned(),
-        item: format!("key {key:?}"),
-        source: Box::new(source),
-    }
+    Error::native(stage, "fetch", format!("key {key:?}"), source)
 }
 
 impl NativeOp for FetchOp {

@@ -329,12 +329,8 @@ impl NativeOp for LoadAudioOp {
     }
     fn call(&self, stage: &str, input: Value) -> Result<Vec<Value>, Error> {
         let src = src_from_value(input, stage, self.name(), AUDIO_INPUT, 0)?;
-        let audio = decode_audio(src.media(), &self.opts, &system_allocator()).map_err(|e| Error::Native {
-            stage: stage.to_owned(),
-            op: self.name().to_owned(),
-            item: src.name(),
-            source: Box::new(e),
-        })?;
+        let audio = decode_audio(src.media(), &self.opts, &system_allocator())
+            .map_err(|e| Error::native(stage, self.name(), src.name(), e))?;
         Ok(vec![Value::Buffer(Arc::new(audio.buffer))])
     }
 }
@@ -353,12 +349,7 @@ impl NativeOp for AudioBatchOp {
     }
     fn call(&self, stage: &str, input: Value) -> Result<Vec<Value>, Error> {
         let Value::List(items) = input else {
-            return Err(Error::WrongInput {
-                stage: stage.to_owned(),
-                op: self.name().to_owned(),
-                item: input.describe(),
-                expected: AUDIO_BATCH_INPUT,
-            });
+            return Err(Error::wrong_input(stage, self.name(), input.describe(), AUDIO_BATCH_INPUT));
         };
         let n = items.len();
         let srcs = items
@@ -367,12 +358,8 @@ impl NativeOp for AudioBatchOp {
             .map(|(i, v)| src_from_value(v, stage, self.name(), AUDIO_BATCH_INPUT, i))
             .collect::<Result<Vec<_>, _>>()?;
         let inputs: Vec<MediaInput<'_>> = srcs.iter().map(Src::media).collect();
-        let batch = decode_audio_batch(&inputs, &self.opts, &system_allocator()).map_err(|e| Error::Native {
-            stage: stage.to_owned(),
-            op: self.name().to_owned(),
-            item: format!("a batch of {n}"),
-            source: Box::new(e),
-        })?;
+        let batch = decode_audio_batch(&inputs, &self.opts, &system_allocator())
+            .map_err(|e| Error::native(stage, self.name(), format!("a batch of {n}"), e))?;
         let failures = batch_failures(&batch);
         if !failures.is_empty() {
             // Rare (non-strict batches only): the GIL is taken just to log them.

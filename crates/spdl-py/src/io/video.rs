@@ -27,13 +27,27 @@ use crate::value::Value;
 pub struct PyPackets {
     /// `None` once decoded. The lock is held only to take the packets out, never while Python runs.
     packets: Mutex<Option<Packets>>,
+    /// The item (path or name) they came from.
+    #[pyo3(get)]
     item: String,
+    /// Codec short name (``"h264"``, ``"vp9"``, ...).
+    #[pyo3(get)]
     codec: String,
+    /// Coded width in pixels.
+    #[pyo3(get)]
     width: u32,
+    /// Coded height in pixels.
+    #[pyo3(get)]
     height: u32,
+    /// Average frame rate, if the container states it.
+    #[pyo3(get)]
     frame_rate: Option<f64>,
     len: usize,
+    /// Bytes of packet data.
+    #[pyo3(get)]
     nbytes: usize,
+    /// Presentation times (seconds) of the frames in the window, in order: what a full decode yields.
+    #[pyo3(get)]
     timestamps: Vec<f64>,
 }
 
@@ -65,48 +79,6 @@ impl PyPackets {
 
 #[pymethods]
 impl PyPackets {
-    /// The item (path or name) they came from.
-    #[getter]
-    fn item(&self) -> &str {
-        &self.item
-    }
-
-    /// Codec short name (``"h264"``, ``"vp9"``, ...).
-    #[getter]
-    fn codec(&self) -> &str {
-        &self.codec
-    }
-
-    /// Coded width in pixels.
-    #[getter]
-    fn width(&self) -> u32 {
-        self.width
-    }
-
-    /// Coded height in pixels.
-    #[getter]
-    fn height(&self) -> u32 {
-        self.height
-    }
-
-    /// Average frame rate, if the container states it.
-    #[getter]
-    fn frame_rate(&self) -> Option<f64> {
-        self.frame_rate
-    }
-
-    /// Bytes of packet data.
-    #[getter]
-    fn nbytes(&self) -> usize {
-        self.nbytes
-    }
-
-    /// Presentation times (seconds) of the frames in the window, in order: what a full decode yields.
-    #[getter]
-    fn timestamps(&self) -> Vec<f64> {
-        self.timestamps.clone()
-    }
-
     /// True until ``decode_packets`` consumed them.
     #[getter]
     fn decodable(&self) -> bool {
@@ -338,10 +310,6 @@ fn decode_packets(
 const VIDEO_INPUT: &str = "a path (str) or encoded bytes";
 const PACKETS_INPUT: &str = "spdl_rs.io.Packets (from demux_video)";
 
-fn native_err(stage: &str, op: &str, item: String, e: spdl_io::Error) -> Error {
-    Error::Native { stage: stage.to_owned(), op: op.to_owned(), item, source: Box::new(e) }
-}
-
 /// `load_video` as an op: demux and decode each item.
 #[derive(Debug)]
 struct LoadVideoOp {
@@ -360,7 +328,7 @@ impl NativeOp for LoadVideoOp {
         let src = src_from_value(input, stage, self.name(), VIDEO_INPUT, 0)?;
         let frames = demux_video_rs(src.media(), &self.demux)
             .and_then(|p| decode_packets_rs(p, &self.decode, &system_allocator()))
-            .map_err(|e| native_err(stage, self.name(), src.name(), e))?;
+            .map_err(|e| Error::native(stage, self.name(), src.name(), e))?;
         Ok(vec![Value::Buffer(Arc::new(frames.buffer))])
     }
 }
@@ -382,14 +350,9 @@ impl NativeOp for DemuxVideoOp {
     fn call(&self, stage: &str, input: Value) -> Result<Vec<Value>, Error> {
         let src = src_from_value(input, stage, self.name(), VIDEO_INPUT, 0)?;
         let packets =
-            demux_video_rs(src.media(), &self.demux).map_err(|e| native_err(stage, self.name(), src.name(), e))?;
-        let obj =
-            crate::pipeline::tstate::attach(|py| Py::new(py, PyPackets::new(packets))).map_err(|e| Error::Native {
-                stage: stage.to_owned(),
-                op: self.name().to_owned(),
-                item: src.name(),
-                source: Box::new(PyTypeError::new_err(e.to_string())),
-            })?;
+            demux_video_rs(src.media(), &self.demux).map_err(|e| Error::native(stage, self.name(), src.name(), e))?;
+        let obj = crate::pipeline::tstate::attach(|py| Py::new(py, PyPackets::new(packets)))
+            .map_err(|e| Error::native(stage, self.name(), src.name(), PyTypeError::new_err(e.to_string())))?;
         Ok(vec![Value::Py(obj.into_any())])
     }
 }
@@ -408,12 +371,7 @@ impl NativeOp for DecodePacketsOp {
         PACKETS_INPUT
     }
     fn call(&self, stage: &str, input: Value) -> Result<Vec<Value>, Error> {
-        let wrong = |item: String| Error::WrongInput {
-            stage: stage.to_owned(),
-            op: self.name().to_owned(),
-            item,
-            expected: PACKETS_INPUT,
-        };
+        let wrong = |item: String| Error::wrong_input(stage, self.name(), item, PACKETS_INPUT);
         let Value::Py(obj) = input else { return Err(wrong(input.describe())) };
         // The GIL is held only to take the packets out of their Python object.
         let packets = crate::pipeline::tstate::attach(|py| match obj.bind(py).cast::<PyPackets>() {
@@ -422,7 +380,7 @@ impl NativeOp for DecodePacketsOp {
         })?;
         let item = packets.item().to_owned();
         let frames = decode_packets_rs(packets, &self.decode, &system_allocator())
-            .map_err(|e| native_err(stage, self.name(), item, e))?;
+            .map_err(|e| Error::native(stage, self.name(), item, e))?;
         Ok(vec![Value::Buffer(Arc::new(frames.buffer))])
     }
 }

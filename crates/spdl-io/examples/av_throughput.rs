@@ -28,9 +28,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use spdl_buffer::{SharedAllocator, system_allocator};
-use spdl_io::audio::{AudioOptions, decode_audio};
+use spdl_io::audio::{AudioBackend, AudioOptions, decode_audio};
 
-const USAGE: &str = "usage: av_throughput (audio|video) [--threads T] [--repeat R] [--list FILE] FILE...";
+const USAGE: &str = "usage: av_throughput (audio|video) [--threads T] [--repeat R] [--backend auto|symphonia|ffmpeg] \
+                     [--list FILE] FILE...";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -43,6 +44,8 @@ struct Args {
     kind: Kind,
     threads: usize,
     repeat: usize,
+    /// Audio decoder (`--backend`, default auto).
+    backend: AudioBackend,
     files: Vec<PathBuf>,
 }
 
@@ -55,11 +58,20 @@ fn parse_args() -> Result<Args, String> {
         Some(other) => return Err(format!("unknown kind {other:?}\n{USAGE}")),
     };
     let (mut threads, mut repeat, mut files) = (1usize, 1usize, Vec::new());
+    let mut backend = AudioBackend::Auto;
     while let Some(arg) = it.next() {
         let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value\n{USAGE}"));
         match arg.as_str() {
             "--threads" => threads = parse_count("--threads", &value("--threads")?)?,
             "--repeat" => repeat = parse_count("--repeat", &value("--repeat")?)?,
+            "--backend" => {
+                backend = match value("--backend")?.as_str() {
+                    "auto" => AudioBackend::Auto,
+                    "symphonia" => AudioBackend::Symphonia,
+                    "ffmpeg" => AudioBackend::Ffmpeg,
+                    other => return Err(format!("--backend takes auto, symphonia or ffmpeg, got {other:?}")),
+                }
+            }
             "--list" => {
                 let list = value("--list")?;
                 let text = std::fs::read_to_string(&list).map_err(|e| format!("{list}: {e}"))?;
@@ -73,7 +85,7 @@ fn parse_args() -> Result<Args, String> {
     if files.is_empty() {
         return Err(format!("no input files\n{USAGE}"));
     }
-    Ok(Args { kind, threads, repeat, files })
+    Ok(Args { kind, threads, repeat, backend, files })
 }
 
 fn parse_count(name: &str, s: &str) -> Result<usize, String> {
@@ -91,10 +103,10 @@ struct Decoded {
     frames: u64,
 }
 
-fn decode_one(kind: Kind, path: &Path, alloc: &SharedAllocator) -> Result<Decoded, spdl_io::Error> {
-    match kind {
+fn decode_one(args: &Args, path: &Path, alloc: &SharedAllocator) -> Result<Decoded, spdl_io::Error> {
+    match args.kind {
         Kind::Audio => {
-            let audio = decode_audio(path, &AudioOptions::default(), alloc)?;
+            let audio = decode_audio(path, &AudioOptions { backend: args.backend, ..AudioOptions::default() }, alloc)?;
             Ok(Decoded {
                 shape: audio.buffer.shape().to_vec(),
                 audio_seconds: audio.frames as f64 / f64::from(audio.sample_rate),
@@ -145,7 +157,7 @@ fn run(args: &Args) -> Totals {
                     }
                     let file = job % args.files.len();
                     let Some(path) = args.files.get(file) else { break };
-                    match decode_one(args.kind, path, &alloc) {
+                    match decode_one(args, path, &alloc) {
                         Ok(d) => {
                             local.items += 1;
                             local.audio_seconds += d.audio_seconds;
@@ -239,7 +251,7 @@ fn main() -> ExitCode {
     };
     let alloc = system_allocator();
     if let Some(first) = args.files.first()
-        && let Err(e) = decode_one(args.kind, first, &alloc)
+        && let Err(e) = decode_one(&args, first, &alloc)
     {
         eprintln!("warm-up decode failed: {e}");
         return ExitCode::FAILURE;

@@ -122,8 +122,21 @@ impl WindowCollector {
         pos >= self.win_end
     }
 
-    /// Grows every plane by `len` frames that start at frame `at` and returns the new tails to fill.
-    pub fn extend(&mut self, at: i64, len: usize) -> Result<Vec<&mut [f32]>> {
+    /// Reserves room for about `frames` frames per channel (the stream's stated duration), clipped to the
+    /// window and the sample limit, so that growing the planes does not move them.
+    pub fn reserve(&mut self, frames: u64) {
+        let window = u64::try_from(self.win_end.saturating_sub(self.win_start)).unwrap_or(u64::MAX);
+        let per_channel = self.max_samples / (self.planes.len().max(1) as u64);
+        // A stated duration is a hint: a few packets more or less than it are normal.
+        let frames = frames.min(window).min(per_channel).saturating_add(4096);
+        for p in &mut self.planes {
+            p.reserve(usize::try_from(frames).unwrap_or(0).saturating_sub(p.len()));
+        }
+    }
+
+    /// Checks the sample limit and the gap for `len` frames that start at frame `at`; returns the silence
+    /// to insert first and the planes' length once they are added.
+    fn grow(&mut self, at: i64, len: usize) -> Result<(usize, usize)> {
         let have = self.planes.first().map_or(0, Vec::len);
         let gap = match self.first {
             None => {
@@ -146,6 +159,13 @@ impl WindowCollector {
                 limit: self.max_samples,
             });
         }
+        Ok((gap, new_len))
+    }
+
+    /// Grows every plane by `len` frames that start at frame `at` and returns the new tails to fill.
+    pub fn extend(&mut self, at: i64, len: usize) -> Result<Vec<&mut [f32]>> {
+        let have = self.planes.first().map_or(0, Vec::len);
+        let (gap, new_len) = self.grow(at, len)?;
         Ok(self
             .planes
             .iter_mut()
@@ -154,6 +174,20 @@ impl WindowCollector {
                 &mut p[have + gap..]
             })
             .collect())
+    }
+
+    /// Appends `len` frames that start at frame `at`: `push(channel, plane)` appends that channel's
+    /// samples to `plane` (after any silence for a gap); a plane left short is padded with silence, a long
+    /// one cut, so every plane ends `len` frames longer. Nothing is zeroed first.
+    pub fn append(&mut self, at: i64, len: usize, mut push: impl FnMut(usize, &mut Vec<f32>)) -> Result<()> {
+        let have = self.planes.first().map_or(0, Vec::len);
+        let (gap, new_len) = self.grow(at, len)?;
+        for (c, p) in self.planes.iter_mut().enumerate() {
+            p.resize(have + gap, 0.0);
+            push(c, p);
+            p.resize(new_len, 0.0);
+        }
+        Ok(())
     }
 
     pub fn finish(self, codec: &str, container: &str) -> Decoded {

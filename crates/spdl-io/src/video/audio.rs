@@ -8,24 +8,43 @@ use super::ffio::{ff_error, open_input, seek_before};
 use crate::audio::{AudioLimits, Decoded, MediaInput, TimeWindow, WindowCollector, check_channels, check_rate};
 use crate::{Error, Result};
 
-/// Reads one sample (its bytes, native-endian) as `f32`.
-type ReadSample = fn(&[u8]) -> f32;
+/// Bytes per sample of an FFmpeg sample format (`None`: the frame states none).
+fn sample_bytes(format: ff::format::Sample) -> Option<usize> {
+    use ff::format::Sample as S;
+    Some(match format {
+        S::U8(_) => 1,
+        S::I16(_) => 2,
+        S::I32(_) | S::F32(_) => 4,
+        S::I64(_) | S::F64(_) => 8,
+        S::None => return None,
+    })
+}
 
-/// Bytes per sample and a reader to `f32` for an FFmpeg sample format.
-fn sample_reader(format: ff::format::Sample) -> Option<(usize, ReadSample)> {
+/// Appends `count` samples of `format` (native-endian), one every `step` bytes of `src`, to `dst` as
+/// `f32` in [-1, 1]. Each format gets its own loop (no call per sample): this runs once per decoded sample.
+fn push_samples(format: ff::format::Sample, dst: &mut Vec<f32>, src: &[u8], step: usize, count: usize) {
     use ff::format::Sample as S;
     fn arr<const N: usize>(b: &[u8]) -> [u8; N] {
         b.get(..N).and_then(|s| s.try_into().ok()).unwrap_or([0; N])
     }
-    Some(match format {
-        S::U8(_) => (1, |b| b.first().map_or(0.0, |&x| (f32::from(x) - 128.0) / 128.0)),
-        S::I16(_) => (2, |b| f32::from(i16::from_ne_bytes(arr(b))) / 32768.0),
-        S::I32(_) => (4, |b| i32::from_ne_bytes(arr(b)) as f32 / 2_147_483_648.0),
-        S::I64(_) => (8, |b| (i64::from_ne_bytes(arr(b)) as f64 / 9_223_372_036_854_775_808.0) as f32),
-        S::F32(_) => (4, |b| f32::from_ne_bytes(arr(b))),
-        S::F64(_) => (8, |b| f64::from_ne_bytes(arr(b)) as f32),
-        S::None => return None,
-    })
+    fn push<const N: usize>(dst: &mut Vec<f32>, src: &[u8], step: usize, count: usize, conv: impl Fn([u8; N]) -> f32) {
+        if step == N {
+            dst.extend(src.chunks_exact(N).take(count).map(|s| conv(arr(s))));
+        } else {
+            dst.extend(src.chunks(step).take(count).map(|s| conv(arr(s))));
+        }
+    }
+    match format {
+        S::U8(_) => push(dst, src, step, count, |[x]: [u8; 1]| (f32::from(x) - 128.0) / 128.0),
+        S::I16(_) => push(dst, src, step, count, |b| f32::from(i16::from_ne_bytes(b)) / 32768.0),
+        S::I32(_) => push(dst, src, step, count, |b| i32::from_ne_bytes(b) as f32 / 2_147_483_648.0),
+        S::I64(_) => {
+            push(dst, src, step, count, |b| (i64::from_ne_bytes(b) as f64 / 9_223_372_036_854_775_808.0) as f32)
+        }
+        S::F32(_) => push(dst, src, step, count, f32::from_ne_bytes),
+        S::F64(_) => push(dst, src, step, count, |b| f64::from_ne_bytes(b) as f32),
+        S::None => {}
+    }
 }
 
 /// Decodes the best audio stream of `input` (the `window` of it) into planar `f32` scratch.
@@ -62,7 +81,9 @@ pub(crate) fn decode_audio_track(
         ictx = open_input(input, item)?;
     }
 
-    let mut state = State { collector: None, pos: None, item, window, limits, codec: &codec };
+    // The container's stated duration (in AV_TIME_BASE units), to size the output once.
+    let duration_s = (ictx.duration() > 0).then(|| ictx.duration() as f64 / f64::from(ff::ffi::AV_TIME_BASE));
+    let mut state = State { collector: None, pos: None, item, window, limits, codec: &codec, duration_s };
     let mut frame = ff::frame::Audio::empty();
     let (mut read, mut bad) = (0u64, 0u32);
     let mut ended = false;
@@ -130,6 +151,8 @@ struct State<'a> {
     window: Option<&'a TimeWindow>,
     limits: &'a AudioLimits,
     codec: &'a str,
+    /// The container's stated duration, if any.
+    duration_s: Option<f64>,
 }
 
 impl State<'_> {
@@ -144,7 +167,11 @@ impl State<'_> {
             None => {
                 check_rate(item, rate, self.limits)?;
                 check_channels(item, channels, self.limits)?;
-                self.collector.insert(WindowCollector::new(item, channels, rate, self.window, self.limits))
+                let col = self.collector.insert(WindowCollector::new(item, channels, rate, self.window, self.limits));
+                if let Some(d) = self.duration_s {
+                    col.reserve((d * f64::from(rate)) as u64);
+                }
+                col
             }
         };
         if rate != col.rate() || channels != col.channels() {
@@ -172,7 +199,8 @@ impl State<'_> {
         let Some((a, b)) = col.overlap(start, n) else {
             return Ok(col.done(start));
         };
-        let Some((bps, read)) = sample_reader(frame.format()) else {
+        let format = frame.format();
+        let Some(bps) = sample_bytes(format) else {
             return Err(Error::Decode {
                 item: item.to_owned(),
                 format: self.codec.to_owned(),
@@ -187,18 +215,14 @@ impl State<'_> {
                 cause: "frame without data".into(),
             });
         }
-        let mut tails = col.extend(start + a as i64, b - a)?;
-        for (c, tail) in tails.iter_mut().enumerate() {
+        col.append(start + a as i64, b - a, |c, dst| {
             let (plane, step, first) = if planar {
                 (frame.data(c), bps, a * bps)
             } else {
                 (frame.data(0), bps * channels, (a * channels + c) * bps)
             };
-            let src = plane.get(first..).unwrap_or_default();
-            for (o, s) in tail.iter_mut().zip(src.chunks(step)) {
-                *o = read(s);
-            }
-        }
+            push_samples(format, dst, plane.get(first..).unwrap_or_default(), step, b - a);
+        })?;
         Ok(col.done(start.saturating_add(n as i64)))
     }
 }

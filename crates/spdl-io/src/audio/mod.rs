@@ -12,9 +12,9 @@
 //! 2. **symphonia** (pure Rust): WAV (ADPCM, A-law, ...), FLAC, MP3, Ogg Vorbis, AAC in ADTS or MP4/M4A,
 //!    MKV/WebM. AAC decodes without gapless trimming (encoder priming samples are kept).
 //! 3. **FFmpeg** (feature `ffmpeg`): what symphonia cannot read, such as the audio track of an MP4/MKV video
-//!    with another codec, or Opus; and MP3 (an ID3 tag or a Layer III frame header at the start) read from
-//!    its beginning, which libavcodec decodes about 1.2x faster than symphonia (symphonia remains its
-//!    fallback, and decodes MP3 windows that start later, for their exact samples after a seek).
+//!    with another codec, or Opus; and MP3 and Ogg Vorbis read from their beginning, which libavcodec
+//!    decodes about 1.2x and 1.3-1.6x faster than symphonia (symphonia remains their fallback, and decodes
+//!    windows that start later, for their exact samples after a seek).
 //!
 //! Bounded work: [`AudioLimits`] caps decoded samples, packets, channels and rate; corrupt or truncated input
 //! gives a typed [`crate::Error`] naming the item (a cut file yields the frames before the cut), and a
@@ -179,12 +179,14 @@ fn ffmpeg_decode(input: &MediaInput<'_>, item: &str, opts: &AudioOptions) -> Res
     guarded(item, "ffmpeg", || crate::video::decode_audio_track(input, item, opts.window.as_ref(), &opts.limits))
 }
 
-/// True when `head` (the first bytes of an input) starts an MP3 stream: an ID3v2 tag, or an MPEG-1/2/2.5
-/// Layer III frame header.
+/// True when `head` (the first bytes of an input) starts a stream that FFmpeg decodes faster than
+/// symphonia (measured with `av_throughput --backend`, docs/benchmarks.md): MP3 (an ID3v2 tag, or an
+/// MPEG-1/2/2.5 Layer III frame header) and Ogg (Vorbis; Opus, which symphonia cannot read, goes there
+/// anyway). FLAC stays with symphonia, which is faster on it; AAC too (the two differ on priming samples).
 #[cfg(feature = "ffmpeg")]
-fn looks_like_mp3(head: &[u8]) -> bool {
+fn ffmpeg_is_faster(head: &[u8]) -> bool {
     match head {
-        [b'I', b'D', b'3', ..] => true,
+        [b'I', b'D', b'3', ..] | [b'O', b'g', b'g', b'S', ..] => true,
         // 11 sync bits, a version other than "reserved" (01), layer III (01).
         [0xFF, b, ..] => b & 0xE0 == 0xE0 && (b >> 3) & 0b11 != 0b01 && (b >> 1) & 0b11 == 0b01,
         _ => false,
@@ -205,13 +207,13 @@ pub(crate) fn open_clip<'a>(input: &MediaInput<'a>, opts: &AudioOptions) -> Resu
                 let clip = wav::open_window(input, file.as_mut(), header, opts.window.as_ref(), &item, &opts.limits)?;
                 return Ok(Clip::Wav(clip));
             }
-            // MP3 decodes faster through FFmpeg than through symphonia (docs/benchmarks.md): FFmpeg first,
-            // symphonia if FFmpeg cannot read it. Not for a window that starts later: after FFmpeg's seek the
-            // first frames lack their bit reservoir and overlap (0.02 off a sine where symphonia, which
-            // decodes from a pre-roll packet, stays under 0.01).
+            // MP3 and Vorbis decode faster through FFmpeg than through symphonia: FFmpeg first, symphonia
+            // if FFmpeg cannot read it. Not for a window that starts later: after FFmpeg's seek the first
+            // MP3 frames lack their bit reservoir and overlap (0.02 off a sine where symphonia, which decodes
+            // from a pre-roll packet, stays under 0.01).
             #[cfg(feature = "ffmpeg")]
             if opts.window.as_ref().is_none_or(|w| w.start_s <= 0.0)
-                && looks_like_mp3(&input.read_at(file.as_mut(), 0, 4)?)
+                && ffmpeg_is_faster(&input.read_at(file.as_mut(), 0, 4)?)
             {
                 drop(file);
                 return match ffmpeg_decode(input, &item, opts) {

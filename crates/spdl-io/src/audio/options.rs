@@ -121,8 +121,8 @@ impl AudioLayout {
 #[non_exhaustive]
 pub enum AudioBackend {
     /// The WAV fast path for PCM WAV, symphonia for the rest, and FFmpeg (feature `ffmpeg`) for what
-    /// symphonia cannot read (audio in video containers, Opus, ...) and for MP3 read from its start, which
-    /// it decodes faster (symphonia then is MP3's fallback). Default.
+    /// symphonia cannot read (audio in video containers, Opus, ...) and for MP3 and Ogg Vorbis read from
+    /// their start, which it decodes faster (symphonia then is their fallback). Default.
     #[default]
     Auto,
     /// Symphonia only, even for PCM WAV (no fast path, no FFmpeg fallback).

@@ -384,10 +384,11 @@ def markdown(results: dict) -> str:
         "other processes leave, so the per-core figures (work per CPU-second) are the steadier comparison, and "
         "the min-max spread says how much the wall-time figures moved between rounds.",
         "",
-        "How each side decodes: spdl-rs reads PCM WAV with its fast path (bytes straight into the output), FLAC, "
-        "MP3, Vorbis and AAC with symphonia (pure Rust), video with FFmpeg through ffmpeg-next (swscale writes "
-        "each frame into its slot of the output buffer). SPDL decodes all of them with FFmpeg (libavcodec + an "
-        "`aformat=fltp` / `format=rgb24` filter graph).",
+        "How each side decodes: spdl-rs reads PCM WAV with its fast path (bytes straight into the output), FLAC "
+        "and AAC with symphonia (pure Rust), MP3 and Vorbis with FFmpeg (libavcodec, faster than symphonia on "
+        "them; samples converted straight into the output planes), video with FFmpeg through ffmpeg-next "
+        "(swscale writes each frame into its slot of the output buffer). SPDL decodes all of them with FFmpeg "
+        "(libavcodec + an `aformat=fltp` / `format=rgb24` filter graph).",
         "",
     ]
     return "\n".join(out)

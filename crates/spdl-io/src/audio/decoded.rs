@@ -8,6 +8,10 @@ use crate::{Error, Result};
 /// samples keep their time; longer jumps are closed up.
 const MAX_GAP_S: f64 = 10.0;
 
+/// The most frames per channel [`WindowCollector::reserve`] allocates from a stated duration (95 s at
+/// 44.1 kHz, 16 MiB of `f32`): a tiny file whose header claims hours costs no more.
+const MAX_RESERVE: u64 = 1 << 22;
+
 /// A decoded window of a stream, at the source rate.
 #[derive(Debug)]
 pub(crate) struct Decoded {
@@ -127,8 +131,9 @@ impl WindowCollector {
     pub fn reserve(&mut self, frames: u64) {
         let window = u64::try_from(self.win_end.saturating_sub(self.win_start)).unwrap_or(u64::MAX);
         let per_channel = self.max_samples / (self.planes.len().max(1) as u64);
-        // A stated duration is a hint: a few packets more or less than it are normal.
-        let frames = frames.min(window).min(per_channel).saturating_add(4096);
+        // A stated duration is a hint: a few packets more or less than it are normal, and a header may lie,
+        // so at most MAX_RESERVE frames are taken up front (longer clips grow as they decode).
+        let frames = frames.min(window).min(per_channel).min(MAX_RESERVE).saturating_add(4096);
         for p in &mut self.planes {
             p.reserve(usize::try_from(frames).unwrap_or(0).saturating_sub(p.len()));
         }
@@ -232,5 +237,19 @@ mod tests {
         let mut c = WindowCollector::new("x", 2, 100, None, &limits);
         assert!(c.extend(0, 5).is_ok());
         assert!(matches!(c.extend(5, 1), Err(Error::LimitExceeded { value: 12, .. })));
+    }
+
+    #[test]
+    fn append_pads_cuts_and_fills_gaps_and_reserve_is_bounded() {
+        let mut c = WindowCollector::new("x", 2, 100, None, &AudioLimits::default());
+        // A header claiming years reserves no more than MAX_RESERVE (+ slack).
+        c.reserve(u64::MAX);
+        assert!(c.planes.iter().all(|p| p.capacity() <= (MAX_RESERVE + 4096) as usize));
+        c.append(0, 3, |ch, p| p.extend_from_slice(if ch == 0 { &[1.0, 1.0, 1.0] } else { &[2.0] })).unwrap();
+        // A 2-frame gap becomes silence; a channel that pushes too much is cut to the frame count.
+        c.append(5, 2, |_, p| p.extend_from_slice(&[3.0, 3.0, 3.0, 3.0])).unwrap();
+        let d = c.finish("mp3", "mp3");
+        assert_eq!(d.planes.planes[0], [1.0, 1.0, 1.0, 0.0, 0.0, 3.0, 3.0]);
+        assert_eq!(d.planes.planes[1], [2.0, 0.0, 0.0, 0.0, 0.0, 3.0, 3.0]);
     }
 }

@@ -226,3 +226,6 @@ def test_spdl_timestamp_spelling(media):
         spdl_rs.io.load_audio(media["wav"], timestamp=(0.5, 0.25))
     with pytest.raises(ValueError, match="not both"):
         spdl_rs.io.load_audio(media["wav"], timestamp=(0.5, 0.75), start=0.5)
+    np.testing.assert_array_equal(spdl_rs.io.load_audio(media["wav"], timestamp=(0.5, 0.75), filter_desc=None), b)
+    with pytest.raises(ValueError, match="load_audio: filter_desc .* use sample_rate="):
+        spdl_rs.io.load_audio(media["wav"], filter_desc="aresample=16000,aformat=sample_fmts=fltp")

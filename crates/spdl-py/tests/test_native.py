@@ -179,3 +179,7 @@ def test_spdl_spellings(images):
     assert spdl_rs.io.to_numpy(batch).shape == (3, 8, 16, 3)
     with pytest.raises(ValueError, match="pix_fmt"):
         spdl_rs.io.load_image(images[0], pix_fmt="yuv420p")
+    # SPDL's filter_desc: None ("no filter graph") is accepted; a graph is refused, naming what to use.
+    assert spdl_rs.io.to_numpy(spdl_rs.io.load_image(images[5], filter_desc=None)).shape == (80, 101, 3)
+    with pytest.raises(ValueError, match=r"load_image_batch: filter_desc .* use width="):
+        spdl_rs.io.load_image_batch(images[:3], width=16, height=8, filter_desc="scale=16:8,format=rgb24")

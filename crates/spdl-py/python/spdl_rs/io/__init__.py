@@ -78,6 +78,17 @@ def _window(kwargs: dict, timestamp) -> dict:
     return kwargs
 
 
+def _no_filter_desc(kwargs: dict, func: str, instead: str) -> dict:
+    """SPDL's ``filter_desc`` is an FFmpeg filter graph; spdl_rs decodes without one. ``None`` (SPDL's "no
+    filter") is accepted; a graph is refused with the keywords that do the same work here."""
+    if kwargs.pop("filter_desc", None) is not None:
+        raise ValueError(
+            f"{func}: filter_desc (an FFmpeg filter graph, spdl.io.get_*_filter_desc) is not supported by spdl_rs; "
+            f"use {instead} instead"
+        )
+    return kwargs
+
+
 if HAS_IO:
     _native_load_image, _native_decode_image = load_image, decode_image
     _native_load_image_batch, _native_load_audio = load_image_batch, load_audio
@@ -87,6 +98,7 @@ if HAS_IO:
         or, as in SPDL, the encoded bytes; other keywords as :py:func:`decode_image` (``size``, ``filter``,
         ``exif_orientation``); ``pix_fmt`` is SPDL's spelling of ``pixel_format``."""
         pixel_format = _pixel_format(pixel_format, pix_fmt)
+        kwargs = _no_filter_desc(kwargs, "load_image", "size=(width, height), filter= and pix_fmt=")
         if isinstance(src, (bytes, bytearray, memoryview)) or (
             not isinstance(src, str) and not hasattr(src, "__fspath__") and hasattr(src, "__buffer__")
         ):
@@ -103,12 +115,14 @@ if HAS_IO:
                          **kwargs):
         """Decodes and resizes ``srcs`` into one ``[N, H, W, C]`` buffer in parallel (GIL released): see the native
         ``load_image_batch`` for the keywords; ``pix_fmt`` is SPDL's spelling of ``pixel_format``."""
+        kwargs = _no_filter_desc(kwargs, "load_image_batch", "width=, height=, filter= and pix_fmt=")
         return _native_load_image_batch(srcs, width, height, pixel_format=_pixel_format(pixel_format, pix_fmt),
                                         **kwargs)
 
     def load_audio(src, timestamp=None, **kwargs):
         """Decodes audio into a ``numpy`` array (GIL released): see the native ``load_audio`` for the keywords;
         ``timestamp=(start, end)`` in seconds is SPDL's spelling of ``start``/``duration``."""
+        kwargs = _no_filter_desc(kwargs, "load_audio", "sample_rate=, channels=, dtype= and layout=")
         return _native_load_audio(src, **_window(kwargs, timestamp))
 
 if HAS_VIDEO:
@@ -118,6 +132,7 @@ if HAS_VIDEO:
         """Decodes video frames into a ``numpy`` ``uint8`` array ``[N, H, W, C]`` (GIL released): see the native
         ``load_video`` for the keywords; ``timestamp=(start, end)`` in seconds is SPDL's spelling of
         ``start``/``duration``."""
+        kwargs = _no_filter_desc(kwargs, "load_video", "width=, height=, fps=, num_frames= and pix_fmt=")
         return _native_load_video(src, **_window(kwargs, timestamp))
 
 

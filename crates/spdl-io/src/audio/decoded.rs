@@ -10,6 +10,7 @@ const MAX_GAP_S: f64 = 10.0;
 
 /// The most frames per channel [`WindowCollector::reserve`] allocates from a stated duration (95 s at
 /// 44.1 kHz, 16 MiB of `f32`): a tiny file whose header claims hours costs no more.
+#[cfg(feature = "ffmpeg")]
 const MAX_RESERVE: u64 = 1 << 22;
 
 /// A decoded window of a stream, at the source rate.
@@ -127,7 +128,8 @@ impl WindowCollector {
     }
 
     /// Reserves room for about `frames` frames per channel (the stream's stated duration), clipped to the
-    /// window and the sample limit, so that growing the planes does not move them.
+    /// window and the sample limit, so that growing the planes does not move them. (The FFmpeg path's.)
+    #[cfg(feature = "ffmpeg")]
     pub fn reserve(&mut self, frames: u64) {
         let window = u64::try_from(self.win_end.saturating_sub(self.win_start)).unwrap_or(u64::MAX);
         let per_channel = self.max_samples / (self.planes.len().max(1) as u64);
@@ -183,7 +185,8 @@ impl WindowCollector {
 
     /// Appends `len` frames that start at frame `at`: `push(channel, plane)` appends that channel's
     /// samples to `plane` (after any silence for a gap); a plane left short is padded with silence, a long
-    /// one cut, so every plane ends `len` frames longer. Nothing is zeroed first.
+    /// one cut, so every plane ends `len` frames longer. Nothing is zeroed first. (The FFmpeg path's.)
+    #[cfg(feature = "ffmpeg")]
     pub fn append(&mut self, at: i64, len: usize, mut push: impl FnMut(usize, &mut Vec<f32>)) -> Result<()> {
         let have = self.planes.first().map_or(0, Vec::len);
         let (gap, new_len) = self.grow(at, len)?;
@@ -240,6 +243,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "ffmpeg")]
     fn append_pads_cuts_and_fills_gaps_and_reserve_is_bounded() {
         let mut c = WindowCollector::new("x", 2, 100, None, &AudioLimits::default());
         // A header claiming years reserves no more than MAX_RESERVE (+ slack).

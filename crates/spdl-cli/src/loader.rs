@@ -66,15 +66,11 @@ fn list_items(path: &Path, remote: &Remote) -> Result<(Items, Option<spdl_source
         spdl_source::Dataset::from_manifest(path)
             .with_context(|| format!("cannot read the list file {}", path.display()))?
     } else {
-        let listed = opened.block_on(async {
-            let by_folder = spdl_source::FolderLayout::ClassFolders;
-            let ds = spdl_source::Dataset::from_store(&*store, "", IMAGE_EXTENSIONS, by_folder).await?;
-            if !ds.is_empty() {
-                return Ok(ds);
-            }
-            spdl_source::Dataset::from_store(&*store, "", IMAGE_EXTENSIONS, spdl_source::FolderLayout::Flat).await
-        });
-        listed.with_context(|| format!("cannot list {url} (an HTTP store cannot: give a list file and --store)"))?
+        // Class folders give labels; a store without any is listed flat (no labels), as a directory is.
+        let layout = spdl_source::FolderLayout::Auto;
+        opened
+            .block_on(spdl_source::Dataset::from_store(&**store, "", IMAGE_EXTENSIONS, layout))
+            .with_context(|| format!("cannot list {url} (an HTTP store cannot: give a list file and --store)"))?
     };
     let items: Items = dataset.iter().map(|r| (r.key.clone(), r.label.unwrap_or(-1))).collect();
     if items.is_empty() {
@@ -154,12 +150,8 @@ fn list(path: &Path) -> Result<Vec<(String, i64)>> {
     let meta = std::fs::metadata(path).with_context(|| format!("cannot open {}", path.display()))?;
     let dataset = if meta.is_dir() {
         // Class folders give labels; a directory without any is listed flat (no labels), as a store is.
-        let by_folder = spdl_source::Dataset::image_folder(path, IMAGE_EXTENSIONS);
-        match by_folder {
-            Ok(ds) if ds.is_empty() => spdl_source::Dataset::from_dir(path, IMAGE_EXTENSIONS),
-            other => other,
-        }
-        .with_context(|| format!("cannot list {}", path.display()))?
+        spdl_source::Dataset::from_dir_with_layout(path, IMAGE_EXTENSIONS, spdl_source::FolderLayout::Auto)
+            .with_context(|| format!("cannot list {}", path.display()))?
     } else {
         spdl_source::Dataset::from_manifest(path)
             .with_context(|| format!("cannot read the list file {}", path.display()))?

@@ -62,6 +62,9 @@ pub enum FolderLayout {
     /// ImageNet / torchvision `ImageFolder`: the first folder under the root is the class; classes are sorted by
     /// name and numbered from 0. Files directly under the root have no class and are skipped.
     ClassFolders,
+    /// [`ClassFolders`](Self::ClassFolders) when at least one matching file sits in a folder under the root,
+    /// else [`Flat`](Self::Flat): decided on the one listing, so a store is listed once.
+    Auto,
 }
 
 /// An indexed list of records, with class names when the labels came from names.
@@ -80,18 +83,20 @@ impl Dataset {
     /// Every file under `root` whose extension is in `extensions` (case-insensitive, without the dot; empty means
     /// every file), sorted by key; keys are `/`-separated paths relative to `root`; no labels.
     pub fn from_dir(root: impl AsRef<Path>, extensions: &[&str]) -> Result<Self> {
-        Self::walk(root.as_ref(), extensions, FolderLayout::Flat)
+        Self::from_dir_with_layout(root, extensions, FolderLayout::Flat)
     }
 
     /// The ImageNet layout (`root/<class>/**/<file>`): labels are the index of the class folder among the sorted
     /// class names. See [`FolderLayout::ClassFolders`].
     pub fn image_folder(root: impl AsRef<Path>, extensions: &[&str]) -> Result<Self> {
-        Self::walk(root.as_ref(), extensions, FolderLayout::ClassFolders)
+        Self::from_dir_with_layout(root, extensions, FolderLayout::ClassFolders)
     }
 
-    fn walk(root: &Path, extensions: &[&str], layout: FolderLayout) -> Result<Self> {
+    /// Every file under `root` whose extension is in `extensions`, labelled as `layout` says (see
+    /// [`from_dir`](Self::from_dir) for the keys).
+    pub fn from_dir_with_layout(root: impl AsRef<Path>, extensions: &[&str], layout: FolderLayout) -> Result<Self> {
         let mut keys = Vec::new();
-        for item in Walker::new(root, "")? {
+        for item in Walker::new(root.as_ref(), "")? {
             let (key, _) = item?;
             keys.push(key);
         }
@@ -118,27 +123,30 @@ impl Dataset {
         keys.retain(|key| wanted.is_empty() || has_extension(key, &wanted));
         keys.sort_unstable();
         keys.dedup();
-        match layout {
-            FolderLayout::Flat => Dataset::new(keys.into_iter().map(|k| Record::new(k, None)).collect(), Vec::new()),
-            FolderLayout::ClassFolders => {
-                let class_of = |key: &str| -> Option<String> {
-                    let rel = key.strip_prefix(prefix)?;
-                    let (class, _) = rel.split_once('/')?;
-                    (!class.is_empty()).then(|| class.to_owned())
-                };
-                let classes: Vec<String> =
-                    keys.iter().filter_map(|k| class_of(k)).collect::<BTreeSet<_>>().into_iter().collect();
-                let records = keys
-                    .into_iter()
-                    .filter_map(|key| {
-                        let class = class_of(&key)?;
-                        let label = classes.binary_search(&class).ok()?;
-                        Some(Record::new(key, Some(label as i64)))
-                    })
-                    .collect();
-                Dataset::new(records, classes)
-            }
+        let class_of = |key: &str| -> Option<String> {
+            let rel = key.strip_prefix(prefix)?;
+            let (class, _) = rel.split_once('/')?;
+            (!class.is_empty()).then(|| class.to_owned())
+        };
+        let by_class = match layout {
+            FolderLayout::Flat => false,
+            FolderLayout::ClassFolders => true,
+            FolderLayout::Auto => keys.iter().any(|k| class_of(k).is_some()),
+        };
+        if !by_class {
+            return Dataset::new(keys.into_iter().map(|k| Record::new(k, None)).collect(), Vec::new());
         }
+        let classes: Vec<String> =
+            keys.iter().filter_map(|k| class_of(k)).collect::<BTreeSet<_>>().into_iter().collect();
+        let records = keys
+            .into_iter()
+            .filter_map(|key| {
+                let class = class_of(&key)?;
+                let label = classes.binary_search(&class).ok()?;
+                Some(Record::new(key, Some(label as i64)))
+            })
+            .collect();
+        Dataset::new(records, classes)
     }
 
     /// Reads a manifest file; the format is chosen by extension (`.csv`, `.tsv`, anything else is one key per
@@ -254,6 +262,19 @@ mod tests {
         );
         let picked: Vec<&str> = ds.select([2, 0, 9]).map(|r| r.key.as_str()).collect();
         assert_eq!(picked, ["n02/b.jpg", "n01/a.jpg"]);
+    }
+
+    #[test]
+    fn auto_layout_uses_class_folders_only_when_there_are_some() {
+        let dir = tempfile::tempdir().unwrap();
+        make(dir.path(), &["n01/a.jpg", "top.jpg", "n02/readme.txt"]);
+        let auto = Dataset::from_dir_with_layout(dir.path(), &["jpg"], FolderLayout::Auto).unwrap();
+        assert_eq!(auto, Dataset::image_folder(dir.path(), &["jpg"]).unwrap());
+        let flat_dir = tempfile::tempdir().unwrap();
+        make(flat_dir.path(), &["b.jpg", "a.jpg", "sub.txt/x.txt"]);
+        let auto = Dataset::from_dir_with_layout(flat_dir.path(), &["jpg"], FolderLayout::Auto).unwrap();
+        assert_eq!(auto, Dataset::from_dir(flat_dir.path(), &["jpg"]).unwrap());
+        assert_eq!(auto.len(), 2);
     }
 
     #[tokio::test]

@@ -203,7 +203,9 @@ pub(crate) fn open_clip<'a>(input: &MediaInput<'a>, opts: &AudioOptions) -> Resu
                 MediaInput::Path(p) => Some(MediaInput::open_file(p)?),
                 MediaInput::Bytes { .. } => None,
             };
-            if let Some(header) = wav::parse(input, file.as_mut(), &item, &opts.limits)? {
+            // The first bytes, read once: the WAV fast path parses them, the FFmpeg route sniffs them.
+            let head = input.read_at(file.as_mut(), 0, wav::HEAD)?;
+            if let Some(header) = wav::parse(input, file.as_mut(), &head, &item, &opts.limits)? {
                 let clip = wav::open_window(input, file.as_mut(), header, opts.window.as_ref(), &item, &opts.limits)?;
                 return Ok(Clip::Wav(clip));
             }
@@ -212,9 +214,7 @@ pub(crate) fn open_clip<'a>(input: &MediaInput<'a>, opts: &AudioOptions) -> Resu
             // MP3 frames lack their bit reservoir and overlap (0.02 off a sine where symphonia, which decodes
             // from a pre-roll packet, stays under 0.01).
             #[cfg(feature = "ffmpeg")]
-            if opts.window.as_ref().is_none_or(|w| w.start_s <= 0.0)
-                && ffmpeg_is_faster(&input.read_at(file.as_mut(), 0, 4)?)
-            {
+            if opts.window.as_ref().is_none_or(|w| w.start_s <= 0.0) && ffmpeg_is_faster(&head) {
                 drop(file);
                 return match ffmpeg_decode(input, &item, opts) {
                     Ok(d) => Ok(Clip::Decoded(d)),

@@ -12,8 +12,9 @@ use super::options::{AudioLimits, TimeWindow};
 use super::render::ClipSource;
 use crate::{Error, Result};
 
-/// Bytes of the header read in one go; the `data` chunk usually starts within it.
-const HEAD: usize = 4096;
+/// Bytes of the header read in one go (by the caller of [`parse`], which also sniffs them for the decoder);
+/// the `data` chunk usually starts within it.
+pub(crate) const HEAD: usize = 4096;
 /// Chunks walked before giving up (a hostile file of tiny chunks).
 const MAX_CHUNKS: usize = 1024;
 
@@ -83,17 +84,17 @@ fn wav_error(item: &str, msg: String) -> Error {
     Error::Decode { item: item.to_owned(), format: "wav".into(), cause: msg.into() }
 }
 
-/// Parses the header of a RIFF/WAVE input. `Ok(None)`: not a WAV the fast path handles (another format,
+/// Parses the header of a RIFF/WAVE input, given its first [`HEAD`] bytes (`head`). `Ok(None)`: not a WAV the fast path handles (another format,
 /// or a WAV codec symphonia decodes). Errors: a WAV header that is broken or over the limits.
 pub(crate) fn parse(
     input: &MediaInput<'_>,
     file: Option<&mut File>,
+    head: &[u8],
     item: &str,
     limits: &AudioLimits,
 ) -> Result<Option<WavHeader>> {
     let total = input.len()?;
     let mut file = file;
-    let head = input.read_at(file.as_deref_mut(), 0, HEAD)?;
     if head.len() < 12 || &head[0..4] != b"RIFF" || &head[8..12] != b"WAVE" {
         return Ok(None);
     }
@@ -329,7 +330,13 @@ mod tests {
     use super::*;
 
     fn header_of(bytes: &[u8]) -> Result<Option<WavHeader>> {
-        parse(&MediaInput::bytes(bytes, "t.wav"), None, "t.wav", &AudioLimits::default())
+        parse(
+            &MediaInput::bytes(bytes, "t.wav"),
+            None,
+            bytes.get(..HEAD).unwrap_or(bytes),
+            "t.wav",
+            &AudioLimits::default(),
+        )
     }
 
     #[test]

@@ -73,7 +73,7 @@ fn is_root() -> bool {
 }
 
 /// Free bytes on the file system that holds `path`, from `df` (None where `df` cannot tell).
-pub(crate) fn free_bytes(path: &std::path::Path) -> Option<u64> {
+fn free_bytes(path: &std::path::Path) -> Option<u64> {
     let out = Command::new("df").arg("-Pk").arg(path).output().ok()?;
     let text = String::from_utf8_lossy(&out.stdout);
     let kib: u64 = text.lines().nth(1)?.split_whitespace().nth(3)?.parse().ok()?;

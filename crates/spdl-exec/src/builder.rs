@@ -6,6 +6,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use futures::{FutureExt, Stream};
 
+use crate::aggregator::Aggregator;
 use crate::context::Shared;
 use crate::driver::{self, Concurrent, Link};
 use crate::error::PipelineError;
@@ -293,6 +294,33 @@ impl<T: Send + 'static> PipelineBuilder<T, Open> {
     /// each epoch.
     pub fn aggregate_drop_last(self, size: usize) -> PipelineBuilder<Vec<T>, Open> {
         self.batch(size, true)
+    }
+
+    /// Adds a custom aggregation step named `name`: an [`Aggregator`] fed every item, in
+    /// order, one call at a time on the pool, and flushed at each epoch end and at the end of
+    /// the input (with `drop_last`, what is left at an epoch end is discarded and nothing is
+    /// flushed at the end). Its failures count against the pipeline's budget. Its output
+    /// queue has the batch capacity (`BuildOptions::batch_queue_capacity`), as
+    /// [`aggregate`](Self::aggregate)'s has.
+    pub fn aggregate_with<A>(
+        self,
+        name: impl Into<String>,
+        aggregator: A,
+        drop_last: bool,
+    ) -> PipelineBuilder<A::Output, Open>
+    where
+        A: Aggregator<T>,
+    {
+        let name = name.into();
+        self.then(move |w, input, cap| {
+            let cell = w.cell(name.clone(), StageKind::Aggregate, 1);
+            w.batched = true;
+            let cap = w.capacity(cap, &name);
+            let (tx, rx) = queue(cap);
+            let link = Link { input, output: tx, cell, shared: Arc::clone(&w.shared) };
+            w.task(&name, driver::aggregate_with(link, aggregator, drop_last, w.pool.clone()));
+            rx
+        })
     }
 
     /// Sets the capacity of the queue the consumer reads from, and ends the wiring.

@@ -6,8 +6,8 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::pin;
-use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
@@ -15,6 +15,7 @@ use futures::future::BoxFuture;
 use futures::stream::{FuturesOrdered, FuturesUnordered};
 use futures::{FutureExt, Stream, StreamExt};
 
+use crate::aggregator::Aggregator;
 use crate::context::{Done, Shared};
 use crate::error::{PipelineError, error_chain, panic_message};
 use crate::options::OutputOrder;
@@ -331,6 +332,94 @@ pub(crate) async fn aggregate<T>(link: Link<T, Vec<T>>, size: usize, drop_last: 
             return;
         }
     }
+}
+
+/// One call of an [`Aggregator`]: an item to accumulate, or a flush.
+enum AggCall<T> {
+    Accumulate(T),
+    Flush,
+}
+
+/// Runs an [`Aggregator`], one call at a time, each call on the pool (its methods may block,
+/// or wait for Python's GIL, and must not hold up the scheduler). `drop_last`: the flush at
+/// an epoch end is discarded, and there is none at the end of the input.
+pub(crate) async fn aggregate_with<T, A>(link: Link<T, A::Output>, agg: A, drop_last: bool, pool: PoolHandle)
+where
+    T: Send + 'static,
+    A: Aggregator<T>,
+{
+    let agg = Arc::new(Mutex::new(agg));
+    while !link.shared.cancelled() && !link.cell.feeding_stopped() {
+        let msg = link.next_input().await;
+        let (call, marker, done) = match msg {
+            Some(Msg::Item(item)) => (Some(AggCall::Accumulate(item)), None, false),
+            Some(Msg::EpochEnd(e)) => (Some(AggCall::Flush), Some(e), false),
+            None => ((!drop_last).then_some(AggCall::Flush), None, true),
+        };
+        if let Some(call) = call {
+            let flush = matches!(call, AggCall::Flush);
+            // A flush is numbered after the items it follows.
+            let index = if flush { link.cell.items_in.load(Relaxed) } else { link.cell.items_in.fetch_add(1, Relaxed) };
+            let what = match (flush, marker) {
+                (false, _) => None,
+                (true, Some(e)) => Some(format!("flush at the end of epoch {e}")),
+                (true, None) => Some("flush at the end of the input".to_owned()),
+            };
+            let Some(done) = agg_call(&pool, &link.shared, &agg, call, index, what).await else {
+                return;
+            };
+            let out = link.shared.settle(&link.cell, done).flatten();
+            if let Some(out) = out.filter(|_| !(flush && drop_last))
+                && !link.emit(Msg::Item(out)).await
+            {
+                return;
+            }
+        }
+        if let Some(e) = marker
+            && !link.emit(Msg::EpochEnd(e)).await
+        {
+            return;
+        }
+        if done {
+            return;
+        }
+    }
+}
+
+/// Runs one aggregator call on the pool; `None` when the pipeline was cancelled first.
+async fn agg_call<T, A>(
+    pool: &PoolHandle,
+    shared: &Arc<Shared>,
+    agg: &Arc<Mutex<A>>,
+    call: AggCall<T>,
+    index: u64,
+    item: Option<String>,
+) -> Option<Done<Option<A::Output>>>
+where
+    T: Send + 'static,
+    A: Aggregator<T>,
+{
+    let (tx, rx) = futures::channel::oneshot::channel();
+    let (agg, shared) = (Arc::clone(agg), Arc::clone(shared));
+    pool.spawn(move || {
+        if shared.cancelled() {
+            return;
+        }
+        let t0 = Instant::now();
+        // A panic is caught inside the lock, so the mutex is not poisoned by the user's code.
+        let mut agg = agg.lock().unwrap_or_else(PoisonError::into_inner);
+        let result = match catch_unwind(AssertUnwindSafe(|| match call {
+            AggCall::Accumulate(item) => agg.accumulate(item),
+            AggCall::Flush => agg.flush(),
+        })) {
+            Ok(Ok(out)) => Ok(out),
+            Ok(Err(e)) => Err(error_chain(&*e)),
+            Err(p) => Err(panicked(&*p)),
+        };
+        drop(agg);
+        let _ = tx.send(Done { index, item, elapsed: t0.elapsed(), result });
+    });
+    rx.await.ok()
 }
 
 /// Flattens each collection into its items.

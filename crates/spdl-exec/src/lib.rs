@@ -9,7 +9,7 @@
 //! - each [`Stage`] is a named function `T → U` (or `T →` zero or many `U`), blocking (run on
 //!   a bounded thread pool, `BuildOptions::num_threads`) or async (run on the scheduler's
 //!   tokio runtime), with its own concurrency, [`OutputOrder`] and [`FailureBudget`];
-//! - `aggregate(n)` batches, `disaggregate()` flattens, `sink(n)` sets the consumer's buffer.
+//! - `aggregate(n)` batches (or an [`Aggregator`] groups by a rule of its own), `disaggregate()` flattens, `sink(n)` sets the consumer's buffer.
 //!
 //! Stages are joined by bounded queues, so a slow consumer stalls the source and memory
 //! stays bounded whatever the dataset size. A blocking stage is served by worker loops that
@@ -47,6 +47,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod aggregator;
 mod builder;
 mod context;
 mod driver;
@@ -59,6 +60,7 @@ mod runs;
 mod stage;
 mod stats;
 
+pub use aggregator::Aggregator;
 pub use builder::{PipelineBuilder, state};
 pub use error::{BoxError, ItemFailure, PipelineError};
 pub use options::{BuildOptions, FRACTION_PROBATION, FailureBudget, OutputOrder, ReportHook, StageOptions};

@@ -121,3 +121,15 @@ def test_spdl_timestamp_spelling(media):
     a = spdl_rs.io.load_video(media["mp4"], timestamp=(1.2, 2.2))
     b = spdl_rs.io.load_video(media["mp4"], start=1.2, duration=1.0)
     np.testing.assert_array_equal(a, b)
+
+
+def test_spdl_demux_and_config_spellings(media):
+    a = spdl_rs.io.demux_video(media["mp4"], timestamp=(1.5, 2.5), bsf=None, demux_config=None)
+    b = spdl_rs.io.demux_video(media["mp4"], start=1.5, duration=1.0)
+    assert a.timestamps == b.timestamps
+    v = spdl_rs.io.load_video(media["mp4"], timestamp=(0.0, 0.2), decode_config=None, device_config=None)
+    assert v.shape == (5, H, W, 3)
+    with pytest.raises(ValueError, match="decode_config"):
+        spdl_rs.io.load_video(media["mp4"], decode_config=object())
+    with pytest.raises(ValueError, match="bitstream"):
+        spdl_rs.io.demux_video(media["mp4"], bsf="h264_mp4toannexb")

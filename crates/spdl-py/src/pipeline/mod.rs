@@ -15,7 +15,7 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 use spdl_exec::{BuildOptions, FailureBudget, Item, OutputOrder, Pipeline, PipelineBuilder, PipelineError, state};
 
 pub use bridge::{AsyncBridge, Reply};
-use ops::{Failures, OpImpl, PipeSpec, PyIter, PyIterable, PyOpKind, RangeIter, make_stage};
+use ops::{Failures, OpImpl, PipeSpec, PyAggregator, PyIter, PyIterable, PyOpKind, RangeIter, make_stage};
 pub use ops::{NativeOp, PyNativeOp};
 
 use crate::error::Error;
@@ -105,6 +105,15 @@ fn op_kind(name: &str) -> PyResult<Option<PyOpKind>> {
     }))
 }
 
+/// Whether the step after step `i` is a `what` step.
+fn next_is(steps: &[Bound<'_, PyTuple>], i: usize, what: &str) -> bool {
+    steps
+        .get(i + 1)
+        .and_then(|s| s.get_item(0).ok())
+        .and_then(|s| s.extract::<String>().ok())
+        .is_some_and(|s| s == what)
+}
+
 /// A built pipeline, driven by the Python `spdl_rs.pipeline.Pipeline` (which adds the Python-facing
 /// behaviour: `auto_stop`, iterators, `PipelineFailure`, stats logging).
 #[pyclass(module = "spdl_rs._native", frozen)]
@@ -138,7 +147,8 @@ impl PipelineCore {
     ///
     /// `source`: `("iter", iterable, continuous)`, `("aiter", async_iterable)`, `("range", start, stop,
     /// step)` or `("list", list_or_tuple)`. `steps`: `("pipe", name, kind, op, concurrency, output_order,
-    /// max_failures)`, `("aggregate", n, drop_last)` or `("disaggregate",)`; kind is `sync`, `gen`,
+    /// max_failures)`, `("aggregate", n, drop_last)`, `("aggregator", name, obj, drop_last)` (an object with
+    /// `accumulate`/`flush`) or `("disaggregate",)`; kind is `sync`, `gen`,
     /// `async`, `asyncgen` or `native`. `bridge` is required when an op or the source is async.
     #[new]
     #[pyo3(signature = (source, steps, *, buffer_size, num_threads, max_failures=None, bridge=None))]
@@ -201,18 +211,13 @@ impl PipelineCore {
                         Some(kind) => OpImpl::Python { kind, op: Arc::new(op.unbind()) },
                         None => OpImpl::Native(Arc::clone(&op.cast::<PyNativeOp>()?.get().op)),
                     };
-                    let next_is_disaggregate = steps
-                        .get(i + 1)
-                        .and_then(|s| s.get_item(0).ok())
-                        .and_then(|s| s.extract::<String>().ok())
-                        .is_some_and(|s| s == "disaggregate");
                     let spec = PipeSpec {
                         name,
                         op,
                         concurrency: step.get_item(4)?.extract()?,
                         order: order(&step.get_item(5)?.extract::<String>()?)?,
                         budget: budget(Some(step.get_item(6)?))?,
-                        split_output: next_is_disaggregate,
+                        split_output: next_is(&steps, i, "disaggregate"),
                     };
                     match chain {
                         Chain::One(b) => Chain::One(b.pipe(make_stage(spec, &failures, submitter.as_ref())?)),
@@ -230,6 +235,21 @@ impl PipelineCore {
                         }
                     };
                     Chain::Batch(if drop_last { b.aggregate_drop_last(n) } else { b.aggregate(n) })
+                }
+                "aggregator" => {
+                    let stage: String = step.get_item(1)?.extract()?;
+                    let agg = step.get_item(2)?.unbind();
+                    let drop_last: bool = step.get_item(3)?.extract()?;
+                    let agg = PyAggregator {
+                        stage: stage.clone(),
+                        agg,
+                        failures: Arc::clone(&failures),
+                        split_output: next_is(&steps, i, "disaggregate"),
+                    };
+                    match chain {
+                        Chain::One(b) => Chain::One(b.aggregate_with(stage, agg, drop_last)),
+                        Chain::Batch(b) => Chain::One(b.aggregate_with(stage, agg, drop_last)),
+                    }
                 }
                 "disaggregate" => match chain {
                     Chain::One(b) => Chain::One(b.disaggregate()),

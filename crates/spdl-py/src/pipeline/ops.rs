@@ -10,7 +10,7 @@ use futures::future::BoxFuture;
 use pyo3::exceptions::PyBaseException;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyIterator};
-use spdl_exec::{FailureBudget, OutputOrder, Stage};
+use spdl_exec::{Aggregator, BoxError, FailureBudget, OutputOrder, Stage};
 
 use super::bridge::{JobContext, JobKind, Produced, Submitter};
 use crate::error::Error;
@@ -249,6 +249,46 @@ where
         }
     };
     Ok(stage.concurrency(concurrency).order(order).failure_budget(budget))
+}
+
+/// A Python aggregator (SPDL's `spdl.pipeline.defs.Aggregator`: an object with `accumulate(item)` and
+/// `flush()`, each returning an output or `None`), run by the engine's `aggregate_with`: one call at a time,
+/// on the pool, holding the GIL only for the call.
+pub(crate) struct PyAggregator {
+    pub(crate) stage: String,
+    pub(crate) agg: Py<PyAny>,
+    pub(crate) failures: Arc<Failures>,
+    /// A `disaggregate` follows: split `list`/`tuple` outputs now, while the GIL is held.
+    pub(crate) split_output: bool,
+}
+
+impl PyAggregator {
+    fn call(&self, method: &str, input: Option<Value>) -> Result<Option<Value>, BoxError> {
+        super::tstate::attach(|py| {
+            let agg = self.agg.bind(py);
+            let result = match input {
+                Some(input) => input.into_py(py).and_then(|arg| agg.call_method1(method, (arg,))),
+                None => agg.call_method0(method),
+            };
+            match result {
+                Ok(r) if r.is_none() => Ok(None),
+                Ok(r) => Ok(Some(convert(r, self.split_output))),
+                Err(e) => Err(self.failures.record(py, &self.stage, e).into()),
+            }
+        })
+    }
+}
+
+impl<T: Into<Value> + Send + 'static> Aggregator<T> for PyAggregator {
+    type Output = Value;
+
+    fn accumulate(&mut self, item: T) -> Result<Option<Value>, BoxError> {
+        self.call("accumulate", Some(item.into()))
+    }
+
+    fn flush(&mut self) -> Result<Option<Value>, BoxError> {
+        self.call("flush", None)
+    }
 }
 
 /// A Python iterator pulled by the engine's source run, a few items per GIL acquisition.

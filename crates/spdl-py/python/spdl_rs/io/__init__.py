@@ -78,14 +78,31 @@ def _window(kwargs: dict, timestamp) -> dict:
     return kwargs
 
 
+# SPDL's configuration objects (``spdl.io.demux_config(...)`` and the like) and where spdl_rs puts the same
+# settings; ``None``, SPDL's "defaults", is accepted.
+_SPDL_CONFIGS = {
+    "demux_config": "the file's own container is detected from its bytes",
+    "decode_config": "decoding runs with its own threads, see the function's keywords",
+    "device_config": "move the result with torch.from_dlpack(...).cuda(non_blocking=True) or spdl-cuda",
+    "storage": "the result owns its memory (numpy/DLPack views keep it alive)",
+}
+
+
 def _no_filter_desc(kwargs: dict, func: str, instead: str) -> dict:
     """SPDL's ``filter_desc`` is an FFmpeg filter graph; spdl_rs decodes without one. ``None`` (SPDL's "no
-    filter") is accepted; a graph is refused with the keywords that do the same work here."""
-    if kwargs.pop("filter_desc", None) is not None:
+    filter") is accepted; a graph is refused with the keywords that do the same work here. SPDL's config
+    objects (``demux_config``, ``decode_config``, ``device_config``, ``storage``) are accepted as ``None`` and
+    refused otherwise, naming what replaces them."""
+    if kwargs.get("filter_desc") is not None:
         raise ValueError(
             f"{func}: filter_desc (an FFmpeg filter graph, spdl.io.get_*_filter_desc) is not supported by spdl_rs; "
             f"use {instead} instead"
         )
+    kwargs.pop("filter_desc", None)
+    for key, instead_of in _SPDL_CONFIGS.items():
+        if key in kwargs:
+            if kwargs.pop(key) is not None:
+                raise ValueError(f"{func}: SPDL's {key} is not supported by spdl_rs ({instead_of})")
     return kwargs
 
 
@@ -109,6 +126,7 @@ if HAS_IO:
     def decode_image(data, *, pixel_format: str = "rgb", pix_fmt: str | None = None, **kwargs):
         """Decodes one encoded image (bytes or a buffer) into an HWC ``uint8`` buffer (GIL released): see the
         native ``decode_image`` for the keywords; ``pix_fmt`` is SPDL's spelling of ``pixel_format``."""
+        kwargs = _no_filter_desc(kwargs, "decode_image", "size=(width, height), filter= and pix_fmt=")
         return _native_decode_image(data, pixel_format=_pixel_format(pixel_format, pix_fmt), **kwargs)
 
     def load_image_batch(srcs, width: int, height: int, *, pixel_format: str = "rgb", pix_fmt: str | None = None,
@@ -135,6 +153,26 @@ if HAS_VIDEO:
         kwargs = _no_filter_desc(kwargs, "load_video", "width=, height=, fps=, num_frames= and pix_fmt=")
         return _native_load_video(src, **_window(kwargs, timestamp))
 
+    _native_demux_video = demux_video
+
+    def demux_video(src, *, timestamp=None, **kwargs):
+        """Demuxes a video's packets (GIL released) for :py:func:`decode_packets`: see the native
+        ``demux_video`` for the keywords; ``timestamp=(start, end)`` in seconds is SPDL's spelling of
+        ``start``/``duration``; SPDL's ``bsf=None`` and ``demux_config=None`` are accepted."""
+        if kwargs.pop("bsf", None) is not None:
+            raise ValueError("demux_video: bitstream filters (bsf=) are not supported by spdl_rs")
+        kwargs = _no_filter_desc(kwargs, "demux_video", "start=/duration=")
+        return _native_demux_video(src, **_window(kwargs, timestamp))
+
+
+def to_torch(buffer):
+    """A ``torch.Tensor`` sharing the buffer's memory (``torch.from_dlpack``; no copy): SPDL's ``to_torch``."""
+    import torch
+
+    if hasattr(buffer, "__dlpack__"):
+        return torch.from_dlpack(buffer)
+    return torch.from_numpy(buffer)
+
 
 def to_numpy(buffer):
     """A ``numpy`` view of a :py:class:`spdl_rs.Buffer` (no copy), or the array itself: SPDL's ``to_numpy``."""
@@ -160,4 +198,5 @@ __all__ = [
     "ops",
     "probe",
     "to_numpy",
+    "to_torch",
 ]

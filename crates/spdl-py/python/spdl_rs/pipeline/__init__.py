@@ -5,7 +5,8 @@ the engine's Rust thread pool and hold the GIL only while Python code runs; asyn
 the pipeline owns; native ops (:py:mod:`spdl_rs.io.ops`) never take the GIL.
 """
 
-from ._builder import PipelineBuilder
+from . import defs
+from ._builder import PipelineBuilder, build_pipeline
 from ._failure import EOF, EPOCH_END, PipelineFailure, is_eof, is_epoch_end
 from ._pipeline import Pipeline, PipelineIterator
 from ._stats import QueuePerfStats, StageStats, TaskPerfStats
@@ -20,6 +21,8 @@ __all__ = [
     "QueuePerfStats",
     "StageStats",
     "TaskPerfStats",
+    "build_pipeline",
+    "defs",
     "is_eof",
     "is_epoch_end",
 ]

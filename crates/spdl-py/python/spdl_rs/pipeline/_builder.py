@@ -12,7 +12,7 @@ from typing import Any, Generic, TypeVar
 from .. import _native
 from ._pipeline import Pipeline, _EventLoop
 
-__all__ = ["PipelineBuilder"]
+__all__ = ["PipelineBuilder", "build_pipeline"]
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -191,17 +191,44 @@ class PipelineBuilder(Generic[T, U]):
         self._steps.append(("pipe", stage, kind, fn, concurrency, output_order, _budget(max_failures, "max_failures")))
         return self
 
-    def aggregate(self, num_items: int, /, *, drop_last: bool = False) -> PipelineBuilder[T, U]:
-        """Groups items into lists of ``num_items`` (the last one shorter unless ``drop_last``)."""
-        if not isinstance(num_items, int) or num_items < 1:
-            raise ValueError(f"aggregate needs a positive integer, got {num_items!r}")
-        self._steps.append(("aggregate", num_items, bool(drop_last)))
+    def aggregate(self, num_items: int | Any, /, *, drop_last: bool = False) -> PipelineBuilder[T, U]:
+        """Groups items into lists of ``num_items`` (the last one of each epoch shorter unless ``drop_last``), or
+        runs a custom aggregator.
+
+        Args:
+            num_items: The batch size, or an aggregator: an object with ``accumulate(item)`` and ``flush()``
+                (:py:class:`spdl_rs.pipeline.defs.Aggregator`, or SPDL's), each returning an output or
+                ``None`` for none. ``accumulate`` is called for every item in arrival order, one call at a time;
+                ``flush`` at each epoch end and at the end of the input. An exception fails that call (logged,
+                counted against ``build``'s ``max_failures``).
+            drop_last: Drop the incomplete last batch; for an aggregator, ``flush``'s result at an epoch end
+                is discarded and ``flush`` is not called at the end of the input.
+        """
+        from .defs import _aggregator_step
+
+        self._steps.append(_aggregator_step(num_items, bool(drop_last)))
         return self
 
     def disaggregate(self) -> PipelineBuilder[T, U]:
         """Splits each item (a list, tuple or other iterable) into its elements."""
         self._steps.append(("disaggregate",))
         return self
+
+    def path_variants(self, *_args: Any, **_kwargs: Any) -> PipelineBuilder[T, U]:
+        """SPDL's routing of items between alternative paths: not supported by spdl_rs (raises
+        ``NotImplementedError``); branch inside one op instead."""
+        raise NotImplementedError(
+            "PipelineBuilder.path_variants is not supported by spdl_rs: branch inside one op (a function that "
+            "dispatches on the item) instead"
+        )
+
+    def to(self, *_args: Any, **_kwargs: Any) -> PipelineBuilder[T, U]:
+        """SPDL's placement of the following stages in a subprocess or subinterpreter: not supported by spdl_rs
+        (raises ``NotImplementedError``)."""
+        raise NotImplementedError(
+            "PipelineBuilder.to is not supported by spdl_rs: native ops (spdl_rs.io.ops) already run without the "
+            "GIL; for GIL-bound Python code pass executor=ProcessPoolExecutor(...) to pipe()"
+        )
 
     def add_sink(self, buffer_size: int = 3) -> PipelineBuilder[T, U]:
         """Sets the output buffer: how many finished items wait for the consumer (0: a large buffer)."""
@@ -245,3 +272,59 @@ class PipelineBuilder(Generic[T, U]):
             bridge=loop.bridge if loop is not None else None,
         )
         return Pipeline(core, event_loop=loop, report_stats_interval=report_stats_interval)
+
+
+def build_pipeline(
+    pipeline_cfg: Any,
+    /,
+    *,
+    num_threads: int,
+    max_failures: int | Fraction = -1,
+    report_stats_interval: float = -1,
+    **unsupported: Any,
+) -> Pipeline[Any]:
+    """Builds a :py:class:`Pipeline` from a :py:class:`spdl_rs.pipeline.defs.PipelineConfig` (SPDL's
+    ``spdl.pipeline.build_pipeline``); the keywords are those of :py:meth:`PipelineBuilder.build`.
+
+    SPDL's ``queue_class``, ``task_hook_factory`` and ``background_tasks`` hook into its asyncio internals and
+    have no counterpart here: passing one raises ``TypeError``; ``stage_id`` and ``use_thread_output_queue``
+    are accepted and ignored.
+    """
+    from . import defs
+
+    for key in ("stage_id", "use_thread_output_queue"):
+        unsupported.pop(key, None)
+    unsupported = {k: v for k, v in unsupported.items() if v is not None}
+    if unsupported:
+        raise TypeError(
+            f"build_pipeline: {', '.join(sorted(unsupported))} not supported by spdl_rs (SPDL's asyncio hooks); "
+            "stats are in Pipeline.get_stats() and report_stats_interval"
+        )
+    if not isinstance(pipeline_cfg, defs.PipelineConfig):
+        raise TypeError(f"build_pipeline needs a spdl_rs.pipeline.defs.PipelineConfig, got {type(pipeline_cfg).__name__}")
+    src = pipeline_cfg.src
+    if not isinstance(src, defs.SourceConfig):
+        raise NotImplementedError(f"build_pipeline: a {type(src).__name__} source is not supported; use SourceConfig")
+    builder: PipelineBuilder[Any, Any] = PipelineBuilder().add_source(src.source, continuous=src.continuous)
+    for step in pipeline_cfg.pipes:
+        if isinstance(step, defs.PipeConfig):
+            builder.pipe(
+                step.op,
+                concurrency=step.concurrency,
+                executor=step.executor,
+                name=step.name,
+                output_order=step.output_order,
+                max_failures=step.max_failures,
+            )
+        elif isinstance(step, defs.AggregateConfig):
+            builder.aggregate(step.op, drop_last=step.drop_last)
+        elif isinstance(step, defs.DisaggregateConfig):
+            builder.disaggregate()
+        else:
+            raise NotImplementedError(
+                f"build_pipeline: a {type(step).__name__} step is not supported (Pipe, Aggregate and Disaggregate are)"
+            )
+    builder.add_sink(pipeline_cfg.sink.buffer_size)
+    return builder.build(
+        num_threads=num_threads, max_failures=max_failures, report_stats_interval=report_stats_interval
+    )

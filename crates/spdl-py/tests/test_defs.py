@@ -201,3 +201,25 @@ def test_spdl_features_without_a_counterpart_raise_not_implemented():
         b.path_variants(lambda x: 0, [])
     with pytest.raises(NotImplementedError, match="executor"):
         b.to(object())
+
+
+def test_stop_while_an_aggregator_runs_leaves_no_thread(watchdog):
+    import itertools
+    import time
+
+    from conftest import os_threads, wait_for
+
+    class Slow(JoinUntil):
+        def accumulate(self, item):
+            time.sleep(0.002)
+            return super().accumulate(item)
+
+    baseline = os_threads()
+    for _ in range(20):
+        p = PipelineBuilder().add_source(itertools.repeat("xy")).aggregate(Slow(6)).add_sink(2).build(num_threads=2)
+        with p.auto_stop():
+            for i, out in enumerate(p):
+                assert out == "xyxyxy"
+                if i == 2:
+                    break
+    wait_for(lambda: os_threads() <= baseline, what="the pipelines' threads to end")

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::watchdog;
+use common::{take_items, watchdog};
 use spdl_exec::{Aggregator, BoxError, BuildOptions, FailureBudget, Item, PipelineBuilder, PipelineError, Stage};
 
 /// Sums numbers until the sum reaches `limit`; fails on 13 and panics on 666.
@@ -87,13 +87,7 @@ fn each_epoch_is_flushed_and_its_marker_kept() {
                 .sink(1)
                 .build(BuildOptions::default())
                 .expect("build");
-            let mut seen = Vec::new();
-            while seen.len() < 6 {
-                match pipeline.get_item(None).expect("item") {
-                    Some(item) => seen.push(item),
-                    None => break,
-                }
-            }
+            let seen = take_items(&pipeline, 6);
             pipeline.stop();
             // 10+20 = 30, 30 = 30, 40 = 40: nothing left in either mode at the epoch end.
             let want = vec![
@@ -126,13 +120,7 @@ fn each_epoch_is_flushed_and_its_marker_kept() {
                 .sink(1)
                 .build(BuildOptions::default())
                 .expect("build");
-            let mut seen = Vec::new();
-            while seen.len() < want.len() {
-                match pipeline.get_item(None).expect("item") {
-                    Some(item) => seen.push(item),
-                    None => break,
-                }
-            }
+            let seen = take_items(&pipeline, want.len());
             pipeline.stop();
             assert_eq!(seen, want, "drop_last={drop_last}");
         }

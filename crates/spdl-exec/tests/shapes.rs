@@ -5,7 +5,7 @@ mod common;
 
 use std::convert::Infallible;
 
-use common::watchdog;
+use common::{take_items, watchdog};
 use spdl_exec::{BuildOptions, Item, OutputOrder, PipelineBuilder, Stage};
 
 fn collect<T: Send + 'static>(p: &spdl_exec::Pipeline<T>) -> Vec<T> {
@@ -117,13 +117,7 @@ fn get_item_reports_epoch_markers() {
             .sink(1)
             .build(BuildOptions::default())
             .expect("build");
-        let mut seen = Vec::new();
-        while seen.len() < 6 {
-            match pipeline.get_item(None).expect("item") {
-                Some(item) => seen.push(item),
-                None => break,
-            }
-        }
+        let seen = take_items(&pipeline, 6);
         assert_eq!(
             seen,
             vec![

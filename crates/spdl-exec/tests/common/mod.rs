@@ -55,3 +55,15 @@ pub fn settle(max: Duration, stable_polls: usize, f: impl Fn() -> u64) -> u64 {
     }
     last
 }
+
+/// Up to `n` items and epoch markers from `get_item`, stopping early at the end.
+pub fn take_items<T: Send + 'static>(p: &spdl_exec::Pipeline<T>, n: usize) -> Vec<spdl_exec::Item<T>> {
+    let mut seen = Vec::new();
+    while seen.len() < n {
+        match p.get_item(None).expect("item") {
+            Some(item) => seen.push(item),
+            None => break,
+        }
+    }
+    seen
+}

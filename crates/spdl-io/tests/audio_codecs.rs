@@ -18,7 +18,8 @@ struct Case {
     name: &'static str,
     args: &'static [&'static str],
     lossless: bool,
-    /// Decoded frames may exceed the source by encoder priming/padding (AAC without gapless trim).
+    /// Decoded frames may exceed the source by encoder priming/padding (ADTS AAC keeps its priming; M4A skips
+    /// it, as its edit list says, and keeps the end padding, as FFmpeg does).
     extra_frames: usize,
 }
 
@@ -104,8 +105,9 @@ fn windows_seek_and_land_on_the_right_samples() {
                 assert!(err < 1e-4, "{} ch{ch}: max error {err}", case.name);
             }
         }
-        if case.name == "tone.mp3" || case.name == "tone.ogg" {
-            // Gapless codecs keep their timing: the window's phase matches the analytic tone.
+        if ["tone.mp3", "tone.ogg", "tone.m4a"].contains(&case.name) {
+            // Gapless codecs keep their timing, and M4A skips the AAC priming its edit list records: the
+            // window's phase matches the analytic tone.
             let err = max_error(&channel(&a, 0), 0, 1.25, RATE);
             assert!(err < 0.01, "{}: max error {err}", case.name);
         }
@@ -113,6 +115,34 @@ fn windows_seek_and_land_on_the_right_samples() {
     // ADTS has no index: the window is found by decoding from the start, and still has its length.
     let a = decode(&media("tone.aac"), &opts);
     assert_eq!(a.frames, 22_050);
+}
+
+/// Whole-file f32 samples `[T, 2]` interleaved, as the `ffmpeg` CLI decodes them.
+fn ffmpeg_decode(path: &Path) -> Vec<f32> {
+    let out = std::process::Command::new(ffmpeg_cli())
+        .args(["-v", "error", "-i"])
+        .arg(path)
+        .args(["-f", "f32le", "-ac", "2", "-"])
+        .output()
+        .expect("run ffmpeg");
+    assert!(out.status.success(), "ffmpeg: {}", String::from_utf8_lossy(&out.stderr));
+    out.stdout.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+}
+
+#[test]
+fn m4a_skips_the_aac_priming_as_ffmpeg_does() {
+    let path = media("tone.m4a");
+    let a = decode(&path, &AudioOptions::default());
+    let reference = ffmpeg_decode(&path);
+    assert_eq!(a.frames, reference.len() / 2, "frame count against FFmpeg's");
+    for ch in 0..2 {
+        let x = channel(&a, ch);
+        // Two AAC decoders: the same samples within rounding, and no 1024-frame shift.
+        let err = x.iter().enumerate().map(|(i, v)| (v - reference[2 * i + ch]).abs()).fold(0.0, f32::max);
+        assert!(err < 1e-3, "ch{ch}: max |spdl-io - ffmpeg| = {err}");
+        let err = max_error(&x, ch, 0.0, RATE);
+        assert!(err < 0.01, "ch{ch}: max error against the analytic tone {err}");
+    }
 }
 
 #[test]

@@ -122,6 +122,12 @@ impl WindowCollector {
         (a < b).then(|| ((a - start) as usize, (b - start) as usize))
     }
 
+    /// Drops every frame before `frame` (the encoder delay the container says to skip, now at negative
+    /// positions), whatever the window.
+    pub fn drop_before(&mut self, frame: i64) {
+        self.win_start = self.win_start.max(frame);
+    }
+
     /// True once decoding has reached the end of the window.
     pub fn done(&self, pos: i64) -> bool {
         pos >= self.win_end

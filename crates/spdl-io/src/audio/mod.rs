@@ -10,7 +10,8 @@
 //! 1. **PCM/float WAV fast path**: samples are read from the file's bytes straight into the output (only the
 //!    window's bytes are read); no decoder, no shared state, so it scales with threads.
 //! 2. **symphonia** (pure Rust): WAV (ADPCM, A-law, ...), FLAC, MP3, Ogg Vorbis, AAC in ADTS or MP4/M4A,
-//!    MKV/WebM. AAC decodes without gapless trimming (encoder priming samples are kept).
+//!    MKV/WebM. AAC in MP4/M4A starts after the encoder's priming samples, as the edit list says (as FFmpeg does);
+//!    ADTS AAC has no such record and keeps them (as FFmpeg does).
 //! 3. **FFmpeg** (feature `ffmpeg`): what symphonia cannot read, such as the audio track of an MP4/MKV video
 //!    with another codec, or Opus; and MP3 and Ogg Vorbis read from their beginning, which libavcodec
 //!    decodes about 1.2x and 1.3-1.6x faster than symphonia (symphonia remains their fallback, and decodes
@@ -51,6 +52,7 @@
 mod batch;
 mod decoded;
 mod input;
+mod mp4;
 mod options;
 mod probe;
 mod render;

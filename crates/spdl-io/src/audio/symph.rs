@@ -96,9 +96,17 @@ pub(crate) fn decode(
         super::decoded::check_rate(item, r, limits)?;
     }
 
+    // MP4/M4A: the encoder's priming frames, which the edit list says to skip (FFmpeg does; symphonia's reader
+    // does not). Positions below are shifted by it, so frame 0 is the first real sample.
+    let delay = match (container.as_str(), declared_rate) {
+        ("isomp4", Some(r)) => super::mp4::priming_frames(input, r).map_or(0, |f| f as i64),
+        _ => 0,
+    };
+
     // Seek to the window (the reader lands on a packet at or before it); on failure decode from the start.
     if let Some(w) = window.filter(|w| w.start_s > 0.0)
-        && let Some(time) = Time::try_from_secs_f64(w.start_s)
+        && let Some(time) =
+            Time::try_from_secs_f64(w.start_s + delay as f64 / f64::from(declared_rate.unwrap_or(1).max(1)))
     {
         match reader.seek(SeekMode::Accurate, SeekTo::Time { time, track_id: Some(track_id) }) {
             Ok(_) => decoder.reset(),
@@ -160,7 +168,11 @@ pub(crate) fn decode(
             None => {
                 super::decoded::check_rate(item, rate, limits)?;
                 super::decoded::check_channels(item, channels, limits)?;
-                collector.insert(WindowCollector::new(item, channels, rate, window, limits))
+                let c = collector.insert(WindowCollector::new(item, channels, rate, window, limits));
+                if delay > 0 {
+                    c.drop_before(0);
+                }
+                c
             }
         };
         if rate != col.rate() || channels != col.channels() {
@@ -175,7 +187,7 @@ pub(crate) fn decode(
                 .into(),
             });
         }
-        let start = pos.unwrap_or_else(|| ts_to_frames(first_ts, time_base, rate));
+        let start = pos.unwrap_or_else(|| ts_to_frames(first_ts, time_base, rate).saturating_sub(delay));
         // A packet that yields nothing (the first Vorbis packet after a seek only primes the overlap) says
         // nothing about where the next one starts: take that from its own timestamp.
         pos = (n > 0).then(|| start.saturating_add(n as i64));

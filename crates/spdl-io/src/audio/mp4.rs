@@ -79,7 +79,7 @@ fn read_moov(input: &MediaInput<'_>) -> Option<Vec<u8>> {
         }
         if &kind == b"moov" {
             let body = size - header as u64;
-            if body > MAX_MOOV_BYTES || offset + size > len {
+            if body > MAX_MOOV_BYTES || offset.saturating_add(size) > len {
                 return None;
             }
             let data = input.read_at(file.as_mut(), offset + header as u64, usize::try_from(body).ok()?).ok()?;
@@ -182,5 +182,10 @@ mod tests {
             assert_eq!(priming_frames(&MediaInput::bytes(&data[..cut], "cut.m4a"), 44_100), None, "cut at {cut}");
         }
         assert_eq!(priming_frames(&MediaInput::bytes(b"RIFF....WAVEfmt ", "a.wav"), 44_100), None);
+        // A 64-bit size that would overflow an offset.
+        let huge = [&1u32.to_be_bytes()[..], b"moov", &u64::MAX.to_be_bytes(), &[0u8; 16]].concat();
+        assert_eq!(priming_frames(&MediaInput::bytes(&huge, "huge.m4a"), 44_100), None);
+        let huge = [&1u32.to_be_bytes()[..], b"free", &(u64::MAX - 4).to_be_bytes(), &[0u8; 16]].concat();
+        assert_eq!(priming_frames(&MediaInput::bytes(&huge, "huge.m4a"), 44_100), None);
     }
 }

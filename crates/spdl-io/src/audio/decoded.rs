@@ -10,7 +10,6 @@ const MAX_GAP_S: f64 = 10.0;
 
 /// The most frames per channel [`WindowCollector::reserve`] allocates from a stated duration (95 s at
 /// 44.1 kHz, 16 MiB of `f32`): a tiny file whose header claims hours costs no more.
-#[cfg(feature = "ffmpeg")]
 const MAX_RESERVE: u64 = 1 << 22;
 
 /// A decoded window of a stream, at the source rate.
@@ -134,8 +133,7 @@ impl WindowCollector {
     }
 
     /// Reserves room for about `frames` frames per channel (the stream's stated duration), clipped to the
-    /// window and the sample limit, so that growing the planes does not move them. (The FFmpeg path's.)
-    #[cfg(feature = "ffmpeg")]
+    /// window and the sample limit, so that growing the planes does not move them.
     pub fn reserve(&mut self, frames: u64) {
         let window = u64::try_from(self.win_end.saturating_sub(self.win_start)).unwrap_or(u64::MAX);
         let per_channel = self.max_samples / (self.planes.len().max(1) as u64);

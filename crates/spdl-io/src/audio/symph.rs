@@ -68,6 +68,7 @@ pub(crate) fn decode(
     })?;
     let track_id = track.id;
     let time_base = track.time_base;
+    let stated_frames = track.num_frames;
     let Some(CodecParameters::Audio(params)) = track.codec_params.clone() else {
         return Err(Error::UnknownFormat {
             item: item.to_owned(),
@@ -172,6 +173,8 @@ pub(crate) fn decode(
                 if delay > 0 {
                     c.drop_before(0);
                 }
+                // The header's length: the planes then grow without being moved (a copy per doubling).
+                c.reserve(stated_frames.unwrap_or(0));
                 c
             }
         };

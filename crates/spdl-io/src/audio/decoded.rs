@@ -96,7 +96,7 @@ impl WindowCollector {
         };
         WindowCollector {
             item: item.to_owned(),
-            planes: vec![Vec::new(); channels],
+            planes: (0..channels).map(|_| super::render::spare_plane()).collect(),
             rate,
             win_start,
             win_end,

@@ -223,3 +223,14 @@ def test_stop_while_an_aggregator_runs_leaves_no_thread(watchdog):
                 if i == 2:
                     break
     wait_for(lambda: os_threads() <= baseline, what="the pipelines' threads to end")
+
+
+def test_build_takes_spdls_keywords():
+    p = PipelineBuilder().add_source(range(3)).add_sink(1).build(
+        num_threads=1, stage_id=0, use_thread_output_queue=False, queue_class=None, task_hook_factory=None
+    )
+    assert drain(p) == [0, 1, 2]
+    with pytest.raises(TypeError, match="queue_class"):
+        PipelineBuilder().add_source(range(3)).build(num_threads=1, queue_class=object)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        PipelineBuilder().add_source(range(3)).build(num_threads=1, num_workers=2)

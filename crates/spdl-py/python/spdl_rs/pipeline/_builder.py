@@ -245,6 +245,7 @@ class PipelineBuilder(Generic[T, U]):
         num_threads: int,
         max_failures: int | Fraction = -1,
         report_stats_interval: float = -1,
+        **spdl_only: Any,
     ) -> Pipeline[U]:
         """Builds the pipeline (it starts on the first ``get_item``, or with ``start``/``auto_stop``).
 
@@ -254,7 +255,11 @@ class PipelineBuilder(Generic[T, U]):
                 or a ``Fraction`` in (0, 1] (rate, judged after 100 calls).
             report_stats_interval: Log the stats table through ``logging`` (logger ``spdl_rs.pipeline``, level
                 INFO) this often, in seconds, and once at the end; -1 for never.
+            spdl_only: SPDL's ``stage_id`` and ``use_thread_output_queue`` are accepted and ignored;
+                ``queue_class``, ``task_hook_factory`` and ``background_tasks`` hook into SPDL's asyncio
+                internals and raise ``TypeError`` unless ``None``.
         """
+        _check_spdl_only("build", spdl_only)
         if self._source is None:
             raise RuntimeError("Source is not set.")
         if not isinstance(num_threads, int) or num_threads < 1:
@@ -274,6 +279,24 @@ class PipelineBuilder(Generic[T, U]):
         return Pipeline(core, event_loop=loop, report_stats_interval=report_stats_interval)
 
 
+_SPDL_IGNORED = ("stage_id", "use_thread_output_queue")
+_SPDL_HOOKS = ("queue_class", "task_hook_factory", "background_tasks")
+
+
+def _check_spdl_only(func: str, kwargs: dict[str, Any]) -> None:
+    """SPDL's ``build`` keywords without a counterpart: ignored ones pass, its asyncio hooks must be ``None``,
+    anything else is a ``TypeError`` as for any unknown keyword."""
+    unknown = sorted(k for k in kwargs if k not in _SPDL_IGNORED + _SPDL_HOOKS)
+    if unknown:
+        raise TypeError(f"{func}() got unexpected keyword arguments: {', '.join(unknown)}")
+    hooks = sorted(k for k in _SPDL_HOOKS if kwargs.get(k) is not None)
+    if hooks:
+        raise TypeError(
+            f"{func}: {', '.join(hooks)} not supported by spdl_rs (SPDL's asyncio hooks); stats are in "
+            "Pipeline.get_stats() and report_stats_interval"
+        )
+
+
 def build_pipeline(
     pipeline_cfg: Any,
     /,
@@ -281,7 +304,7 @@ def build_pipeline(
     num_threads: int,
     max_failures: int | Fraction = -1,
     report_stats_interval: float = -1,
-    **unsupported: Any,
+    **spdl_only: Any,
 ) -> Pipeline[Any]:
     """Builds a :py:class:`Pipeline` from a :py:class:`spdl_rs.pipeline.defs.PipelineConfig` (SPDL's
     ``spdl.pipeline.build_pipeline``); the keywords are those of :py:meth:`PipelineBuilder.build`.
@@ -292,14 +315,7 @@ def build_pipeline(
     """
     from . import defs
 
-    for key in ("stage_id", "use_thread_output_queue"):
-        unsupported.pop(key, None)
-    unsupported = {k: v for k, v in unsupported.items() if v is not None}
-    if unsupported:
-        raise TypeError(
-            f"build_pipeline: {', '.join(sorted(unsupported))} not supported by spdl_rs (SPDL's asyncio hooks); "
-            "stats are in Pipeline.get_stats() and report_stats_interval"
-        )
+    _check_spdl_only("build_pipeline", spdl_only)
     if not isinstance(pipeline_cfg, defs.PipelineConfig):
         raise TypeError(f"build_pipeline needs a spdl_rs.pipeline.defs.PipelineConfig, got {type(pipeline_cfg).__name__}")
     src = pipeline_cfg.src

@@ -9,7 +9,8 @@
 //! - each [`Stage`] is a named function `T → U` (or `T →` zero or many `U`), blocking (run on
 //!   a bounded thread pool, `BuildOptions::num_threads`) or async (run on the scheduler's
 //!   tokio runtime), with its own concurrency, [`OutputOrder`] and [`FailureBudget`];
-//! - `aggregate(n)` batches (or an [`Aggregator`] groups by a rule of its own), `disaggregate()` flattens, `sink(n)` sets the consumer's buffer.
+//! - `aggregate(n)` batches (or an [`Aggregator`] groups by a rule of its own), `disaggregate()`
+//!   flattens, `sink(n)` sets the consumer's buffer.
 //!
 //! Stages are joined by bounded queues, so a slow consumer stalls the source and memory
 //! stays bounded whatever the dataset size. A blocking stage is served by worker loops that

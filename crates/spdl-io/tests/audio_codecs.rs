@@ -280,3 +280,22 @@ fn symphonia_backend_is_selectable() {
     let b = decode(&media("s16.wav"), &AudioOptions::default());
     assert_eq!(a.buffer.as_bytes(), b.buffer.as_bytes());
 }
+
+/// MP3 and Ogg go to FFmpeg first and to symphonia if it fails: when both fail, the error names the file and
+/// gives both decoders' reasons (it used to give FFmpeg's alone, e.g. "cannot decode container: Invalid
+/// argument").
+#[cfg(feature = "ffmpeg")]
+#[test]
+fn when_both_decoders_fail_the_error_gives_both_reasons() {
+    let mut id3_garbage = b"ID3\x04\x00\x00\x00\x00\x00\x0a".to_vec();
+    id3_garbage.extend((0..4000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8));
+    let mut ogg_garbage = b"OggS".to_vec();
+    ogg_garbage.extend((0..4000u32).map(|i| (i.wrapping_mul(40_503) >> 5) as u8));
+    for (name, data) in [("garbage.mp3", id3_garbage), ("garbage.ogg", ogg_garbage)] {
+        let e = decode_audio(MediaInput::bytes(&data, name), &AudioOptions::default(), &system_allocator())
+            .expect_err(name);
+        let msg = e.to_string();
+        assert!(matches!(e, Error::Decode { .. } | Error::UnknownFormat { .. }), "{name}: {e:?}");
+        assert!(msg.contains(name) && msg.contains("FFmpeg") && msg.contains("symphonia"), "{name}: {msg}");
+    }
+}

@@ -195,6 +195,32 @@ fn ffmpeg_is_faster(head: &[u8]) -> bool {
     }
 }
 
+/// `first`'s error (its variant, for callers that match on it), with the reasons of both decoders in its
+/// message, when both failed: "`first_name`: why; `second_name`: why".
+#[cfg(feature = "ffmpeg")]
+fn both_failed(first: Error, first_name: &str, second: &Error, second_name: &str) -> Error {
+    let label = |name: &str, why: String| {
+        if why.to_lowercase().starts_with(&name.to_lowercase()) { why } else { format!("{name}: {why}") }
+    };
+    let second = label(
+        second_name,
+        match second {
+            Error::Decode { format, cause, .. } => format!("cannot decode {format}: {cause}"),
+            Error::UnknownFormat { detail, .. } => detail.clone(),
+            other => other.to_string(),
+        },
+    );
+    match first {
+        Error::Decode { item, format, cause } => {
+            Error::Decode { item, format, cause: format!("{}; {second}", label(first_name, cause.to_string())).into() }
+        }
+        Error::UnknownFormat { item, detail } => {
+            Error::UnknownFormat { item, detail: format!("{}; {second}", label(first_name, detail)) }
+        }
+        other => other,
+    }
+}
+
 /// Opens `input` with the chosen backend and decodes its window at the source rate.
 pub(crate) fn open_clip<'a>(input: &MediaInput<'a>, opts: &AudioOptions) -> Result<Clip<'a>> {
     let item = input.name();
@@ -223,7 +249,7 @@ pub(crate) fn open_clip<'a>(input: &MediaInput<'a>, opts: &AudioOptions) -> Resu
                     Err(first @ (Error::UnknownFormat { .. } | Error::Decode { .. })) => {
                         guarded(&item, "audio", || symph::decode(input, &item, opts.window.as_ref(), &opts.limits))
                             .map(Clip::Decoded)
-                            .map_err(|_| first)
+                            .map_err(|second| both_failed(first, "FFmpeg", &second, "symphonia"))
                     }
                     Err(e) => Err(e),
                 };
@@ -237,8 +263,10 @@ pub(crate) fn open_clip<'a>(input: &MediaInput<'a>, opts: &AudioOptions) -> Resu
                     match (ffmpeg_decode(input, &item, opts), first) {
                         (Ok(d), _) => Ok(Clip::Decoded(d)),
                         // Symphonia could not read the format at all: FFmpeg's error is the informative one.
-                        (Err(e), Error::UnknownFormat { .. }) => Err(e),
-                        (Err(_), first) => Err(first),
+                        (Err(e), first @ Error::UnknownFormat { .. }) => {
+                            Err(both_failed(e, "FFmpeg", &first, "symphonia"))
+                        }
+                        (Err(e), first) => Err(both_failed(first, "symphonia", &e, "FFmpeg")),
                     }
                 }
                 Err(e) => Err(e),

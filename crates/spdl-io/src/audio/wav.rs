@@ -84,8 +84,9 @@ fn wav_error(item: &str, msg: String) -> Error {
     Error::Decode { item: item.to_owned(), format: "wav".into(), cause: msg.into() }
 }
 
-/// Parses the header of a RIFF/WAVE input, given its first [`HEAD`] bytes (`head`). `Ok(None)`: not a WAV the fast path handles (another format,
-/// or a WAV codec symphonia decodes). Errors: a WAV header that is broken or over the limits.
+/// Parses the header of a RIFF/WAVE input, given its first [`HEAD`] bytes (`head`). `Ok(None)`: not a WAV the
+/// fast path handles (another format, or a WAV codec symphonia decodes). Errors: a WAV header that is broken or
+/// over the limits.
 pub(crate) fn parse(
     input: &MediaInput<'_>,
     file: Option<&mut File>,

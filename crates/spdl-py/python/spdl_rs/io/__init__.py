@@ -88,7 +88,7 @@ _SPDL_CONFIGS = {
 }
 
 
-def _no_filter_desc(kwargs: dict, func: str, instead: str) -> dict:
+def _spdl_keywords(kwargs: dict, func: str, instead: str) -> dict:
     """SPDL's ``filter_desc`` is an FFmpeg filter graph; spdl_rs decodes without one. ``None`` (SPDL's "no
     filter") is accepted; a graph is refused with the keywords that do the same work here. SPDL's config
     objects (``demux_config``, ``decode_config``, ``device_config``, ``storage``) are accepted as ``None`` and
@@ -100,9 +100,8 @@ def _no_filter_desc(kwargs: dict, func: str, instead: str) -> dict:
         )
     kwargs.pop("filter_desc", None)
     for key, instead_of in _SPDL_CONFIGS.items():
-        if key in kwargs:
-            if kwargs.pop(key) is not None:
-                raise ValueError(f"{func}: SPDL's {key} is not supported by spdl_rs ({instead_of})")
+        if kwargs.pop(key, None) is not None:
+            raise ValueError(f"{func}: SPDL's {key} is not supported by spdl_rs ({instead_of})")
     return kwargs
 
 
@@ -115,7 +114,7 @@ if HAS_IO:
         or, as in SPDL, the encoded bytes; other keywords as :py:func:`decode_image` (``size``, ``filter``,
         ``exif_orientation``); ``pix_fmt`` is SPDL's spelling of ``pixel_format``."""
         pixel_format = _pixel_format(pixel_format, pix_fmt)
-        kwargs = _no_filter_desc(kwargs, "load_image", "size=(width, height), filter= and pix_fmt=")
+        kwargs = _spdl_keywords(kwargs, "load_image", "size=(width, height), filter= and pix_fmt=")
         if isinstance(src, (bytes, bytearray, memoryview)) or (
             not isinstance(src, str) and not hasattr(src, "__fspath__") and hasattr(src, "__buffer__")
         ):
@@ -126,21 +125,21 @@ if HAS_IO:
     def decode_image(data, *, pixel_format: str = "rgb", pix_fmt: str | None = None, **kwargs):
         """Decodes one encoded image (bytes or a buffer) into an HWC ``uint8`` buffer (GIL released): see the
         native ``decode_image`` for the keywords; ``pix_fmt`` is SPDL's spelling of ``pixel_format``."""
-        kwargs = _no_filter_desc(kwargs, "decode_image", "size=(width, height), filter= and pix_fmt=")
+        kwargs = _spdl_keywords(kwargs, "decode_image", "size=(width, height), filter= and pix_fmt=")
         return _native_decode_image(data, pixel_format=_pixel_format(pixel_format, pix_fmt), **kwargs)
 
     def load_image_batch(srcs, width: int, height: int, *, pixel_format: str = "rgb", pix_fmt: str | None = None,
                          **kwargs):
         """Decodes and resizes ``srcs`` into one ``[N, H, W, C]`` buffer in parallel (GIL released): see the native
         ``load_image_batch`` for the keywords; ``pix_fmt`` is SPDL's spelling of ``pixel_format``."""
-        kwargs = _no_filter_desc(kwargs, "load_image_batch", "width=, height=, filter= and pix_fmt=")
+        kwargs = _spdl_keywords(kwargs, "load_image_batch", "width=, height=, filter= and pix_fmt=")
         return _native_load_image_batch(srcs, width, height, pixel_format=_pixel_format(pixel_format, pix_fmt),
                                         **kwargs)
 
     def load_audio(src, timestamp=None, **kwargs):
         """Decodes audio into a ``numpy`` array (GIL released): see the native ``load_audio`` for the keywords;
         ``timestamp=(start, end)`` in seconds is SPDL's spelling of ``start``/``duration``."""
-        kwargs = _no_filter_desc(kwargs, "load_audio", "sample_rate=, channels=, dtype= and layout=")
+        kwargs = _spdl_keywords(kwargs, "load_audio", "sample_rate=, channels=, dtype= and layout=")
         return _native_load_audio(src, **_window(kwargs, timestamp))
 
 if HAS_VIDEO:
@@ -150,7 +149,7 @@ if HAS_VIDEO:
         """Decodes video frames into a ``numpy`` ``uint8`` array ``[N, H, W, C]`` (GIL released): see the native
         ``load_video`` for the keywords; ``timestamp=(start, end)`` in seconds is SPDL's spelling of
         ``start``/``duration``."""
-        kwargs = _no_filter_desc(kwargs, "load_video", "width=, height=, fps=, num_frames= and pix_fmt=")
+        kwargs = _spdl_keywords(kwargs, "load_video", "width=, height=, fps=, num_frames= and pix_fmt=")
         return _native_load_video(src, **_window(kwargs, timestamp))
 
     _native_demux_video = demux_video
@@ -161,7 +160,7 @@ if HAS_VIDEO:
         ``start``/``duration``; SPDL's ``bsf=None`` and ``demux_config=None`` are accepted."""
         if kwargs.pop("bsf", None) is not None:
             raise ValueError("demux_video: bitstream filters (bsf=) are not supported by spdl_rs")
-        kwargs = _no_filter_desc(kwargs, "demux_video", "start=/duration=")
+        kwargs = _spdl_keywords(kwargs, "demux_video", "start=/duration=")
         return _native_demux_video(src, **_window(kwargs, timestamp))
 
 

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Generic, TypeVar
 
+from ._builder import _op_name
+
 __all__ = [
     "Aggregate",
     "AggregateConfig",
@@ -98,8 +100,6 @@ def Pipe(
         op = op.__getitem__
     if not callable(op):
         raise TypeError(f"op must be callable (or a container with __getitem__), got {type(op).__name__}")
-    from ._builder import _op_name
-
     return PipeConfig(
         name=name if name is not None else _op_name(op),
         op=op,

@@ -17,6 +17,15 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The path names something other than a regular file (a directory, FIFO, device or socket), which
+    /// is refused unless [`crate::ReadLimits::allow_special_files`] opts in.
+    #[error("{path}: is {kind}, not a regular file (refused: it may never end or never answer)")]
+    NotRegularFile {
+        /// The path.
+        path: PathBuf,
+        /// What it is ("a FIFO (named pipe)", "a character device", ...).
+        kind: &'static str,
+    },
     /// The input has no bytes.
     #[error("{item}: empty input (0 bytes)")]
     Empty {

@@ -55,7 +55,9 @@
 //! ```
 #![deny(missing_docs)]
 
+mod budget;
 mod error;
+mod read;
 
 #[cfg(feature = "audio")]
 pub mod audio;
@@ -66,7 +68,9 @@ pub mod synth;
 #[cfg(feature = "ffmpeg")]
 pub mod video;
 
+pub use budget::{UNMETERED_BYTES, decode_memory_budget, default_decode_memory_budget, set_decode_memory_budget};
 pub use error::{BoxError, Error, Result};
+pub use read::{DEFAULT_MAX_FILE_BYTES, ReadLimits, read_file};
 
 #[cfg(feature = "audio")]
 pub use audio::{MediaInfo, MediaInput, StreamInfo, StreamKind, TimeWindow, probe};

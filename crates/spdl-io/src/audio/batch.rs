@@ -133,6 +133,19 @@ fn run<T: OutSample>(
     }
     let channels = channels.unwrap_or(0);
     let rate = rate.unwrap_or(0);
+    // Bounded before the buffer exists: one clip's slot by the per-clip sample limit, the whole batch by
+    // the decode memory budget (a batch whose every clip failed must not still cost gigabytes of zeros).
+    let slot = (opts.num_frames as u64).saturating_mul(channels.max(1) as u64);
+    if slot > audio.limits.max_samples {
+        return Err(Error::InvalidOptions(format!(
+            "num_frames {} x {} channels is {slot} samples per clip, above AudioLimits::max_samples {}",
+            opts.num_frames,
+            channels.max(1),
+            audio.limits.max_samples
+        )));
+    }
+    let batch_bytes = slot.saturating_mul(n as u64).saturating_mul(dtype.size() as u64);
+    crate::budget::check_fits(&format!("a batch of {n} clips"), "batch buffer bytes", batch_bytes)?;
     let dims = match audio.layout {
         AudioLayout::ChannelsFirst => [n, channels, opts.num_frames],
         AudioLayout::Interleaved => [n, opts.num_frames, channels],

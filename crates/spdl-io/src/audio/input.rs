@@ -58,15 +58,22 @@ impl<'a> MediaInput<'a> {
         }
     }
 
+    /// Opens a path for windowed reads: it must be a regular file (a FIFO, device or socket could block or
+    /// never end; read such a file with [`crate::read_file`] and an opt-in, and pass its bytes).
     pub(crate) fn open_file(path: &Path) -> Result<File> {
-        File::open(path).map_err(|source| Error::Io { path: path.to_owned(), source })
+        crate::read::open_checked(path, &crate::ReadLimits::default(), false).map(|(f, _)| f)
     }
 
-    /// Total size in bytes.
+    /// Total size in bytes (a path must be a regular file).
     pub(crate) fn len(&self) -> Result<u64> {
         match *self {
             MediaInput::Path(p) => {
-                std::fs::metadata(p).map(|m| m.len()).map_err(|source| Error::Io { path: p.to_owned(), source })
+                let meta = std::fs::metadata(p).map_err(|source| Error::Io { path: p.to_owned(), source })?;
+                if !meta.is_file() {
+                    // Let the check say what the path is.
+                    Self::open_file(p)?;
+                }
+                Ok(meta.len())
             }
             MediaInput::Bytes { data, .. } => Ok(data.len() as u64),
         }

@@ -308,6 +308,17 @@ pub(crate) fn plan(clip: &Clip<'_>, opts: &AudioOptions, item: &str) -> Result<(
         if in_rate == out_rate { clip.frames() } else { resample::output_len(clip.frames(), in_rate, out_rate) };
     let out_frames = opts.num_frames.unwrap_or(natural);
     let channels = map.out_channels();
+    if in_rate != out_rate {
+        let state = resample::state_bytes(in_rate, out_rate, channels);
+        if state > opts.limits.max_resampler_bytes {
+            return Err(Error::LimitExceeded {
+                item: item.to_owned(),
+                what: format!("resampler bytes ({in_rate} Hz to {out_rate} Hz)"),
+                value: state,
+                limit: opts.limits.max_resampler_bytes,
+            });
+        }
+    }
     let samples = (out_frames as u64).saturating_mul(channels as u64);
     if samples > opts.limits.max_samples {
         return Err(Error::LimitExceeded {

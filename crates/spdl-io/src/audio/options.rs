@@ -146,6 +146,10 @@ pub struct AudioLimits {
     pub max_sample_rate: u32,
     /// Consecutive packets that fail to decode before the input is declared corrupt (default 64).
     pub max_bad_packets: u32,
+    /// Memory the resampler may hold, in bytes (default 256 MiB). Its FFT lengths grow with the ratio of
+    /// the rates, not with the data: a header claiming 1 Hz resampled to 44.1 kHz would need gigabytes.
+    /// Every ordinary pair of rates (8 kHz to 768 kHz, 44.1 kHz to 48 kHz) needs a few MB.
+    pub max_resampler_bytes: u64,
 }
 
 impl Default for AudioLimits {
@@ -156,6 +160,7 @@ impl Default for AudioLimits {
             max_channels: 64,
             max_sample_rate: 768_000,
             max_bad_packets: 64,
+            max_resampler_bytes: 256 << 20,
         }
     }
 }

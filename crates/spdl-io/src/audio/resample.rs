@@ -13,6 +13,26 @@ fn gcd(a: usize, b: usize) -> usize {
     if b == 0 { a.max(1) } else { gcd(b, a % b) }
 }
 
+/// Input and output frames of one resampler chunk: the FFT lengths. rubato's input length is a multiple of
+/// `in_rate / gcd` (an even one: see [`resample`]), so the output length is a multiple of `out_rate / gcd`
+/// and grows with the rate ratio, not with the data: 1 Hz to 44.1 kHz would be a 45 M-point FFT.
+pub(crate) fn chunk_frames(in_rate: u32, out_rate: u32) -> (u64, u64) {
+    let (in_r, out_r) = (in_rate.max(1) as usize, out_rate.max(1) as usize);
+    let g = gcd(in_r, out_r);
+    let unit = in_r / g;
+    let chunks = CHUNK.div_ceil(unit).max(2).next_multiple_of(2) as u64;
+    (chunks * unit as u64, chunks * (out_r / g) as u64)
+}
+
+/// Bytes rubato holds for a resampler of `channels` channels (an upper estimate: input and output chunk
+/// buffers, their spectra and the filter, per channel), checked against
+/// [`super::AudioLimits::max_resampler_bytes`] before it is built.
+pub(crate) fn state_bytes(in_rate: u32, out_rate: u32, channels: usize) -> u64 {
+    let (chunk_in, chunk_out) = chunk_frames(in_rate, out_rate);
+    // f32 samples and complex (2 x f32) spectra of both lengths, about 4 of each.
+    chunk_in.saturating_add(chunk_out).saturating_mul(32).saturating_mul(channels.max(1) as u64)
+}
+
 /// Output length for `frames` input frames: `ceil(frames * out_rate / in_rate)` (torchaudio's rule).
 pub(crate) fn output_len(frames: usize, in_rate: u32, out_rate: u32) -> usize {
     let n = (frames as u128 * u128::from(out_rate)).div_ceil(u128::from(in_rate.max(1)));
@@ -34,9 +54,9 @@ pub(crate) fn resample(src: &Planes, in_rate: u32, out_rate: u32, out_len: usize
     // number of output frames, so dropping `output_delay()` frames aligns the output exactly (an odd one
     // leaves a fraction of a frame: a phase error).
     let (in_r, out_r) = (in_rate as usize, out_rate as usize);
-    let unit = in_r / gcd(in_r, out_r);
-    let chunks = CHUNK.div_ceil(unit).max(2).next_multiple_of(2);
-    let mut r = FftFixedInOut::<f32>::new(in_r, out_r, chunks * unit, channels).map_err(|e| resample_error(item, e))?;
+    let (chunk_in, _) = chunk_frames(in_rate, out_rate);
+    let mut r =
+        FftFixedInOut::<f32>::new(in_r, out_r, chunk_in as usize, channels).map_err(|e| resample_error(item, e))?;
     let delay = r.output_delay();
     let total = out_len + delay;
     let chunk_out = r.output_frames_max();

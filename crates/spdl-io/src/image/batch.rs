@@ -158,7 +158,7 @@ impl<P: AsRef<Path> + Sync> Source for Files<'_, P> {
     }
     fn bytes(&self, i: usize) -> Result<Cow<'_, [u8]>> {
         let path = self.0.get(i).map_or(Path::new(""), AsRef::as_ref);
-        std::fs::read(path).map(Cow::Owned).map_err(|source| Error::Io { path: path.to_owned(), source })
+        crate::read_file(path, &crate::ReadLimits::default()).map(Cow::Owned)
     }
 }
 
@@ -171,11 +171,24 @@ struct Worker {
     resized: Vec<u8>,
 }
 
+/// Scratch above this many bytes is freed after its image rather than kept for the next: one huge image
+/// must not hold its decode's memory (outside the decode budget) for the rest of the batch.
+const KEEP_SCRATCH_BYTES: usize = 64 << 20;
+
+impl Worker {
+    fn shed(&mut self) {
+        for v in [&mut self.decoded, &mut self.tmp, &mut self.resized] {
+            if v.capacity() > KEEP_SCRATCH_BYTES {
+                *v = Vec::new();
+            }
+        }
+    }
+}
+
 impl BatchDecoder {
     /// Validates `opts` and prepares the decoder; batches are allocated from `allocator`.
     pub fn new(opts: BatchOptions, allocator: SharedAllocator) -> Result<BatchDecoder> {
-        opts.image.validate()?;
-        opts.transform.validate()?;
+        opts.image.validate_with(&opts.transform)?;
         let (width, height) = opts.transform.output_size().ok_or_else(|| {
             Error::InvalidOptions("a batch needs a transform with a fixed output size, not Transform::None".into())
         })?;
@@ -227,7 +240,10 @@ impl BatchDecoder {
 
     fn run<S: Source>(&self, src: &S, n: usize) -> Result<BatchOutput> {
         let dtype = if self.lut.is_some() { DType::F32 } else { DType::U8 };
-        let mut buffer = Buffer::zeros(dtype, &self.output_shape(n), self.opts.layout, &self.allocator)?;
+        let shape = self.output_shape(n);
+        let bytes = shape.iter().fold(dtype.size() as u64, |acc, &d| acc.saturating_mul(d as u64));
+        crate::budget::check_fits(&format!("a batch of {n} images"), "batch buffer bytes", bytes)?;
+        let mut buffer = Buffer::zeros(dtype, &shape, self.opts.layout, &self.allocator)?;
         let slots: Vec<SlotMut<'_>> = match (&self.lut, self.opts.layout) {
             (Some(lut), Layout::Nchw) => {
                 buffer.outer_slots_mut_as::<f32>()?.into_iter().map(|s| SlotMut::F32Chw(s, lut)).collect()
@@ -251,6 +267,7 @@ impl BatchDecoder {
                 let Some((i, mut slot)) = next else { break };
                 let name = src.name(i);
                 let result = guarded(&name, "image", || self.process(src, i, &name, &mut slot, &mut worker));
+                worker.shed();
                 if let Err(error) = result {
                     slot.zero();
                     stop.store(true, Ordering::Relaxed);

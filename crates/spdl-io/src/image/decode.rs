@@ -15,6 +15,7 @@ use zune_core::bytestream::ZCursor;
 use zune_core::colorspace::ColorSpace;
 use zune_core::options::DecoderOptions;
 
+use crate::budget::{self, Reservation};
 use crate::image::format::{ImageFormat, detect_or_error};
 use crate::image::pixels::{PixelStore, byte_len, oriented_dims, remap, sized};
 use crate::image::transform::{Plan, Transform};
@@ -46,12 +47,56 @@ pub(crate) enum Issue {
 
 /// What a decode produced: the pixels (in the store) are `width` x `height` x `channels`, oriented, and
 /// `plan` is the transform planned on them (already scaled if the JPEG was decoded at a reduced scale).
-#[derive(Debug, Clone, Copy)]
+/// `reservation` holds the decode's working memory in the process-wide budget until the caller has
+/// resized the pixels.
+#[derive(Debug)]
 pub(crate) struct Decoded {
     pub(crate) width: u32,
     pub(crate) height: u32,
     pub(crate) channels: u8,
     pub(crate) plan: Option<Plan>,
+    pub(crate) _reservation: Reservation,
+}
+
+/// The most pixels fast_image_resize's two-pass convolution may hold between its passes: the crop resized
+/// along one axis only. A 50,000,000 x 1 image resized to 224 x 224 would hold 11.2 G pixels there, however
+/// few pixels it has itself.
+pub(crate) fn resize_intermediate_pixels(plan: &Plan) -> u64 {
+    let crop_w = plan.width.ceil().max(1.0) as u64;
+    let crop_h = plan.height.ceil().max(1.0) as u64;
+    (u64::from(plan.out_w) * crop_h).max(crop_w * u64::from(plan.out_h))
+}
+
+fn over(item: &str, what: &str, value: u64, limit: u64) -> Result<()> {
+    if value > limit {
+        return Err(Error::LimitExceeded { item: item.to_owned(), what: what.to_owned(), value, limit });
+    }
+    Ok(())
+}
+
+/// Bounds what decoding a `w` x `h` image (`native` bytes per decoded pixel, including the decoder's own
+/// planes) and then running `plan` will cost, before anything is allocated: the output and the resize's
+/// intermediate are held to the pixel limit like the image itself, and the working set is reserved from
+/// the process-wide decode memory budget.
+pub(crate) fn admit(
+    item: &str,
+    (w, h): (u32, u32),
+    native: u64,
+    cout: u8,
+    plan: Option<&Plan>,
+    max_pixels: u64,
+) -> Result<Reservation> {
+    let pixels = u64::from(w) * u64::from(h);
+    let cout = u64::from(cout);
+    let mut bytes = pixels.saturating_mul(native.saturating_add(cout));
+    if let Some(plan) = plan {
+        let out = u64::from(plan.out_w) * u64::from(plan.out_h);
+        over(item, "output pixels", out, max_pixels)?;
+        let mid = resize_intermediate_pixels(plan);
+        over(item, "resize intermediate pixels", mid, max_pixels)?;
+        bytes = bytes.saturating_add(mid.saturating_add(out).saturating_mul(cout));
+    }
+    budget::reserve(item, bytes)
 }
 
 pub(crate) fn decode_error(item: &str, format: ImageFormat, cause: impl Into<crate::BoxError>) -> Error {
@@ -183,15 +228,18 @@ fn decode_jpeg<S: PixelStore>(
         if opts.exif_orientation { exif_orientation(dec.exif().map(Vec::as_slice)) } else { Orientation::NoTransforms };
     let (ow, oh) = oriented_dims(orientation, w, h);
     let plan = transform.plan(ow, oh, salt);
+    // zune keeps the component planes and the converted output: about twice the output per pixel.
+    let reservation = admit(item, (w, h), 2 * u64::from(cout), cout, plan.as_ref(), opts.max_pixels)?;
 
     if opts.reduced_scale_jpeg
         && let Some(plan) = plan
     {
         let factor = reduction_factor(&plan);
         if factor > 1
-            && let Some(d) = decode_jpeg_reduced(bytes, item, factor, (w, h), orientation, plan, cout, store)?
+            && let Some((width, height, plan)) =
+                decode_jpeg_reduced(bytes, item, factor, (w, h), orientation, plan, cout, store)?
         {
-            return Ok(d);
+            return Ok(Decoded { width, height, channels: cout, plan: Some(plan), _reservation: reservation });
         }
     }
 
@@ -213,7 +261,7 @@ fn decode_jpeg<S: PixelStore>(
         let out = store.slice(ow, oh, cout)?;
         remap(t, w, h, native, orientation, out, cout);
     }
-    Ok(Decoded { width: ow, height: oh, channels: cout, plan })
+    Ok(Decoded { width: ow, height: oh, channels: cout, plan, _reservation: reservation })
 }
 
 /// The DCT reduction (4, 2 or 1) that keeps the decoded crop at least [`REDUCED_SCALE_MIN_GAP`] times the
@@ -223,7 +271,7 @@ pub(crate) fn reduction_factor(plan: &Plan) -> u32 {
     [4u32, 2].into_iter().find(|&f| shrink >= f64::from(f) * REDUCED_SCALE_MIN_GAP).unwrap_or(1)
 }
 
-/// Decodes at 1/`factor` scale with jpeg-decoder. `Ok(None)` when the image is of a kind this path does
+/// Decodes at 1/`factor` scale with jpeg-decoder, giving the decoded size and the scaled plan. `Ok(None)` when the image is of a kind this path does
 /// not handle (CMYK, 16-bit), so the caller falls back to the full decode.
 #[allow(clippy::too_many_arguments)]
 fn decode_jpeg_reduced<S: PixelStore>(
@@ -235,7 +283,7 @@ fn decode_jpeg_reduced<S: PixelStore>(
     plan: Plan,
     cout: u8,
     store: &mut S,
-) -> Result<Option<Decoded>> {
+) -> Result<Option<(u32, u32, Plan)>> {
     const F: ImageFormat = ImageFormat::Jpeg;
     let mut dec = jpeg_decoder::Decoder::new(bytes);
     dec.read_info().map_err(|e| decode_error(item, F, e))?;
@@ -261,7 +309,7 @@ fn decode_jpeg_reduced<S: PixelStore>(
     remap(&data, dw, dh, native, orientation, out, cout);
     let (full_w, full_h) = oriented_dims(orientation, w, h);
     let plan = plan.scaled(f64::from(ow) / f64::from(full_w), f64::from(oh) / f64::from(full_h), ow, oh);
-    Ok(Some(Decoded { width: ow, height: oh, channels: cout, plan: Some(plan) }))
+    Ok(Some((ow, oh, plan)))
 }
 
 /// Bytes the `image` crate may allocate for an image within the pixel limit (RGBA, 16 bits) plus metadata.
@@ -312,6 +360,9 @@ fn decode_generic<S: PixelStore>(
     };
     let (ow, oh) = oriented_dims(orientation, w, h);
     let plan = transform.plan(ow, oh, salt);
+    // The decoder's own pixels (16-bit and float images too), and their 8-bit conversion.
+    let decoded_bytes = u64::from(dec.color_type().bytes_per_pixel()) + 4;
+    let reservation = admit(item, (w, h), decoded_bytes, cout, plan.as_ref(), opts.max_pixels)?;
     let native = match dec.color_type() {
         ColorType::L8 => Some(1u8),
         ColorType::La8 => Some(2),
@@ -351,7 +402,7 @@ fn decode_generic<S: PixelStore>(
             remap(&data, w, h, cin, orientation, out, cout);
         }
     }
-    Ok(Decoded { width: ow, height: oh, channels: cout, plan })
+    Ok(Decoded { width: ow, height: oh, channels: cout, plan, _reservation: reservation })
 }
 
 #[cfg(test)]

@@ -138,6 +138,24 @@ impl ImageOptions {
         }
         Ok(())
     }
+
+    /// Checks these options with `transform`: the transform's output is held to the same pixel limit as
+    /// the images themselves (an output of 65535 x 65535 from a thumbnail is refused here, before any
+    /// decode).
+    pub fn validate_with(&self, transform: &Transform) -> Result<()> {
+        self.validate()?;
+        transform.validate()?;
+        if let Some((w, h)) = transform.output_size() {
+            let pixels = u64::from(w) * u64::from(h);
+            if pixels > self.max_pixels {
+                return Err(Error::InvalidOptions(format!(
+                    "the transform's output {w}x{h} is {pixels} pixels, above max_pixels {}",
+                    self.max_pixels
+                )));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// What the header says about an image.
@@ -193,8 +211,7 @@ pub fn decode_image(
     transform: &Transform,
     allocator: &SharedAllocator,
 ) -> Result<Buffer> {
-    opts.validate()?;
-    transform.validate()?;
+    opts.validate_with(transform)?;
     let mut tmp = Vec::new();
     if transform.output_size().is_none() {
         let mut store = BufferStore { allocator, buffer: None };
@@ -213,7 +230,9 @@ pub fn decode_image(
     Ok(buf)
 }
 
-/// Reads and decodes the file at `path` (see [`decode_image`]); errors name the path.
+/// Reads and decodes the file at `path` (see [`decode_image`]); errors name the path. The path must be a
+/// regular file of at most [`crate::DEFAULT_MAX_FILE_BYTES`] (see [`crate::read_file`]; to decode anything
+/// else, read it with `read_file` and an opt-in, then call [`decode_image`]).
 pub fn load_image(
     path: impl AsRef<Path>,
     opts: &ImageOptions,
@@ -221,6 +240,6 @@ pub fn load_image(
     allocator: &SharedAllocator,
 ) -> Result<Buffer> {
     let path = path.as_ref();
-    let bytes = std::fs::read(path).map_err(|source| Error::Io { path: path.to_owned(), source })?;
+    let bytes = crate::read_file(path, &crate::ReadLimits::default())?;
     decode_image(&bytes, &path.display().to_string(), opts, transform, allocator)
 }

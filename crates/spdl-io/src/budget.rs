@@ -1,0 +1,166 @@
+//! The process-wide decode memory budget.
+//!
+//! Per-decode limits bound one decode, not the sum of those running at once: with 16 decoding threads, a
+//! batch of images that each decode to 1 GB would need 16 GB. Large decodes therefore reserve their
+//! working memory from one budget shared by the whole process before they allocate, and release it when
+//! they finish. Over budget they wait for others to finish; a single decode larger than the whole budget
+//! fails at once with [`Error::LimitExceeded`] (`decode memory bytes`). Decodes below
+//! [`UNMETERED_BYTES`] are not counted (they are bounded by the thread count, and counting them would put a
+//! lock on every image).
+//!
+//! The default budget is a quarter of the memory this process may use (the smaller of the machine's RAM
+//! and the cgroup's limit); [`set_decode_memory_budget`] changes it.
+
+use std::sync::{Condvar, Mutex, OnceLock, PoisonError};
+
+use crate::{Error, Result};
+
+/// Working sets smaller than this (16 MiB) are not metered.
+pub const UNMETERED_BYTES: u64 = 16 << 20;
+
+/// Used when the machine's memory cannot be read: 4 GiB.
+const FALLBACK_BUDGET: u64 = 4 << 30;
+
+#[derive(Debug)]
+struct Budget {
+    state: Mutex<State>,
+    freed: Condvar,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct State {
+    capacity: u64,
+    used: u64,
+}
+
+fn budget() -> &'static Budget {
+    static BUDGET: OnceLock<Budget> = OnceLock::new();
+    BUDGET.get_or_init(|| Budget {
+        state: Mutex::new(State { capacity: default_decode_memory_budget(), used: 0 }),
+        freed: Condvar::new(),
+    })
+}
+
+/// A quarter of the memory available to this process: the smaller of `MemTotal` and the cgroup v2
+/// `memory.max`, or 4 GiB when neither can be read.
+pub fn default_decode_memory_budget() -> u64 {
+    let mem_total = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|kb| kb.saturating_mul(1024))
+    });
+    let cgroup = std::fs::read_to_string("/sys/fs/cgroup/memory.max").ok().and_then(|s| s.trim().parse::<u64>().ok());
+    match (mem_total, cgroup) {
+        (Some(a), Some(b)) => a.min(b) / 4,
+        (Some(a), None) | (None, Some(a)) => a / 4,
+        (None, None) => FALLBACK_BUDGET,
+    }
+}
+
+/// The current budget in bytes.
+pub fn decode_memory_budget() -> u64 {
+    budget().state.lock().unwrap_or_else(PoisonError::into_inner).capacity
+}
+
+/// Sets the process-wide decode memory budget (bytes, at least [`UNMETERED_BYTES`]). Decodes already
+/// running keep their reservations; waiting ones are re-checked against the new budget.
+///
+/// ```
+/// use spdl_io::{decode_memory_budget, set_decode_memory_budget};
+/// let before = decode_memory_budget();
+/// set_decode_memory_budget(2 << 30)?;
+/// assert_eq!(decode_memory_budget(), 2 << 30);
+/// assert!(set_decode_memory_budget(0).is_err());
+/// set_decode_memory_budget(before)?;
+/// # Ok::<(), spdl_io::Error>(())
+/// ```
+pub fn set_decode_memory_budget(bytes: u64) -> Result<()> {
+    if bytes < UNMETERED_BYTES {
+        return Err(Error::InvalidOptions(format!(
+            "the decode memory budget must be at least {UNMETERED_BYTES} bytes, got {bytes}"
+        )));
+    }
+    let b = budget();
+    b.state.lock().unwrap_or_else(PoisonError::into_inner).capacity = bytes;
+    b.freed.notify_all();
+    Ok(())
+}
+
+/// Bytes reserved from the budget, given back on drop.
+#[derive(Debug)]
+#[must_use = "the reservation is released when dropped"]
+pub(crate) struct Reservation {
+    bytes: u64,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if self.bytes == 0 {
+            return;
+        }
+        let b = budget();
+        let mut s = b.state.lock().unwrap_or_else(PoisonError::into_inner);
+        s.used = s.used.saturating_sub(self.bytes);
+        drop(s);
+        b.freed.notify_all();
+    }
+}
+
+/// Reserves `bytes` for `item`'s decode, waiting while the budget is in use by others. Small working sets
+/// are not metered; one larger than the whole budget is an error.
+pub(crate) fn reserve(item: &str, bytes: u64) -> Result<Reservation> {
+    if bytes < UNMETERED_BYTES {
+        return Ok(Reservation { bytes: 0 });
+    }
+    let b = budget();
+    let mut s = b.state.lock().unwrap_or_else(PoisonError::into_inner);
+    loop {
+        if bytes > s.capacity {
+            return Err(Error::LimitExceeded {
+                item: item.to_owned(),
+                what: "decode memory bytes".into(),
+                value: bytes,
+                limit: s.capacity,
+            });
+        }
+        if s.used.saturating_add(bytes) <= s.capacity {
+            s.used += bytes;
+            return Ok(Reservation { bytes });
+        }
+        s = b.freed.wait(s).unwrap_or_else(PoisonError::into_inner);
+    }
+}
+
+/// Fails if one allocation of `bytes` (a whole batch buffer) could never fit in the budget.
+pub(crate) fn check_fits(item: &str, what: &str, bytes: u64) -> Result<()> {
+    let capacity = decode_memory_budget();
+    if bytes > capacity {
+        return Err(Error::LimitExceeded {
+            item: item.to_owned(),
+            what: what.to_owned(),
+            value: bytes,
+            limit: capacity,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_is_a_fraction_of_ram() {
+        let d = default_decode_memory_budget();
+        assert!(d >= 64 << 20, "{d}");
+    }
+
+    #[test]
+    fn small_reservations_are_free_and_huge_ones_fail() {
+        let r = reserve("x", 1024);
+        assert!(r.is_ok());
+        let err = reserve("big.png", u64::MAX).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("big.png") && err.contains("decode memory bytes"), "{err}");
+    }
+}

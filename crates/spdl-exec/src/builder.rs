@@ -254,11 +254,11 @@ impl<T: Send + 'static> PipelineBuilder<T, Open> {
             match func {
                 StageFn::Async(f) => {
                     let launch = driver::async_launcher(f, describe, cell);
-                    w.task(&name, Concurrent::new(link, launch, c, options.order).run());
+                    w.task(&name, Concurrent::new(link, launch, c, options.order, w.pool.clone()).run());
                 }
                 StageFn::Blocking(f) if options.order == OutputOrder::Input && c > 1 => {
                     let launch = driver::pool_launcher(f, describe, cell, w.pool.clone(), shared);
-                    w.task(&name, Concurrent::new(link, launch, c, options.order).run());
+                    w.task(&name, Concurrent::new(link, launch, c, options.order, w.pool.clone()).run());
                 }
                 StageFn::Blocking(f) => {
                     let fut = runs::blocking_stage(link, f, describe, w.pool.clone(), c);

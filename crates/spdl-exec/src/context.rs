@@ -3,7 +3,7 @@
 
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
@@ -32,6 +32,9 @@ pub(crate) struct Shared {
     /// Every stats row, set once the pipeline is wired (for the pipeline-wide budget).
     pub(crate) cells: OnceLock<Vec<Arc<StageCell>>>,
     pub(crate) started: OnceLock<Instant>,
+    /// Set when the scheduler thread is about to end (every pool thread joined).
+    exited: Mutex<bool>,
+    exited_cv: Condvar,
 }
 
 impl Shared {
@@ -60,6 +63,32 @@ impl Shared {
         }
     }
 
+    /// Marks the scheduler thread as ended and wakes every [`Shared::wait_exited`].
+    pub(crate) fn mark_exited(&self) {
+        *self.exited.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        self.exited_cv.notify_all();
+    }
+
+    /// Waits until the scheduler thread has ended, at most until `deadline` (`None`: for
+    /// as long as it takes). Returns whether it has ended.
+    pub(crate) fn wait_exited(&self, deadline: Option<Instant>) -> bool {
+        let mut exited = self.exited.lock().unwrap_or_else(PoisonError::into_inner);
+        while !*exited {
+            let wait = match deadline {
+                None => Duration::from_secs(3600),
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return false;
+                    }
+                    left
+                }
+            };
+            exited = self.exited_cv.wait_timeout(exited, wait).unwrap_or_else(PoisonError::into_inner).0;
+        }
+        true
+    }
+
     /// Records the error that ends the pipeline; the first one wins.
     pub(crate) fn fail(&self, err: PipelineError) {
         let mut slot = self.outcome.lock().unwrap_or_else(PoisonError::into_inner);
@@ -84,30 +113,35 @@ impl Shared {
                 Some(out)
             }
             Err(cause) => {
-                cell.failed.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(
-                    target: "spdl_exec",
-                    stage = %cell.name,
-                    index = done.index,
-                    item = done.item.as_deref().unwrap_or("-"),
-                    cause = %cause,
-                    "item failed and was dropped"
-                );
-                {
-                    let mut causes = cell.causes.lock().unwrap_or_else(PoisonError::into_inner);
-                    if causes.len() < KEPT_CAUSES {
-                        causes.push(ItemFailure {
-                            stage: cell.name.clone(),
-                            index: done.index,
-                            item: done.item,
-                            cause,
-                        });
-                    }
-                }
-                self.judge(cell);
+                self.record_failure(cell, done.index, done.item, cause);
                 None
             }
         }
+    }
+
+    /// Books a failure found after its call returned: the iterator or stream of a lazy
+    /// stage ([`crate::Stage::flat_map_lazy`]) failed part-way. The call itself was counted.
+    pub(crate) fn fail_late(&self, cell: &StageCell, index: u64, item: Option<String>, cause: String) {
+        self.record_failure(cell, index, item, cause);
+    }
+
+    fn record_failure(&self, cell: &StageCell, index: u64, item: Option<String>, cause: String) {
+        cell.failed.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            target: "spdl_exec",
+            stage = %cell.name,
+            index,
+            item = item.as_deref().unwrap_or("-"),
+            cause = %cause,
+            "item failed and was dropped"
+        );
+        {
+            let mut causes = cell.causes.lock().unwrap_or_else(PoisonError::into_inner);
+            if causes.len() < KEPT_CAUSES {
+                causes.push(ItemFailure { stage: cell.name.clone(), index, item, cause });
+            }
+        }
+        self.judge(cell);
     }
 
     /// Checks the stage's budget and the pipeline's; stops feeding the stage when spent.

@@ -21,7 +21,7 @@ use crate::error::{PipelineError, error_chain, panic_message};
 use crate::options::OutputOrder;
 use crate::pool::PoolHandle;
 use crate::queue::{Msg, PopError, PushError, QueueRx, QueueTx};
-use crate::stage::{AsyncFn, BlockingFn, Describe, Outputs};
+use crate::stage::{AsyncFn, BlockingFn, Describe, LazyIter, Outputs, Rest};
 use crate::stats::StageCell;
 
 /// The two queues around a stage, its stats and the pipeline's shared state.
@@ -197,10 +197,18 @@ pub(crate) struct Concurrent<T, U> {
     inflight: InFlight<Done<Outputs<U>>>,
     input_done: bool,
     output_closed: bool,
+    /// Advances the iterators of lazy blocking calls ([`crate::Stage::flat_map_lazy`]).
+    pool: PoolHandle,
 }
 
 impl<T: Send + 'static, U: Send + 'static> Concurrent<T, U> {
-    pub(crate) fn new(link: Link<T, U>, launch: Launch<T, U>, concurrency: usize, order: OutputOrder) -> Self {
+    pub(crate) fn new(
+        link: Link<T, U>,
+        launch: Launch<T, U>,
+        concurrency: usize,
+        order: OutputOrder,
+        pool: PoolHandle,
+    ) -> Self {
         Self {
             link,
             launch,
@@ -211,6 +219,7 @@ impl<T: Send + 'static, U: Send + 'static> Concurrent<T, U> {
             },
             input_done: false,
             output_closed: false,
+            pool,
         }
     }
 
@@ -288,22 +297,87 @@ impl<T: Send + 'static, U: Send + 'static> Concurrent<T, U> {
     }
 
     async fn on_done(&mut self, done: Done<Outputs<U>>) {
+        let (index, item) = (done.index, done.item.clone());
         let Some(outputs) = self.link.shared.settle(&self.link.cell, done) else {
             return;
         };
+        let (outputs, rest) = outputs.split();
         for out in outputs {
             if self.output_closed || !self.link.emit(Msg::Item(out)).await {
                 self.output_closed = true;
                 return;
             }
         }
+        let failure = match rest {
+            None => None,
+            Some(Rest::Stream(stream)) => self.drain_stream(stream).await,
+            Some(Rest::Iter(iter)) => self.drain_iter(iter).await,
+        };
+        if let Some(cause) = failure {
+            self.link.shared.fail_late(&self.link.cell, index, item, cause);
+        }
+    }
+
+    /// Emits a lazy call's outputs as its stream yields them, polling it only when the
+    /// previous one is queued. `Some(cause)`: the stream failed.
+    async fn drain_stream(&mut self, mut stream: crate::stage::LazyStream<U>) -> Option<String> {
+        while !self.output_closed && !self.link.shared.cancelled() {
+            let t0 = Instant::now();
+            let out = match AssertUnwindSafe(stream.next()).catch_unwind().await {
+                Ok(None) => return None,
+                Ok(Some(Ok(out))) => out,
+                Ok(Some(Err(e))) => return Some(error_chain(&*e)),
+                Err(p) => return Some(panicked(&*p)),
+            };
+            if !self.link.emit(Msg::Item(out)).await {
+                self.output_closed = true;
+            } else if t0.elapsed() >= crate::queue::SLOW_ITEM {
+                self.link.output.flush();
+            }
+        }
+        None
+    }
+
+    /// Emits a lazy blocking call's outputs, advancing its iterator on the pool one output
+    /// at a time (only in input order at concurrency > 1). `Some(cause)`: it failed.
+    async fn drain_iter(&mut self, iter: LazyIter<U>) -> Option<String> {
+        let mut iter = Some(iter);
+        while !self.output_closed && !self.link.shared.cancelled() {
+            let mut it = iter.take()?;
+            let (tx, rx) = futures::channel::oneshot::channel();
+            self.pool.spawn(move || {
+                let t0 = Instant::now();
+                let next = catch_unwind(AssertUnwindSafe(|| it.next()));
+                let _ = tx.send((it, next, t0.elapsed()));
+            });
+            // The pool drops the job without running it only when the pipeline stops.
+            let Ok((it, next, took)) = rx.await else { return None };
+            let out = match next {
+                Ok(None) => return None,
+                Ok(Some(Ok(out))) => out,
+                Ok(Some(Err(e))) => return Some(error_chain(&*e)),
+                Err(p) => return Some(panicked(&*p)),
+            };
+            iter = Some(it);
+            if !self.link.emit(Msg::Item(out)).await {
+                self.output_closed = true;
+            } else if took >= crate::queue::SLOW_ITEM {
+                self.link.output.flush();
+            }
+        }
+        None
     }
 }
+
+/// The most slots a batch reserves before its items arrive.
+const PREALLOCATED_BATCH: usize = 1024;
 
 /// Groups items into `Vec`s of `size`; a partial batch is emitted at the end of each epoch
 /// unless `drop_last`.
 pub(crate) async fn aggregate<T>(link: Link<T, Vec<T>>, size: usize, drop_last: bool) {
-    let mut batch = Vec::with_capacity(size);
+    // Reserve no more than a typical batch up front: `size` is the caller's and may be huge.
+    let reserve = size.min(PREALLOCATED_BATCH);
+    let mut batch = Vec::with_capacity(reserve);
     while !link.shared.cancelled() {
         let msg = link.next_input().await;
         let (flush, marker, done) = match msg {
@@ -316,7 +390,7 @@ pub(crate) async fn aggregate<T>(link: Link<T, Vec<T>>, size: usize, drop_last: 
             None => (!drop_last, None, true),
         };
         if flush && !batch.is_empty() {
-            let full = std::mem::replace(&mut batch, Vec::with_capacity(size));
+            let full = std::mem::replace(&mut batch, Vec::with_capacity(reserve));
             if !link.emit(Msg::Item(full)).await {
                 return;
             }

@@ -170,3 +170,22 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         "non-string panic payload".to_owned()
     }
 }
+
+/// [`crate::Pipeline::stop_timeout`] gave up: a thread of the pipeline was still running
+/// when the time ran out (a stage function or source `next()` that does not return).
+///
+/// The pipeline is stopped all the same (no new call starts, iteration has ended); the
+/// threads still running are left to end on their own when the call returns. A later
+/// [`crate::Pipeline::stop`] or `stop_timeout` waits for them again.
+///
+/// ```
+/// use std::time::Duration;
+/// let err = spdl_exec::StopTimeout { waited: Duration::from_secs(2) };
+/// assert_eq!(err.to_string(), "the pipeline's threads did not end within 2s (a stage function or the source is still running)");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the pipeline's threads did not end within {waited:?} (a stage function or the source is still running)")]
+pub struct StopTimeout {
+    /// How long it waited.
+    pub waited: Duration,
+}

@@ -19,8 +19,9 @@
 //! is counted, logged with `tracing` and dropped, until a budget is spent and iteration
 //! ends with a [`PipelineError`] naming the stage and the first causes. Stats per stage
 //! (items, task-time quantiles, starved/blocked time, queue occupancy) are atomics, always
-//! on: [`Pipeline::stats`] prints a table that names the bottleneck. Stopping or dropping a
-//! [`Pipeline`] cancels pending work and joins every thread it started.
+//! on: [`Pipeline::stats`] prints a table that names the bottleneck. Stopping a [`Pipeline`]
+//! cancels pending work and joins every thread it started ([`Pipeline::stop_timeout`] bounds
+//! the wait for a stage call that does not return; dropping waits at most [`DROP_GRACE`]).
 //!
 //! ```
 //! use spdl_exec::{BuildOptions, PipelineBuilder, Stage};
@@ -63,8 +64,8 @@ mod stats;
 
 pub use aggregator::Aggregator;
 pub use builder::{PipelineBuilder, state};
-pub use error::{BoxError, ItemFailure, PipelineError};
+pub use error::{BoxError, ItemFailure, PipelineError, StopTimeout};
 pub use options::{BuildOptions, FRACTION_PROBATION, FailureBudget, OutputOrder, ReportHook, StageOptions};
-pub use pipeline::{Item, Pipeline, PipelineIter};
+pub use pipeline::{DROP_GRACE, Item, Pipeline, PipelineIter};
 pub use stage::Stage;
 pub use stats::{PipelineStats, StageKind, StageStats};

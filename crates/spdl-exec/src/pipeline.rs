@@ -9,11 +9,17 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 
 use crate::context::Shared;
-use crate::error::{PipelineError, panic_message};
+use crate::error::{PipelineError, StopTimeout, panic_message};
 use crate::options::ReportHook;
 use crate::pool::Pool;
 use crate::queue::{Msg, PopError, QueueRx};
 use crate::stats::{self, PipelineStats, StageCell};
+
+/// How long dropping a running [`Pipeline`] waits for its threads to end. A stage function
+/// (or source `next()`) still running after that is not waited for: its thread is detached
+/// and ends on its own when the call returns, so a stuck call cannot hang the thread that
+/// drops the pipeline (a garbage collector, an interpreter at exit).
+pub const DROP_GRACE: Duration = Duration::from_secs(2);
 
 /// What the consumer receives from [`Pipeline::get_item`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,7 +53,8 @@ enum Life {
 ///
 /// All methods take `&self`, and `Pipeline` is `Sync`: [`Pipeline::stop`] and
 /// [`Pipeline::stats`] may be called from any thread while another one iterates.
-/// Dropping the pipeline stops it and joins every thread it started.
+/// Dropping the pipeline stops it and joins every thread it started, waiting at most
+/// [`DROP_GRACE`] for calls still running (see [`Pipeline::stop_timeout`]).
 pub struct Pipeline<T> {
     sink: QueueRx<T>,
     sink_cell: Arc<StageCell>,
@@ -87,9 +94,17 @@ impl<T: Send + 'static> Pipeline<T> {
         let _ = self.shared.started.set(Instant::now());
         let shared = Arc::clone(&self.shared);
         let cells = self.cells.clone();
-        let spawned = std::thread::Builder::new()
-            .name("spdl-exec-scheduler".into())
-            .spawn(move || schedule(*startup, &shared, cells));
+        let spawned = std::thread::Builder::new().name("spdl-exec-scheduler".into()).spawn(move || {
+            // Marks the end even if the scheduler panics, for `stop_timeout`'s wait.
+            struct Exit(Arc<Shared>);
+            impl Drop for Exit {
+                fn drop(&mut self) {
+                    self.0.mark_exited();
+                }
+            }
+            let exit = Exit(shared);
+            schedule(*startup, &exit.0, cells);
+        });
         match spawned {
             Ok(handle) => {
                 *life = Life::Running(handle);
@@ -103,14 +118,66 @@ impl<T: Send + 'static> Pipeline<T> {
 impl<T> Pipeline<T> {
     /// Stops the pipeline: cancels pending work, lets running calls of stage functions
     /// return, and joins every thread. Idempotent; callable from any thread. Iteration
-    /// then ends. A stage function or source `next()` that never returns blocks this.
+    /// then ends. A stage function or source `next()` that never returns blocks this: use
+    /// [`Pipeline::stop_timeout`] to bound the wait.
     ///
     /// Called from inside a stage function it only requests the stop; the threads are
     /// joined by the next `stop` from outside or by `Drop`.
     pub fn stop(&self) {
+        // Without a deadline the wait only ends when the threads do.
+        let _ = self.stop_within(None);
+    }
+
+    /// [`Pipeline::stop`], waiting at most `timeout` for the pipeline's threads to end.
+    ///
+    /// `Ok`: every thread is joined. `Err(StopTimeout)`: a call of a stage function (or the
+    /// source's `next()`) was still running at the deadline. The pipeline is stopped all the
+    /// same: iteration has ended and no new call starts; the threads are left to end when
+    /// that call returns (a later `stop` or `stop_timeout` waits for them again, and
+    /// dropping the pipeline detaches them after [`DROP_GRACE`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use spdl_exec::{BuildOptions, PipelineBuilder, Stage};
+    ///
+    /// let pipeline = PipelineBuilder::new()
+    ///     .source(0..10u32)
+    ///     .pipe(Stage::map("slow", |x: u32| {
+    ///         if x == 1 {
+    ///             std::thread::sleep(Duration::from_secs(1)); // a call that takes long
+    ///         }
+    ///         Ok::<_, std::io::Error>(x)
+    ///     }))
+    ///     .sink(1)
+    ///     .build(BuildOptions::default())
+    ///     .unwrap();
+    /// assert_eq!(pipeline.iter().next().unwrap().unwrap(), 0);
+    /// std::thread::sleep(Duration::from_millis(100)); // item 1 is now being processed
+    /// assert!(pipeline.stop_timeout(Duration::from_millis(50)).is_err());
+    /// assert!(pipeline.iter().next().is_none()); // stopped all the same
+    /// assert!(pipeline.stop_timeout(Duration::from_secs(30)).is_ok()); // the call returned
+    /// ```
+    pub fn stop_timeout(&self, timeout: Duration) -> Result<(), StopTimeout> {
+        // A deadline beyond what `Instant` can represent is no deadline.
+        self.stop_within(Instant::now().checked_add(timeout)).map_err(|()| StopTimeout { waited: timeout })
+    }
+
+    fn stop_within(&self, deadline: Option<Instant>) -> Result<(), ()> {
         self.shared.cancel();
         if std::thread::current().name().is_some_and(|n| n.starts_with("spdl-exec-")) {
-            return;
+            return Ok(());
+        }
+        {
+            let mut life = self.life.lock().unwrap_or_else(PoisonError::into_inner);
+            if !matches!(*life, Life::Running(_)) {
+                // Never started (what `Startup` holds is dropped here), or already joined.
+                *life = Life::Stopped;
+                return Ok(());
+            }
+        }
+        // Wait without the lock, so that every caller waits with its own deadline.
+        if !self.shared.wait_exited(deadline) {
+            return Err(());
         }
         let mut life = self.life.lock().unwrap_or_else(PoisonError::into_inner);
         if let Life::Running(handle) = std::mem::replace(&mut *life, Life::Stopped)
@@ -118,6 +185,7 @@ impl<T> Pipeline<T> {
         {
             tracing::error!(target: "spdl_exec", "the scheduler thread panicked");
         }
+        Ok(())
     }
 
     /// A snapshot of every stage's stats (source first, sink last). Cheap; any thread.
@@ -160,7 +228,8 @@ impl<T: Send + 'static> Pipeline<T> {
     /// a stuck stage function keeps the queue open.
     fn pop(&self, timeout: Option<Duration>) -> Result<Msg<T>, PopError> {
         const CHECK_STOP: Duration = Duration::from_millis(20);
-        let deadline = timeout.map(|t| Instant::now() + t);
+        // A timeout too large for `Instant` waits forever.
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         loop {
             let slice = match deadline {
                 None => CHECK_STOP,
@@ -189,7 +258,14 @@ impl<T: Send + 'static> Pipeline<T> {
 
 impl<T> Drop for Pipeline<T> {
     fn drop(&mut self) {
-        self.stop();
+        if self.stop_timeout(DROP_GRACE).is_err() {
+            // The scheduler's handle is dropped with `self`: its thread is detached and ends
+            // (joining the pool) once the stuck call returns.
+            tracing::warn!(
+                target: "spdl_exec",
+                "a stage call was still running {DROP_GRACE:?} after the pipeline was dropped; its threads are left to end on their own"
+            );
+        }
     }
 }
 

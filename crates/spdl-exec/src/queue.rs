@@ -52,15 +52,25 @@ struct Signals {
     low_water: usize,
     /// Consumers are woken when the queue holds this many messages or more.
     high_water: usize,
+    /// The queue's capacity.
+    capacity: usize,
+    /// The channel is unbounded (allocated as it fills) and `capacity` is enforced here.
+    lazy: bool,
     /// Threads (not async drivers) waiting for items or room, and what they wait on.
     item_waiters: AtomicUsize,
     room_waiters: AtomicUsize,
+    /// The receiving end is gone (pushes fail as closed).
+    receiver_dropped: std::sync::atomic::AtomicBool,
     lock: Mutex<()>,
     items: Condvar,
     room: Condvar,
 }
 
 impl Signals {
+    fn receiver_gone(&self) -> bool {
+        self.receiver_dropped.load(Ordering::SeqCst)
+    }
+
     fn wake_consumers(&self) {
         self.pushed.notify_one();
         if self.item_waiters.load(Ordering::SeqCst) > 0 {
@@ -103,14 +113,25 @@ pub(crate) enum PopError {
     Closed,
 }
 
+/// Queues up to this capacity preallocate their slots; larger ones allocate as they fill,
+/// so a huge capacity (an "unlimited" sink) costs memory only for what is queued.
+pub(crate) const PREALLOCATED_CAPACITY: usize = 1024;
+
 /// Creates a bounded queue of `capacity` messages (at least 1).
+///
+/// Above [`PREALLOCATED_CAPACITY`] the channel grows block by block and the capacity is
+/// checked before each push; producers that push at the same instant may overshoot it by
+/// at most one message each.
 pub(crate) fn queue<T>(capacity: usize) -> (QueueTx<T>, QueueRx<T>) {
     let capacity = capacity.max(1);
-    let (tx, rx) = cb::bounded(capacity);
+    let lazy = capacity > PREALLOCATED_CAPACITY;
+    let (tx, rx) = if lazy { cb::unbounded() } else { cb::bounded(capacity) };
     let signals = Arc::new(Signals {
         senders: AtomicUsize::new(1),
         low_water: capacity / 2,
         high_water: capacity.div_ceil(2),
+        capacity,
+        lazy,
         ..Signals::default()
     });
     (QueueTx { tx: Some(tx), signals: Arc::clone(&signals) }, QueueRx { rx: Some(rx), signals })
@@ -153,6 +174,9 @@ impl<T> QueueTx<T> {
         let Some(tx) = &self.tx else {
             return Err(PushError::Closed(msg));
         };
+        if self.signals.lazy && tx.len() >= self.signals.capacity {
+            return Err(if self.signals.receiver_gone() { PushError::Closed(msg) } else { PushError::Full(msg) });
+        }
         match tx.try_send(msg) {
             Ok(()) => {
                 if tx.len() >= self.signals.high_water {
@@ -173,7 +197,7 @@ impl<T> QueueTx<T> {
             other => return other,
         };
         self.signals.wait(&self.signals.room_waiters, &self.signals.room, timeout, || {
-            self.tx.as_ref().is_none_or(|tx| !tx.is_full())
+            self.tx.as_ref().is_none_or(|tx| tx.len() < self.signals.capacity)
         });
         self.try_push(msg)
     }
@@ -208,6 +232,7 @@ pub(crate) struct QueueRx<T> {
 impl<T> Drop for QueueRx<T> {
     fn drop(&mut self) {
         drop(self.rx.take());
+        self.signals.receiver_dropped.store(true, Ordering::SeqCst);
         self.signals.wake_producers();
     }
 }
@@ -250,7 +275,7 @@ impl<T> QueueRx<T> {
 
     /// Pops, blocking the calling thread for at most `timeout` (`None`: until an item or close).
     pub(crate) fn pop_blocking(&self, timeout: Option<Duration>) -> Result<Msg<T>, PopError> {
-        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        let deadline = timeout.and_then(|t| std::time::Instant::now().checked_add(t));
         loop {
             match self.try_pop() {
                 Err(PopError::Empty) => {}
@@ -322,6 +347,26 @@ mod tests {
         assert!(matches!(rx.try_pop(), Ok(Msg::Item(1))));
         assert!(matches!(rx.try_pop(), Ok(Msg::Item(2))));
         assert_eq!(rx.try_pop().err(), Some(PopError::Closed));
+    }
+
+    #[test]
+    fn a_huge_capacity_allocates_only_what_is_queued_and_still_bounds() {
+        // Preallocating 2^40 slots would abort; a lazy queue costs what it holds.
+        let (tx, rx) = queue::<u32>(1 << 40);
+        for i in 0..1000 {
+            assert!(tx.try_push(Msg::Item(i)).is_ok());
+        }
+        assert_eq!(rx.len(), 1000);
+        let (tx, rx) = queue::<u32>(PREALLOCATED_CAPACITY + 2);
+        for i in 0..PREALLOCATED_CAPACITY + 2 {
+            assert!(tx.try_push(Msg::Item(i as u32)).is_ok());
+        }
+        assert!(matches!(tx.try_push(Msg::Item(0)), Err(PushError::Full(_))));
+        assert!(matches!(tx.push_timeout(Msg::Item(0), Duration::from_millis(5)), Err(PushError::Full(_))));
+        assert!(rx.try_pop().is_ok());
+        assert!(tx.try_push(Msg::Item(0)).is_ok());
+        drop(rx);
+        assert!(matches!(tx.try_push(Msg::Item(0)), Err(PushError::Closed(_))));
     }
 
     #[test]

@@ -19,11 +19,11 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 use crate::context::Shared;
-use crate::driver::{Link, call_blocking, emit};
-use crate::error::{PipelineError, panic_message};
+use crate::driver::{Link, call_blocking, emit, panicked};
+use crate::error::{PipelineError, error_chain, panic_message};
 use crate::pool::PoolHandle;
 use crate::queue::{Msg, PopError, PushError, QueueRx, QueueTx, SLOW_ITEM};
-use crate::stage::{BlockingFn, Describe};
+use crate::stage::{BlockingFn, Describe, LazyIter, Rest};
 use crate::stats::StageCell;
 
 /// One wait of a run on a queue, between checks for cancellation and waiting jobs.
@@ -38,12 +38,21 @@ enum RunExit<U> {
     /// Nothing to do for now (input empty, paused at a barrier, or yielding the thread).
     Idle,
     InputClosed,
-    /// Output stayed full; these messages still have to go out, in this order.
-    OutputFull(Vec<Msg<U>>),
+    /// Output stayed full; these messages still have to go out, in this order, and then
+    /// the lazy outputs of the call, if any, are made by a new run.
+    OutputFull(Vec<Msg<U>>, Option<Cont<U>>),
     OutputClosed,
     /// Popped the end of an epoch: the other runs must finish before it goes on.
     Barrier(u64),
     Stopped,
+}
+
+/// The unfinished iterator of a lazy call ([`crate::Stage::flat_map_lazy`]), carried from
+/// run to run while the output is full.
+pub(crate) struct Cont<U> {
+    iter: LazyIter<U>,
+    index: u64,
+    item: Option<String>,
 }
 
 /// What the runs of one blocking stage share.
@@ -139,6 +148,52 @@ impl<T: Send + 'static, U: Send + 'static> Runs<T, U> {
         exit
     }
 
+    /// A run that first goes on with a lazy call's outputs, then processes items.
+    fn resume(&self, cont: Cont<U>) -> RunExit<U> {
+        let exit = match self.drain(cont) {
+            Some(exit) => exit,
+            None => self.process(),
+        };
+        self.output.flush();
+        exit
+    }
+
+    /// Advances a lazy call's iterator while the output has room. `None`: the iterator is
+    /// done (or failed, which is booked); otherwise why the run must end.
+    fn drain(&self, mut cont: Cont<U>) -> Option<RunExit<U>> {
+        loop {
+            if self.shared.cancelled() {
+                return Some(RunExit::Stopped);
+            }
+            let t0 = Instant::now();
+            let next = catch_unwind(AssertUnwindSafe(|| cont.iter.next()));
+            let slow = t0.elapsed() >= SLOW_ITEM;
+            let out = match next {
+                Ok(None) => return None,
+                Ok(Some(Ok(out))) => out,
+                Ok(Some(Err(e))) => {
+                    self.shared.fail_late(&self.cell, cont.index, cont.item, error_chain(&*e));
+                    return None;
+                }
+                Err(p) => {
+                    self.shared.fail_late(&self.cell, cont.index, cont.item, panicked(&*p));
+                    return None;
+                }
+            };
+            match push_held(&self.output, &self.cell, &self.shared, &self.pool, Msg::Item(out)) {
+                Pushed::Done => {
+                    self.cell.items_out.fetch_add(1, Relaxed);
+                }
+                Pushed::Full(m) => return Some(RunExit::OutputFull(vec![m], Some(cont))),
+                Pushed::Closed => return Some(RunExit::OutputClosed),
+            }
+            if slow {
+                // Outputs that take time to make go downstream at once, not in batches.
+                self.output.flush();
+            }
+        }
+    }
+
     fn process(&self) -> RunExit<U> {
         let mut processed = 0u64;
         loop {
@@ -151,10 +206,21 @@ impl<T: Send + 'static, U: Send + 'static> Runs<T, U> {
             };
             let index = self.cell.items_in.fetch_add(1, Relaxed);
             let described = self.describe.as_ref().map(|d| d(&item));
+            let kept = described.clone();
             let done = call_blocking(&self.func, item, index, described);
             let slow = done.elapsed >= SLOW_ITEM;
             if let Some(outputs) = self.shared.settle(&self.cell, done) {
-                let mut outputs = outputs.into_iter();
+                let (mut outputs, rest) = outputs.split();
+                let cont = match rest {
+                    Some(Rest::Iter(iter)) => Some(Cont { iter, index, item: kept }),
+                    Some(Rest::Stream(_)) => {
+                        // Not made by blocking constructors; kept total rather than unreachable.
+                        let cause = "a blocking stage returned a stream".to_owned();
+                        self.shared.fail_late(&self.cell, index, kept, cause);
+                        None
+                    }
+                    None => None,
+                };
                 while let Some(out) = outputs.next() {
                     let pushed = push_held(&self.output, &self.cell, &self.shared, &self.pool, Msg::Item(out));
                     match pushed {
@@ -164,10 +230,15 @@ impl<T: Send + 'static, U: Send + 'static> Runs<T, U> {
                         Pushed::Full(m) => {
                             let mut rest = vec![m];
                             rest.extend(outputs.map(Msg::Item));
-                            return RunExit::OutputFull(rest);
+                            return RunExit::OutputFull(rest, cont);
                         }
                         Pushed::Closed => return RunExit::OutputClosed,
                     }
+                }
+                if let Some(cont) = cont
+                    && let Some(exit) = self.drain(cont)
+                {
+                    return exit;
                 }
             }
             if slow {
@@ -203,6 +274,7 @@ async fn drive_runs<T: Send + 'static, U: Send + 'static>(
 ) {
     let mut active = 0usize;
     let mut pending: VecDeque<Msg<U>> = VecDeque::new();
+    let mut conts: Vec<Cont<U>> = Vec::new();
     let mut barrier: Option<u64> = None;
     let (mut input_closed, mut output_closed) = (false, false);
     loop {
@@ -211,6 +283,20 @@ async fn drive_runs<T: Send + 'static, U: Send + 'static>(
             output_closed = !emit(&runs.output, &runs.cell, m).await;
         }
         pending.clear();
+        // Then the lazy calls they paused go on, each on a run of its own (still counted
+        // as active, so an epoch barrier waits for them).
+        let stopping = output_closed || runs.shared.cancelled();
+        for cont in conts.drain(..) {
+            if stopping {
+                continue;
+            }
+            let r = Arc::clone(&runs);
+            runs.pool.spawn(move || {
+                let exit = r.resume(cont);
+                let _ = r.exits.send(exit);
+            });
+            active += 1;
+        }
         if let Some(epoch) = barrier
             && active == 0
         {
@@ -258,7 +344,10 @@ async fn drive_runs<T: Send + 'static, U: Send + 'static>(
         match exit {
             RunExit::Idle | RunExit::Stopped => {}
             RunExit::InputClosed => input_closed = true,
-            RunExit::OutputFull(msgs) => pending.extend(msgs),
+            RunExit::OutputFull(msgs, cont) => {
+                pending.extend(msgs);
+                conts.extend(cont);
+            }
             RunExit::OutputClosed => output_closed = true,
             RunExit::Barrier(e) => barrier = Some(e),
         }

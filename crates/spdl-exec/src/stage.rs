@@ -4,28 +4,44 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
-use futures::FutureExt;
 use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use futures::{FutureExt, Stream, StreamExt};
 
 use crate::error::BoxError;
 use crate::options::{FailureBudget, OutputOrder, StageOptions};
+
+/// Outputs made one at a time by a blocking iterator, advanced on the pool.
+pub(crate) type LazyIter<U> = Box<dyn Iterator<Item = Result<U, BoxError>> + Send + 'static>;
+/// Outputs made one at a time by a stream, polled on the scheduler.
+pub(crate) type LazyStream<U> = BoxStream<'static, Result<U, BoxError>>;
 
 /// Zero, one or many outputs of one call.
 pub(crate) enum Outputs<U> {
     None,
     One(U),
     Many(Vec<U>),
+    /// Outputs still to be made ([`Stage::flat_map_lazy`]).
+    Iter(LazyIter<U>),
+    /// Outputs still to be made ([`Stage::flat_map_stream`]).
+    Stream(LazyStream<U>),
 }
 
-impl<U> IntoIterator for Outputs<U> {
-    type Item = U;
-    type IntoIter = OutputsIter<U>;
+/// The outputs of a lazy call that are still to be made.
+pub(crate) enum Rest<U> {
+    Iter(LazyIter<U>),
+    Stream(LazyStream<U>),
+}
 
-    fn into_iter(self) -> OutputsIter<U> {
+impl<U> Outputs<U> {
+    /// The outputs already made, and the lazy rest if the call returned an iterator or a stream.
+    pub(crate) fn split(self) -> (OutputsIter<U>, Option<Rest<U>>) {
         match self {
-            Self::None => OutputsIter::One(None),
-            Self::One(u) => OutputsIter::One(Some(u)),
-            Self::Many(v) => OutputsIter::Many(v.into_iter()),
+            Self::None => (OutputsIter::One(None), None),
+            Self::One(u) => (OutputsIter::One(Some(u)), None),
+            Self::Many(v) => (OutputsIter::Many(v.into_iter()), None),
+            Self::Iter(i) => (OutputsIter::One(None), Some(Rest::Iter(i))),
+            Self::Stream(s) => (OutputsIter::One(None), Some(Rest::Stream(s))),
         }
     }
 }
@@ -59,7 +75,8 @@ pub(crate) enum StageFn<T, U> {
 /// One step of a pipeline: a named function from `T` to zero, one or many `U`, with
 /// [`StageOptions`].
 ///
-/// Blocking functions (`map`, `filter_map`, `flat_map`) run on the pipeline's thread pool;
+/// Blocking functions (`map`, `filter_map`, `flat_map`, `flat_map_lazy`) run on the
+/// pipeline's thread pool;
 /// async ones (`*_async`) run on the scheduler's tokio runtime and must not block. An `Err`
 /// or a panic fails that item only: it is counted, logged and dropped.
 ///
@@ -136,6 +153,87 @@ impl<T: Send + 'static, U: Send + 'static> Stage<T, U> {
             name,
             StageFn::Blocking(Arc::new(move |t| {
                 f(t).map(|i| Outputs::Many(i.into_iter().collect())).map_err(Into::into)
+            })),
+        )
+    }
+
+    /// A blocking function that returns an iterator whose elements are outputs made one at
+    /// a time, as a generator does. Each element goes downstream as soon as the iterator
+    /// yields it, and the iterator is advanced (on the pool) only while the output queue has
+    /// room: a slow consumer pauses it, so an endless iterator is fine and at most one
+    /// output per running call waits outside the queues. An `Err` element (or a panic in
+    /// `next`) fails the item: it is counted and logged like a failed call, and the
+    /// iterator is dropped; the outputs before it stay delivered. Stopping the pipeline
+    /// drops iterators that are not finished.
+    ///
+    /// The stage's task time covers the call that returns the iterator, not the iteration.
+    ///
+    /// ```
+    /// use spdl_exec::{BuildOptions, PipelineBuilder, Stage};
+    ///
+    /// // Each number becomes an endless run of copies; only what is read is ever made.
+    /// let pipeline = PipelineBuilder::new()
+    ///     .source(1..=3u64)
+    ///     .pipe(Stage::flat_map_lazy("repeat", |x: u64| {
+    ///         Ok::<_, std::io::Error>(std::iter::repeat(x).map(Ok::<_, std::io::Error>))
+    ///     }))
+    ///     .sink(1)
+    ///     .build(BuildOptions::default())
+    ///     .unwrap();
+    /// let first: Vec<u64> = pipeline.iter().take(5).map(Result::unwrap).collect();
+    /// assert_eq!(first, [1, 1, 1, 1, 1]);
+    /// ```
+    pub fn flat_map_lazy<F, E, I, E2>(name: impl Into<String>, f: F) -> Self
+    where
+        F: Fn(T) -> Result<I, E> + Send + Sync + 'static,
+        E: Into<BoxError>,
+        I: IntoIterator<Item = Result<U, E2>>,
+        I::IntoIter: Send + 'static,
+        E2: Into<BoxError>,
+    {
+        Self::with(
+            name,
+            StageFn::Blocking(Arc::new(move |t| {
+                f(t).map(|i| Outputs::Iter(Box::new(i.into_iter().map(|r| r.map_err(Into::into))) as LazyIter<U>))
+                    .map_err(Into::into)
+            })),
+        )
+    }
+
+    /// An async function that returns a stream whose elements are outputs made one at a
+    /// time, as an async generator does: the async counterpart of
+    /// [`Stage::flat_map_lazy`]. Each element goes downstream as soon as the stream yields
+    /// it; the stream is polled only while the output queue has room. An `Err` element (or
+    /// a panic) fails the item and drops the stream. While one call's stream is drained,
+    /// the stage's other calls in flight keep their results until it ends.
+    ///
+    /// ```
+    /// use spdl_exec::{BuildOptions, PipelineBuilder, Stage};
+    ///
+    /// let pipeline = PipelineBuilder::new()
+    ///     .source(vec![2u32, 3])
+    ///     .pipe(Stage::flat_map_stream("count", |n: u32| async move {
+    ///         Ok::<_, std::io::Error>(futures::stream::iter((0..n).map(Ok::<_, std::io::Error>)))
+    ///     }))
+    ///     .sink(1)
+    ///     .build(BuildOptions::default())
+    ///     .unwrap();
+    /// let all: Vec<u32> = pipeline.iter().map(Result::unwrap).collect();
+    /// assert_eq!(all, [0, 1, 0, 1, 2]);
+    /// ```
+    pub fn flat_map_stream<F, Fut, E, S, E2>(name: impl Into<String>, f: F) -> Self
+    where
+        F: Fn(T) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<S, E>> + Send + 'static,
+        E: Into<BoxError>,
+        S: Stream<Item = Result<U, E2>> + Send + 'static,
+        E2: Into<BoxError>,
+    {
+        Self::with(
+            name,
+            StageFn::Async(Arc::new(move |t| {
+                f(t).map(|r| r.map(|s| Outputs::Stream(s.map(|r| r.map_err(Into::into)).boxed())).map_err(Into::into))
+                    .boxed()
             })),
         )
     }

@@ -169,6 +169,54 @@ pub enum SourceError {
         reason: String,
     },
 
+    /// A sampler order or draw larger than [`MAX_ORDER_LEN`](crate::sampler::MAX_ORDER_LEN), or whose size does
+    /// not fit the arithmetic: refused before anything is allocated or computed.
+    #[error("sampler order too large: {what} is {size}, above the limit of {limit}")]
+    OrderTooLarge {
+        /// What would have been allocated or computed (`order length`, `permutation`, `draws`...).
+        what: &'static str,
+        /// The size asked for (saturated at `u128::MAX`).
+        size: u128,
+        /// The limit it exceeds.
+        limit: u128,
+    },
+
+    /// An object larger than the store's size cap, refused before it is read (or once the body passed the cap).
+    #[error("{location}: object is {} bytes, above the limit of {limit} bytes{}", size.map_or_else(|| "over".to_owned(), |s| s.to_string()), hint)]
+    ObjectTooLarge {
+        /// The object.
+        location: String,
+        /// Its size when known (from metadata or a header); `None` when the body ran past the cap.
+        size: Option<u64>,
+        /// The cap.
+        limit: u64,
+        /// How to raise the cap.
+        hint: &'static str,
+    },
+
+    /// A local path that is not a regular file (a FIFO, a device, a socket): refused unless the store allows
+    /// special files.
+    #[error("{location} is not a regular file ({kind}); refused (allow special files with a byte limit to read it)")]
+    NotRegularFile {
+        /// The key's full path.
+        location: String,
+        /// What it is: `FIFO`, `character device`, `block device`, `socket`.
+        kind: &'static str,
+    },
+
+    /// A key whose path leaves the store's root through a symbolic link.
+    #[error(
+        "{location} resolves to {target}, outside the store's root {root}; refused (the store does not follow links out of its root)"
+    )]
+    OutsideRoot {
+        /// The key's path under the root.
+        location: String,
+        /// Where it resolves to.
+        target: String,
+        /// The store's root.
+        root: String,
+    },
+
     /// A saved sampler state that does not belong to this sampler.
     #[error("sampler state does not match this sampler: {reason}")]
     StateMismatch {

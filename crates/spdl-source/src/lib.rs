@@ -61,6 +61,6 @@ pub use store::local::LocalStore;
 #[cfg(feature = "s3")]
 pub use store::s3::S3Store;
 pub use store::{
-    DedicatedStore, ObjectMeta, ObjectStore, ParallelRead, RetryPolicy, S3Options, StoreOptions, open_store,
-    open_store_with,
+    DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_MAX_OBJECT_SIZE, DedicatedStore, ObjectMeta, ObjectStore, ParallelRead,
+    RetryPolicy, S3Options, StoreOptions, open_store, open_store_with,
 };

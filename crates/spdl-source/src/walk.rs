@@ -19,30 +19,67 @@ enum Pending {
 
 /// Walks `root`, yielding `(key, size)` of every regular file whose key starts with `prefix`.
 ///
-/// Symbolic links are followed; a directory reached twice (a link loop, or two links to one place) is walked once.
+/// Real directories are always walked under their own names. A symbolic link to a directory inside the root is
+/// skipped: what it points to is listed once, under its real path, so a link can never take a folder's place (nor
+/// its class). A link to a directory outside the root is walked under the link's name unless the walk is
+/// confined, each outside directory at most once (so link loops and diamonds end). Links to files are listed under
+/// the link's name, unless the walk is confined and the file is outside the root. Dangling links and special
+/// files (FIFOs, devices, sockets) are skipped; any other error is yielded.
 #[derive(Debug)]
 pub(crate) struct Walker {
     prefix: String,
     stack: Vec<Pending>,
     seen_dirs: HashSet<PathBuf>,
+    /// The root, resolved; `None` when it cannot be resolved (then no link counts as inside).
+    canonical_root: Option<PathBuf>,
+    /// Refuse links that resolve outside the root.
+    confined: bool,
 }
 
 impl Walker {
-    /// Starts a walk of `root` restricted to keys starting with `prefix`.
+    /// Starts a walk of `root` restricted to keys starting with `prefix`, following links out of the root.
     pub(crate) fn new(root: &Path, prefix: &str) -> Result<Walker> {
+        Self::with_confinement(root, prefix, false)
+    }
+
+    /// As [`new`](Self::new); with `confined`, nothing outside the root is listed.
+    pub(crate) fn with_confinement(root: &Path, prefix: &str, confined: bool) -> Result<Walker> {
         check_relative(prefix, true)?;
         // Start from the deepest directory the prefix names in full; the rest of the prefix filters names there.
         let dir_part = prefix.rfind('/').map(|i| &prefix[..=i]).unwrap_or("");
         let start = if dir_part.is_empty() { root.to_path_buf() } else { root.join(dir_part) };
-        let mut walker = Walker { prefix: prefix.to_owned(), stack: Vec::new(), seen_dirs: HashSet::new() };
+        let mut walker = Walker {
+            prefix: prefix.to_owned(),
+            stack: Vec::new(),
+            seen_dirs: HashSet::new(),
+            canonical_root: std::fs::canonicalize(root).ok(),
+            confined,
+        };
         match std::fs::metadata(&start) {
-            Ok(meta) if meta.is_dir() => walker.stack.push(Pending::Dir { path: start, key: dir_part.to_owned() }),
+            Ok(meta) if meta.is_dir() => {
+                let escapes = confined
+                    && !dir_part.is_empty()
+                    && !std::fs::canonicalize(&start).is_ok_and(|c| walker.is_inside(&c));
+                if !escapes {
+                    walker.stack.push(Pending::Dir { path: start, key: dir_part.to_owned() });
+                }
+            }
+            // The root must be a directory: a file or a device there is a mistake, not an empty listing.
+            Ok(_) if dir_part.is_empty() => {
+                let source = std::io::Error::new(std::io::ErrorKind::NotADirectory, "not a directory");
+                return Err(SourceError::Io { operation: "list", path: start, source });
+            }
             Ok(_) => {}
             // A prefix naming no directory lists nothing, as in S3; a missing root is an error.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && !dir_part.is_empty() => {}
             Err(e) => return Err(SourceError::io("list", &start, e)),
         }
         Ok(walker)
+    }
+
+    /// True when `canonical` is the root or under it.
+    fn is_inside(&self, canonical: &Path) -> bool {
+        self.canonical_root.as_deref().is_some_and(|root| canonical.starts_with(root))
     }
 
     /// Reads one directory and pushes its entries, largest name first so that the smallest pops first.
@@ -77,8 +114,14 @@ impl Walker {
                 children.push((String::new(), Pending::Error(err)));
                 continue;
             };
-            // Follows symbolic links; a dangling link is skipped like any non-file.
-            let Ok(meta) = std::fs::metadata(&child_path) else { continue };
+            let meta = match self.classify(&entry, &child_path) {
+                Ok(Some(meta)) => meta,
+                Ok(None) => continue,
+                Err(err) => {
+                    children.push((String::new(), Pending::Error(err)));
+                    continue;
+                }
+            };
             let child_key = format!("{key}{name}");
             if meta.is_dir() {
                 let dir_key = format!("{child_key}/");
@@ -91,6 +134,53 @@ impl Walker {
         }
         children.sort_by(|a, b| b.0.cmp(&a.0));
         self.stack.extend(children.into_iter().map(|(_, pending)| pending));
+    }
+
+    /// The metadata to list an entry by, or `None` to skip it (see [`Walker`] for the rules on links).
+    fn classify(&self, entry: &std::fs::DirEntry, path: &Path) -> Result<Option<std::fs::Metadata>> {
+        let skip_missing = |e: std::io::Error| match e.kind() {
+            // Dangling links, link loops and entries removed while listing are not objects.
+            std::io::ErrorKind::NotFound => Ok(None),
+            _ if is_link_loop(&e) => Ok(None),
+            _ => Err(SourceError::io("list", path, e)),
+        };
+        let is_link = match entry.file_type() {
+            Ok(t) => t.is_symlink(),
+            Err(e) => return skip_missing(e),
+        };
+        if !is_link {
+            return entry.metadata().map(Some).or_else(skip_missing);
+        }
+        let meta = match std::fs::metadata(path) {
+            Ok(meta) => meta,
+            Err(e) => return skip_missing(e),
+        };
+        let target = match std::fs::canonicalize(path) {
+            Ok(target) => target,
+            Err(e) => return skip_missing(e),
+        };
+        let inside = self.is_inside(&target);
+        if meta.is_dir() && inside {
+            // Listed under its real path; a link must not stand in for a real folder (or loop back up).
+            return Ok(None);
+        }
+        if !inside && self.confined {
+            return Ok(None);
+        }
+        Ok(Some(meta))
+    }
+}
+
+/// True for `ELOOP` (too many levels of symbolic links).
+fn is_link_loop(e: &std::io::Error) -> bool {
+    #[cfg(unix)]
+    {
+        e.raw_os_error() == Some(libc::ELOOP)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = e;
+        false
     }
 }
 

@@ -8,7 +8,7 @@
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 
-use super::Sampler;
+use super::{Sampler, check_order_len, check_positions};
 use crate::error::{Result, SourceError};
 
 /// Stream domain of the shuffle, so that a shuffle and a weighted draw with the same seed are independent.
@@ -61,8 +61,13 @@ impl Sampler for SequentialSampler {
     fn len(&self) -> usize {
         self.len
     }
-    fn order(&self, _epoch: u64) -> Vec<usize> {
-        (0..self.len).collect()
+    fn try_order(&self, _epoch: u64) -> Result<Vec<usize>> {
+        check_order_len("order length", self.len as u128)?;
+        Ok((0..self.len).collect())
+    }
+    fn try_order_at(&self, _epoch: u64, positions: &[usize]) -> Result<Vec<usize>> {
+        check_positions(positions, self.len)?;
+        Ok(positions.to_vec())
     }
 }
 
@@ -75,9 +80,24 @@ pub struct ShuffledSampler {
 }
 
 impl ShuffledSampler {
-    /// A shuffled sampler over `len` items.
+    /// A shuffled sampler over `len` items. An order needs the whole permutation (4 bytes per item), so `len` above
+    /// [`MAX_ORDER_LEN`](super::MAX_ORDER_LEN) fails when an order is asked for.
     pub fn new(len: usize, seed: u64) -> Self {
         ShuffledSampler { len, seed }
+    }
+
+    /// The epoch's permutation, as `u32` (`len` is at most [`MAX_ORDER_LEN`](super::MAX_ORDER_LEN) = 2^31).
+    fn permutation(&self, epoch: u64) -> Result<Vec<u32>> {
+        check_order_len("permutation length", self.len as u128)?;
+        let mut order: Vec<u32> = (0..self.len).map(|i| i as u32).collect();
+        let mut rng = rng_for(self.seed, SHUFFLE_DOMAIN, epoch);
+        // Fisher-Yates, from the end.
+        for i in (1..order.len()).rev() {
+            // j <= i < len, so it fits in usize.
+            let j = below(&mut rng, i as u64 + 1) as usize;
+            order.swap(i, j);
+        }
+        Ok(order)
     }
 }
 
@@ -86,16 +106,18 @@ impl Sampler for ShuffledSampler {
         self.len
     }
 
-    fn order(&self, epoch: u64) -> Vec<usize> {
-        let mut order: Vec<usize> = (0..self.len).collect();
-        let mut rng = rng_for(self.seed, SHUFFLE_DOMAIN, epoch);
-        // Fisher-Yates, from the end.
-        for i in (1..order.len()).rev() {
-            // j <= i < len, so it fits in usize.
-            let j = below(&mut rng, i as u64 + 1) as usize;
-            order.swap(i, j);
+    fn try_order(&self, epoch: u64) -> Result<Vec<usize>> {
+        Ok(self.permutation(epoch)?.into_iter().map(|i| i as usize).collect())
+    }
+
+    fn try_order_at(&self, epoch: u64, positions: &[usize]) -> Result<Vec<usize>> {
+        check_positions(positions, self.len)?;
+        if positions.is_empty() {
+            return Ok(Vec::new());
         }
-        order
+        let perm = self.permutation(epoch)?;
+        // Every position is below len, the permutation's length.
+        Ok(positions.iter().filter_map(|&p| perm.get(p).map(|&i| i as usize)).collect())
     }
 
     fn seed(&self) -> u64 {
@@ -135,6 +157,18 @@ impl WeightedSampler {
         }
         Ok(WeightedSampler { cumulative, num_samples, seed })
     }
+
+    /// The epoch's draws, one per call, or `None` without weights.
+    fn draws(&self, epoch: u64) -> Option<impl FnMut() -> usize + '_> {
+        let &total = self.cumulative.last()?;
+        let last = self.cumulative.len() - 1;
+        let mut rng = rng_for(self.seed, WEIGHTED_DOMAIN, epoch);
+        Some(move || {
+            let target = unit_f64(&mut rng) * total;
+            // The first running sum above the target; zero-weight items have no room and are never chosen.
+            self.cumulative.partition_point(|&c| c <= target).min(last)
+        })
+    }
 }
 
 impl Sampler for WeightedSampler {
@@ -142,17 +176,35 @@ impl Sampler for WeightedSampler {
         self.num_samples
     }
 
-    fn order(&self, epoch: u64) -> Vec<usize> {
-        let Some(&total) = self.cumulative.last() else { return Vec::new() };
-        let last = self.cumulative.len() - 1;
-        let mut rng = rng_for(self.seed, WEIGHTED_DOMAIN, epoch);
-        (0..self.num_samples)
-            .map(|_| {
-                let target = unit_f64(&mut rng) * total;
-                // The first running sum above the target; zero-weight items have no room and are never chosen.
-                self.cumulative.partition_point(|&c| c <= target).min(last)
-            })
-            .collect()
+    fn try_order(&self, epoch: u64) -> Result<Vec<usize>> {
+        check_order_len("draws", self.num_samples as u128)?;
+        let Some(mut draw) = self.draws(epoch) else { return Ok(Vec::new()) };
+        Ok((0..self.num_samples).map(|_| draw()).collect())
+    }
+
+    fn try_order_at(&self, epoch: u64, positions: &[usize]) -> Result<Vec<usize>> {
+        check_positions(positions, self.num_samples)?;
+        let Some(&max) = positions.iter().max() else { return Ok(Vec::new()) };
+        // Draws are made in sequence up to the last position asked for, keeping only those asked for.
+        check_order_len("draws", max as u128 + 1)?;
+        let Some(mut draw) = self.draws(epoch) else { return Ok(Vec::new()) };
+        let mut slots: Vec<usize> = (0..positions.len()).collect();
+        slots.sort_unstable_by_key(|&slot| positions.get(slot).copied().unwrap_or(0));
+        let mut out = vec![0usize; positions.len()];
+        let mut next = slots.iter().peekable();
+        for pos in 0..=max {
+            let value = draw();
+            while let Some(&&slot) = next.peek() {
+                if positions.get(slot) != Some(&pos) {
+                    break;
+                }
+                if let Some(o) = out.get_mut(slot) {
+                    *o = value;
+                }
+                next.next();
+            }
+        }
+        Ok(out)
     }
 
     fn seed(&self) -> u64 {

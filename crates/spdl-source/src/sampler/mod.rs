@@ -32,11 +32,27 @@ mod shard;
 pub use basic::{SequentialSampler, ShuffledSampler, WeightedSampler};
 pub use shard::{Remainder, Shard, ShardedSampler};
 
+/// The largest number of indices any sampler computes or allocates at once: an epoch's order, the permutation a
+/// shuffle draws, the draws of a weighted sampler. 2^31 indices (16 GiB as `usize`); a larger size is refused with
+/// [`SourceError::OrderTooLarge`] before anything is allocated. A sharded sampler allocates only its share, so a
+/// huge sequential sampler split over many ranks stays usable.
+pub const MAX_ORDER_LEN: usize = 1 << 31;
+
+/// Refuses `size` items of `what` when above [`MAX_ORDER_LEN`].
+pub(crate) fn check_order_len(what: &'static str, size: u128) -> Result<()> {
+    if size > MAX_ORDER_LEN as u128 {
+        return Err(SourceError::OrderTooLarge { what, size, limit: MAX_ORDER_LEN as u128 });
+    }
+    Ok(())
+}
+
 /// A deterministic order of dataset indices for each epoch.
 ///
-/// Implementations must make [`order`](Sampler::order) a pure function of their configuration and the epoch, with
-/// a fixed, portable algorithm: the same configuration gives the same order on every machine and every run. That
-/// is what makes sharding (every rank computes the same global order and takes its share) and exact resume work.
+/// Implementations must make [`try_order`](Sampler::try_order) a pure function of their configuration and the
+/// epoch, with a fixed, portable algorithm: the same configuration gives the same order on every machine and every
+/// run. That is what makes sharding (every rank computes the same global order and takes its share) and exact
+/// resume work. Every size that comes from an argument is checked against [`MAX_ORDER_LEN`] before it is
+/// allocated.
 pub trait Sampler: Send + Sync {
     /// Number of indices one epoch yields.
     fn len(&self) -> usize;
@@ -46,8 +62,28 @@ pub trait Sampler: Send + Sync {
         self.len() == 0
     }
 
-    /// The indices of `epoch`, in order; exactly [`len`](Sampler::len) of them.
-    fn order(&self, epoch: u64) -> Vec<usize>;
+    /// The indices of `epoch`, in order; exactly [`len`](Sampler::len) of them. Fails with
+    /// [`SourceError::OrderTooLarge`] when the order (or what computing it needs) is above [`MAX_ORDER_LEN`].
+    fn try_order(&self, epoch: u64) -> Result<Vec<usize>>;
+
+    /// The indices at `positions` of `epoch`'s order (`result[i] == order[positions[i]]`), computing no more of
+    /// the order than the sampler's algorithm needs: a sequential sampler computes each one directly, a weighted
+    /// sampler streams its draws, a shuffle needs its whole permutation. Fails when a position is not below
+    /// [`len`](Sampler::len), or as [`try_order`](Sampler::try_order) does.
+    fn try_order_at(&self, epoch: u64, positions: &[usize]) -> Result<Vec<usize>>;
+
+    /// The indices of `epoch`, in order, as [`try_order`](Sampler::try_order).
+    ///
+    /// # Panics
+    ///
+    /// When [`try_order`](Sampler::try_order) fails (an order above [`MAX_ORDER_LEN`]); use `try_order` when the
+    /// size comes from untrusted input.
+    fn order(&self, epoch: u64) -> Vec<usize> {
+        match self.try_order(epoch) {
+            Ok(order) => order,
+            Err(err) => panic!("{err}"),
+        }
+    }
 
     /// The seed the order derives from (0 for samplers that do not shuffle). Saved in [`SamplerState`] so that a
     /// state is not restored into a sampler with another seed.
@@ -56,12 +92,24 @@ pub trait Sampler: Send + Sync {
     }
 }
 
+/// Refuses a position that is not below `len`.
+pub(crate) fn check_positions(positions: &[usize], len: usize) -> Result<()> {
+    check_order_len("positions asked for", positions.len() as u128)?;
+    match positions.iter().find(|&&p| p >= len) {
+        Some(p) => Err(SourceError::SamplerConfig { reason: format!("position {p} is past the epoch length {len}") }),
+        None => Ok(()),
+    }
+}
+
 impl<S: Sampler + ?Sized> Sampler for Box<S> {
     fn len(&self) -> usize {
         (**self).len()
     }
-    fn order(&self, epoch: u64) -> Vec<usize> {
-        (**self).order(epoch)
+    fn try_order(&self, epoch: u64) -> Result<Vec<usize>> {
+        (**self).try_order(epoch)
+    }
+    fn try_order_at(&self, epoch: u64, positions: &[usize]) -> Result<Vec<usize>> {
+        (**self).try_order_at(epoch, positions)
     }
     fn seed(&self) -> u64 {
         (**self).seed()
@@ -72,8 +120,11 @@ impl<S: Sampler + ?Sized> Sampler for std::sync::Arc<S> {
     fn len(&self) -> usize {
         (**self).len()
     }
-    fn order(&self, epoch: u64) -> Vec<usize> {
-        (**self).order(epoch)
+    fn try_order(&self, epoch: u64) -> Result<Vec<usize>> {
+        (**self).try_order(epoch)
+    }
+    fn try_order_at(&self, epoch: u64, positions: &[usize]) -> Result<Vec<usize>> {
+        (**self).try_order_at(epoch, positions)
     }
     fn seed(&self) -> u64 {
         (**self).seed()
@@ -105,6 +156,8 @@ pub struct SamplerIter<S> {
     position: usize,
     /// The order of `epoch`, computed on first use.
     order: Option<Vec<usize>>,
+    /// Why the last order could not be computed; iteration ends there.
+    error: Option<std::sync::Arc<SourceError>>,
 }
 
 impl<S: Sampler> SamplerIter<S> {
@@ -115,7 +168,21 @@ impl<S: Sampler> SamplerIter<S> {
 
     /// Starts at the beginning of `epoch`.
     pub fn at_epoch(sampler: S, epoch: u64) -> Self {
-        SamplerIter { sampler, epoch, position: 0, order: None }
+        SamplerIter { sampler, epoch, position: 0, order: None, error: None }
+    }
+
+    /// Starts at epoch 0, position 0, computing epoch 0's order now: fails when the sampler's order cannot be
+    /// computed (see [`Sampler::try_order`]) instead of ending the iteration later.
+    pub fn try_new(sampler: S) -> Result<Self> {
+        let mut it = Self::new(sampler);
+        it.order = Some(it.sampler.try_order(0)?);
+        Ok(it)
+    }
+
+    /// Why iteration ended early: the order of the current epoch could not be computed (e.g. it is above
+    /// [`MAX_ORDER_LEN`]). `None` while iteration goes on or after a normal end.
+    pub fn error(&self) -> Option<&SourceError> {
+        self.error.as_deref()
     }
 
     /// Continues from a saved state. Fails when the state was saved from a sampler with another seed or epoch
@@ -142,6 +209,10 @@ impl<S: Sampler> SamplerIter<S> {
         it.position = usize::try_from(state.position).unwrap_or(usize::MAX);
         if len > 0 && state.position == len {
             it.advance_epoch();
+        }
+        if len > 0 {
+            // Computed now, so that an order that cannot be computed fails the restore, not a later `next`.
+            it.order = Some(it.sampler.try_order(it.epoch)?);
         }
         Ok(it)
     }
@@ -180,6 +251,7 @@ impl<S: Sampler> SamplerIter<S> {
     pub fn set_epoch(&mut self, epoch: u64) {
         if epoch != self.epoch {
             self.order = None;
+            self.error = None;
         }
         self.epoch = epoch;
         self.position = 0;
@@ -205,8 +277,20 @@ impl<S: Sampler> Iterator for SamplerIter<S> {
         if self.sampler.is_empty() {
             return None;
         }
-        let epoch = self.epoch;
-        let order = self.order.get_or_insert_with(|| self.sampler.order(epoch));
+        if self.error.is_some() {
+            return None;
+        }
+        let order = match self.order.take() {
+            Some(order) => self.order.insert(order),
+            None => match self.sampler.try_order(self.epoch) {
+                Ok(order) => self.order.insert(order),
+                Err(err) => {
+                    tracing::error!(epoch = self.epoch, %err, "sampler order cannot be computed; iteration ends");
+                    self.error = Some(std::sync::Arc::new(err));
+                    return None;
+                }
+            },
+        };
         let index = order.get(self.position).copied();
         match index {
             Some(index) => {
@@ -333,6 +417,89 @@ mod tests {
         assert_eq!(it.epoch_iter().count(), 0);
         let state = it.state();
         assert!(SamplerIter::restore(SequentialSampler::new(0), &state).is_ok());
+    }
+
+    /// The share a sharded sampler takes, computed the plain way from the whole inner order.
+    fn reference_share<S: Sampler>(inner: &S, rank: usize, world: usize, rem: Remainder, epoch: u64) -> Vec<usize> {
+        let global = inner.order(epoch);
+        if global.is_empty() {
+            return Vec::new();
+        }
+        let total = match rem {
+            Remainder::Pad => global.len().div_ceil(world) * world,
+            Remainder::Drop => global.len() / world * world,
+        };
+        (rank..total).step_by(world).map(|p| global[p % global.len()]).collect()
+    }
+
+    #[test]
+    fn shares_computed_from_positions_match_the_whole_order() {
+        let weighted = WeightedSampler::new(vec![0.5, 2.0, 0.0, 1.0, 3.0], 23, 9).unwrap();
+        for world in 1..7 {
+            for rank in 0..world {
+                for rem in [Remainder::Pad, Remainder::Drop] {
+                    for epoch in 0..2 {
+                        let seq = SequentialSampler::new(13);
+                        let shuf = ShuffledSampler::new(17, 4);
+                        let sharded = ShardedSampler::new(seq, rank, world, rem).unwrap();
+                        assert_eq!(sharded.order(epoch), reference_share(&seq, rank, world, rem, epoch));
+                        let sharded = ShardedSampler::new(shuf, rank, world, rem).unwrap();
+                        assert_eq!(sharded.order(epoch), reference_share(&shuf, rank, world, rem, epoch));
+                        let sharded = ShardedSampler::new(weighted.clone(), rank, world, rem).unwrap();
+                        assert_eq!(sharded.order(epoch), reference_share(&weighted, rank, world, rem, epoch));
+                        // A share of a share.
+                        let twice = ShardedSampler::new(sharded.clone(), 0, 2, rem).unwrap();
+                        assert_eq!(twice.order(epoch), reference_share(&sharded, 0, 2, rem, epoch));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn huge_sizes_are_refused_before_allocating() {
+        let too_large = |r: Result<Vec<usize>>| matches!(r, Err(SourceError::OrderTooLarge { .. }));
+        assert!(too_large(ShuffledSampler::new(10_000_000_000, 1).try_order(0)));
+        assert!(too_large(SequentialSampler::new(1 << 62).try_order(0)));
+        assert!(too_large(SequentialSampler::new(usize::MAX).try_order(0)));
+        let weighted = WeightedSampler::new(vec![1.0, 2.0], 1_000_000_000_000, 3).unwrap();
+        assert!(too_large(weighted.try_order(0)));
+        // A 2-item share of a 2^40-item sequential order costs 2 items.
+        let share = ShardedSampler::new(SequentialSampler::new(1 << 40), 0, 1 << 39, Remainder::Pad).unwrap();
+        assert_eq!(share.len(), 2);
+        assert_eq!(share.try_order(0).unwrap(), vec![0, 1 << 39]);
+        // Padding arithmetic near usize::MAX neither overflows nor panics.
+        let edge = ShardedSampler::new(SequentialSampler::new(usize::MAX), usize::MAX - 1, usize::MAX, Remainder::Pad)
+            .unwrap();
+        assert_eq!(edge.len(), 1);
+        assert_eq!(edge.try_order(0).unwrap(), vec![usize::MAX - 1]);
+        let edge = ShardedSampler::new(SequentialSampler::new(usize::MAX), 1, 3, Remainder::Pad).unwrap();
+        assert!(too_large(edge.try_order(0)));
+        // A small share of a huge shuffle still needs the whole permutation: refused.
+        let share = ShardedSampler::new(ShuffledSampler::new(1 << 40, 1), 0, 1 << 39, Remainder::Drop).unwrap();
+        assert!(too_large(share.try_order(0)));
+        // A small share of a huge weighted draw needs the draws up to its last position.
+        let first = ShardedSampler::new(weighted.clone(), 0, 1 << 39, Remainder::Drop).unwrap();
+        assert_eq!(first.try_order(0).unwrap(), weighted.try_order_at(0, &[0]).unwrap());
+        let last = ShardedSampler::new(weighted, (1 << 39) - 1, 1 << 39, Remainder::Drop).unwrap();
+        assert!(too_large(last.try_order(0)));
+        // Positions past the end are refused, not clamped.
+        assert!(SequentialSampler::new(3).try_order_at(0, &[3]).is_err());
+        assert!(ShuffledSampler::new(3, 0).try_order_at(0, &[0, 7]).is_err());
+    }
+
+    #[test]
+    fn iterators_report_orders_they_cannot_compute() {
+        let huge = ShuffledSampler::new(1 << 40, 1);
+        assert!(matches!(SamplerIter::try_new(huge), Err(SourceError::OrderTooLarge { .. })));
+        let mut it = SamplerIter::new(huge);
+        assert_eq!(it.next(), None);
+        assert!(matches!(it.error(), Some(SourceError::OrderTooLarge { .. })));
+        let state = SamplerState { seed: 1, epoch: 0, position: 5, len: 1 << 40 };
+        assert!(matches!(SamplerIter::restore(huge, &state), Err(SourceError::OrderTooLarge { .. })));
+        let mut ok = SamplerIter::try_new(ShuffledSampler::new(4, 1)).unwrap();
+        assert_eq!(ok.epoch_iter().count(), 4);
+        assert!(ok.error().is_none());
     }
 
     #[test]

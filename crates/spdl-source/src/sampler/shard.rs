@@ -1,6 +1,6 @@
 //! Sharding a sampler over the ranks of a distributed job.
 
-use super::Sampler;
+use super::{Sampler, check_order_len, check_positions};
 use crate::error::{Result, SourceError};
 
 /// What to do when the epoch length is not a multiple of the world size. Either way every rank gets the same
@@ -101,34 +101,39 @@ impl<S: Sampler> ShardedSampler<S> {
         &self.inner
     }
 
-    /// Length of the evened-out global order.
-    fn global_len(&self) -> usize {
-        let (n, w) = (self.inner.len(), self.shard.world_size);
-        match self.remainder {
-            // Padding cannot conjure items from an empty order.
-            Remainder::Pad if n == 0 => 0,
-            Remainder::Pad => n.div_ceil(w) * w,
-            Remainder::Drop => n / w * w,
-        }
+    /// The positions of the inner order this share takes at its own `positions`: `rank + p * world_size`, cycled
+    /// over the inner order for padding. Computed in 128 bits, so huge sizes cannot overflow.
+    fn inner_positions(&self, positions: impl Iterator<Item = usize>) -> Vec<usize> {
+        let n = self.inner.len() as u128;
+        let (rank, w) = (self.shard.rank as u128, self.shard.world_size as u128);
+        // n > 0 whenever a position exists (len() is 0 otherwise); the result is below n, a usize.
+        positions.map(|p| ((rank + p as u128 * w) % n.max(1)) as usize).collect()
     }
 }
 
 impl<S: Sampler> Sampler for ShardedSampler<S> {
     fn len(&self) -> usize {
-        self.global_len() / self.shard.world_size
+        let (n, w) = (self.inner.len(), self.shard.world_size);
+        match self.remainder {
+            // Padding cannot conjure items from an empty order.
+            Remainder::Pad if n == 0 => 0,
+            Remainder::Pad => n.div_ceil(w),
+            Remainder::Drop => n / w,
+        }
     }
 
-    fn order(&self, epoch: u64) -> Vec<usize> {
-        let global = self.inner.order(epoch);
-        if global.is_empty() {
-            return Vec::new();
-        }
-        let total = self.global_len();
-        // Positions rank, rank + w, ... of the order, cycled for padding.
-        (self.shard.rank..total)
-            .step_by(self.shard.world_size)
-            .filter_map(|pos| global.get(pos % global.len()).copied())
-            .collect()
+    /// Only this rank's share is computed: its positions in the inner order are asked of the inner sampler.
+    fn try_order(&self, epoch: u64) -> Result<Vec<usize>> {
+        let len = self.len();
+        check_order_len("order length", len as u128)?;
+        let positions = self.inner_positions(0..len);
+        self.inner.try_order_at(epoch, &positions)
+    }
+
+    fn try_order_at(&self, epoch: u64, positions: &[usize]) -> Result<Vec<usize>> {
+        check_positions(positions, self.len())?;
+        let positions = self.inner_positions(positions.iter().copied());
+        self.inner.try_order_at(epoch, &positions)
     }
 
     fn seed(&self) -> u64 {

@@ -4,6 +4,7 @@ use std::io::{Read, Seek, SeekFrom};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -22,6 +23,17 @@ const LIST_BATCH: usize = 256;
 /// Reads run on tokio's blocking pool, at most [`StoreOptions::max_in_flight`] at once. Local reads are not
 /// retried: a failing disk does not get better in 100 ms. Keys with `..` or a leading `/` are refused.
 ///
+/// Every cost is bounded before it is paid:
+///
+/// - A key that resolves outside the root through a symbolic link is refused with [`SourceError::OutsideRoot`]
+///   (and left out of listings) unless [`StoreOptions::follow_links_outside_root`] is set.
+/// - A FIFO, device or socket is refused with [`SourceError::NotRegularFile`], from its metadata, before it is
+///   opened (so a FIFO without a writer cannot block), unless [`StoreOptions::special_file_limit`] allows it: then
+///   it is opened without blocking and read up to that many bytes, giving up after
+///   [`StoreOptions::read_timeout`] without data.
+/// - A file larger than [`StoreOptions::max_object_size`] is refused with [`SourceError::ObjectTooLarge`] from its
+///   metadata, before anything is allocated; so is a range longer than that.
+///
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 /// use spdl_source::{LocalStore, ObjectStore};
@@ -38,6 +50,25 @@ const LIST_BATCH: usize = 256;
 pub struct LocalStore {
     root: PathBuf,
     limiter: Arc<Semaphore>,
+    policy: Arc<Policy>,
+}
+
+/// What a read may do, shared with the blocking tasks.
+#[derive(Debug)]
+struct Policy {
+    /// The root resolved, when links out of it are refused.
+    confine_to: Option<PathBuf>,
+    max_object_size: u64,
+    special_file_limit: Option<u64>,
+    /// Longest wait for data from a special file.
+    special_timeout: Duration,
+}
+
+/// What a key resolved to.
+#[derive(Debug)]
+enum Target {
+    Regular { size: u64 },
+    Special { kind: &'static str },
 }
 
 impl LocalStore {
@@ -46,7 +77,8 @@ impl LocalStore {
         Self::with_options(root, &StoreOptions::default())
     }
 
-    /// A store over `root`; only `max_in_flight` of `opts` applies to local reads.
+    /// A store over `root`. Of `opts`, `max_in_flight`, `max_object_size`, `follow_links_outside_root`,
+    /// `special_file_limit` and `read_timeout` (the longest wait for a special file's data) apply.
     pub fn with_options(root: impl Into<PathBuf>, opts: &StoreOptions) -> Result<Self> {
         let root = root.into();
         let meta = std::fs::metadata(&root).map_err(|e| SourceError::io("open", &root, e))?;
@@ -57,7 +89,18 @@ impl LocalStore {
                 source: std::io::Error::new(std::io::ErrorKind::NotADirectory, "a local store's root is a directory"),
             });
         }
-        Ok(LocalStore { root, limiter: super::limiter(opts.max_in_flight) })
+        let confine_to = if opts.follow_links_outside_root {
+            None
+        } else {
+            Some(std::fs::canonicalize(&root).map_err(|e| SourceError::io("open", &root, e))?)
+        };
+        let policy = Policy {
+            confine_to,
+            max_object_size: opts.max_object_size,
+            special_file_limit: opts.special_file_limit,
+            special_timeout: opts.read_timeout,
+        };
+        Ok(LocalStore { root, limiter: super::limiter(opts.max_in_flight), policy: Arc::new(policy) })
     }
 
     /// The root directory.
@@ -65,7 +108,8 @@ impl LocalStore {
         &self.root
     }
 
-    /// The file a key names, after checking that the key stays under the root.
+    /// The file a key names, after checking that the key stays under the root (lexically: links are checked when
+    /// the file is read).
     pub fn path_of(&self, key: &str) -> Result<PathBuf> {
         check_relative(key, false)?;
         Ok(self.root.join(key))
@@ -75,44 +119,201 @@ impl LocalStore {
     async fn blocking<T: Send + 'static>(
         &self,
         key: &str,
-        work: impl FnOnce() -> Result<T> + Send + 'static,
+        work: impl FnOnce(&Policy) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let _permit = self
             .limiter
             .acquire()
             .await
             .map_err(|e| SourceError::Task { location: self.location(key), reason: e.to_string() })?;
-        tokio::task::spawn_blocking(work)
+        let policy = Arc::clone(&self.policy);
+        tokio::task::spawn_blocking(move || work(&policy))
             .await
             .map_err(|e| SourceError::Task { location: self.location(key), reason: e.to_string() })?
     }
 }
 
-fn read_range(path: &Path, range: Range<u64>) -> Result<Bytes> {
-    let mut file = std::fs::File::open(path).map_err(|e| SourceError::io("open", path, e))?;
-    let meta = file.metadata().map_err(|e| SourceError::io("stat", path, e))?;
-    if !meta.is_file() {
-        return Err(SourceError::NotFound { location: path.display().to_string() });
+impl Policy {
+    /// Checks where `path` leads and what it is, from metadata only (nothing is opened).
+    fn resolve(&self, path: &Path) -> Result<Target> {
+        if let Some(root) = &self.confine_to {
+            let target = std::fs::canonicalize(path).map_err(|e| SourceError::io("stat", path, e))?;
+            if !target.starts_with(root) {
+                return Err(SourceError::OutsideRoot {
+                    location: path.display().to_string(),
+                    target: target.display().to_string(),
+                    root: root.display().to_string(),
+                });
+            }
+        }
+        let meta = std::fs::metadata(path).map_err(|e| SourceError::io("stat", path, e))?;
+        if meta.is_dir() {
+            return Err(SourceError::NotFound { location: path.display().to_string() });
+        }
+        if meta.is_file() {
+            return Ok(Target::Regular { size: meta.len() });
+        }
+        Ok(Target::Special { kind: special_kind(&meta) })
     }
-    let size = meta.len();
-    let range = clamp_range(|| path.display().to_string(), range, size)?;
-    let len = usize::try_from(range.end - range.start).map_err(|_| SourceError::InvalidRange {
-        location: path.display().to_string(),
-        range: range.clone(),
-        size: Some(size),
-    })?;
-    let mut buf = vec![0u8; len];
-    file.seek(SeekFrom::Start(range.start)).map_err(|e| SourceError::io("read", path, e))?;
-    file.read_exact(&mut buf).map_err(|e| SourceError::io("read", path, e))?;
-    Ok(Bytes::from(buf))
+
+    fn too_large(&self, path: &Path, size: Option<u64>, limit: u64) -> SourceError {
+        let hint = if size.is_some() || limit == self.max_object_size {
+            " (raise the store's max_object_size to read it)"
+        } else {
+            " (raise the store's special_file_limit to read it)"
+        };
+        SourceError::ObjectTooLarge { location: path.display().to_string(), size, limit, hint }
+    }
+
+    /// Refuses a regular file above the size cap, from its size.
+    fn check_size(&self, path: &Path, size: u64) -> Result<()> {
+        if size > self.max_object_size {
+            return Err(self.too_large(path, Some(size), self.max_object_size));
+        }
+        Ok(())
+    }
+
+    /// Reads the whole object `path` names.
+    fn read(&self, path: &Path) -> Result<Bytes> {
+        match self.resolve(path)? {
+            Target::Regular { size } => {
+                self.check_size(path, size)?;
+                let file = std::fs::File::open(path).map_err(|e| SourceError::io("open", path, e))?;
+                // The file may grow after the stat: read one byte past the cap at most.
+                let mut buf = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+                file.take(self.max_object_size.saturating_add(1))
+                    .read_to_end(&mut buf)
+                    .map_err(|e| SourceError::io("read", path, e))?;
+                if buf.len() as u64 > self.max_object_size {
+                    return Err(self.too_large(path, None, self.max_object_size));
+                }
+                Ok(Bytes::from(buf))
+            }
+            Target::Special { kind } => self.read_special(path, kind, u64::MAX),
+        }
+    }
+
+    /// Reads bytes `range` of the object `path` names.
+    fn read_range(&self, path: &Path, range: Range<u64>) -> Result<Bytes> {
+        let size = match self.resolve(path)? {
+            Target::Regular { size } => size,
+            Target::Special { kind } => {
+                let data = self.read_special(path, kind, range.end)?;
+                let size = data.len() as u64;
+                let range = clamp_range(|| path.display().to_string(), range, size)?;
+                // Both bounds are within `data.len()`, a usize.
+                return Ok(data.slice(range.start as usize..range.end as usize));
+            }
+        };
+        let range = clamp_range(|| path.display().to_string(), range, size)?;
+        self.check_size(path, range.end - range.start)?;
+        let len = usize::try_from(range.end - range.start).map_err(|_| SourceError::InvalidRange {
+            location: path.display().to_string(),
+            range: range.clone(),
+            size: Some(size),
+        })?;
+        let mut file = std::fs::File::open(path).map_err(|e| SourceError::io("open", path, e))?;
+        let mut buf = vec![0u8; len];
+        file.seek(SeekFrom::Start(range.start)).map_err(|e| SourceError::io("read", path, e))?;
+        file.read_exact(&mut buf).map_err(|e| SourceError::io("read", path, e))?;
+        Ok(Bytes::from(buf))
+    }
+
+    /// The metadata of the object `path` names.
+    fn stat(&self, path: &Path, key: &str) -> Result<ObjectMeta> {
+        match self.resolve(path)? {
+            Target::Regular { size } => Ok(ObjectMeta::new(key, size)),
+            Target::Special { kind } if self.special_file_limit.is_none() => {
+                Err(SourceError::NotRegularFile { location: path.display().to_string(), kind })
+            }
+            // A special file has no size before it is read.
+            Target::Special { .. } => Ok(ObjectMeta::new(key, 0)),
+        }
+    }
+
+    /// Reads a FIFO, device or socket when allowed: opened without blocking, read until its end, `want` bytes or
+    /// the special-file limit (past it is an error), giving up after `special_timeout` without data.
+    fn read_special(&self, path: &Path, kind: &'static str, want: u64) -> Result<Bytes> {
+        let Some(limit) = self.special_file_limit else {
+            return Err(SourceError::NotRegularFile { location: path.display().to_string(), kind });
+        };
+        let mut file = open_nonblocking(path)?;
+        let cap = limit.min(want);
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 64 * 1024];
+        let mut last_data = Instant::now();
+        loop {
+            let room = usize::try_from((cap - buf.len() as u64).saturating_add(1)).unwrap_or(usize::MAX);
+            let take = chunk.len().min(room);
+            let Some(window) = chunk.get_mut(..take) else { break };
+            match file.read(window) {
+                Ok(0) => break,
+                Ok(n) => {
+                    buf.extend_from_slice(window.get(..n).unwrap_or_default());
+                    last_data = Instant::now();
+                    if buf.len() as u64 > cap {
+                        if cap == limit {
+                            return Err(self.too_large(path, None, limit));
+                        }
+                        buf.truncate(usize::try_from(cap).unwrap_or(usize::MAX));
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if last_data.elapsed() >= self.special_timeout {
+                        let source = std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            format!("no data from the {kind} for {:?}", self.special_timeout),
+                        );
+                        return Err(SourceError::Io { operation: "read", path: path.to_path_buf(), source });
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(SourceError::io("read", path, e)),
+            }
+        }
+        Ok(Bytes::from(buf))
+    }
 }
 
-fn stat(path: &Path, key: &str) -> Result<ObjectMeta> {
-    let meta = std::fs::metadata(path).map_err(|e| SourceError::io("stat", path, e))?;
-    if !meta.is_file() {
-        return Err(SourceError::NotFound { location: path.display().to_string() });
+/// Opens a special file without blocking on it (a FIFO without a writer).
+#[cfg(unix)]
+fn open_nonblocking(path: &Path) -> Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| SourceError::io("open", path, e))
+}
+
+#[cfg(not(unix))]
+fn open_nonblocking(path: &Path) -> Result<std::fs::File> {
+    std::fs::File::open(path).map_err(|e| SourceError::io("open", path, e))
+}
+
+/// The kind of a file that is neither regular nor a directory.
+fn special_kind(meta: &std::fs::Metadata) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        let t = meta.file_type();
+        if t.is_fifo() {
+            return "FIFO";
+        }
+        if t.is_char_device() {
+            return "character device";
+        }
+        if t.is_block_device() {
+            return "block device";
+        }
+        if t.is_socket() {
+            return "socket";
+        }
     }
-    Ok(ObjectMeta::new(key, meta.len()))
+    let _ = meta;
+    "special file"
 }
 
 impl ObjectStore for LocalStore {
@@ -120,13 +321,14 @@ impl ObjectStore for LocalStore {
         self.root.join(key).display().to_string()
     }
 
+    fn max_object_size(&self) -> Option<u64> {
+        Some(self.policy.max_object_size)
+    }
+
     fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Bytes>> {
         Box::pin(async move {
             let path = self.path_of(key)?;
-            self.blocking(key, move || {
-                std::fs::read(&path).map(Bytes::from).map_err(|e| SourceError::io("read", &path, e))
-            })
-            .await
+            self.blocking(key, move |policy| policy.read(&path)).await
         })
     }
 
@@ -134,7 +336,7 @@ impl ObjectStore for LocalStore {
         Box::pin(async move {
             let path = self.path_of(key)?;
             check_range_order(|| self.location(key), &range)?;
-            self.blocking(key, move || read_range(&path, range)).await
+            self.blocking(key, move |policy| policy.read_range(&path, range)).await
         })
     }
 
@@ -142,13 +344,13 @@ impl ObjectStore for LocalStore {
         Box::pin(async move {
             let path = self.path_of(key)?;
             let key_owned = key.to_owned();
-            self.blocking(key, move || stat(&path, &key_owned)).await
+            self.blocking(key, move |policy| policy.stat(&path, &key_owned)).await
         })
     }
 
     fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta>> {
         // The walk runs on the blocking pool in batches; the stream holds the walker between batches.
-        let state = Walker::new(&self.root, prefix).map(Some);
+        let state = Walker::with_confinement(&self.root, prefix, self.policy.confine_to.is_some()).map(Some);
         let stream = futures::stream::unfold(Some(state), move |state| async move {
             let mut walker = match state? {
                 Ok(Some(walker)) => walker,

@@ -83,12 +83,28 @@ pub trait ObjectStore: Send + Sync + fmt::Debug {
     /// byte order of keys. Pages are fetched as the stream is polled.
     fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta>>;
 
+    /// The largest object (and range) this store reads, when it has a cap (see
+    /// [`StoreOptions::max_object_size`]). [`get_parallel`](ObjectStore::get_parallel) checks it before it
+    /// allocates the joined buffer.
+    fn max_object_size(&self) -> Option<u64> {
+        None
+    }
+
     /// Reads a large object as concurrent range requests and joins them into one contiguous buffer.
     ///
-    /// Objects no larger than `opts.chunk_size` are read with a single [`get`](ObjectStore::get).
+    /// Objects no larger than `opts.chunk_size` are read with a single [`get`](ObjectStore::get). An object
+    /// above [`max_object_size`](ObjectStore::max_object_size) is refused before anything is allocated.
     fn get_parallel<'a>(&'a self, key: &'a str, opts: ParallelRead) -> BoxFuture<'a, Result<Bytes>> {
         Box::pin(async move {
             let size = self.head(key).await?.size;
+            if let Some(limit) = self.max_object_size().filter(|&limit| size > limit) {
+                return Err(SourceError::ObjectTooLarge {
+                    location: self.location(key),
+                    size: Some(size),
+                    limit,
+                    hint: " (raise the store's max_object_size to read it)",
+                });
+            }
             let chunk = opts.chunk_size.max(1);
             if size <= chunk {
                 return self.get(key).await;
@@ -139,6 +155,9 @@ impl<T: ObjectStore + ?Sized> ObjectStore for Arc<T> {
     fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta>> {
         (**self).list(prefix)
     }
+    fn max_object_size(&self) -> Option<u64> {
+        (**self).max_object_size()
+    }
     fn get_parallel<'a>(&'a self, key: &'a str, opts: ParallelRead) -> BoxFuture<'a, Result<Bytes>> {
         (**self).get_parallel(key, opts)
     }
@@ -169,16 +188,36 @@ impl fmt::Debug for S3Options {
     }
 }
 
-/// Timeouts, retries and concurrency shared by every store. Build with [`StoreOptions::default`] and the
-/// setters.
+/// Default [`StoreOptions::max_object_size`]: 2 GiB.
+pub const DEFAULT_MAX_OBJECT_SIZE: u64 = 2 << 30;
+
+/// Default [`StoreOptions::attempt_timeout`]: 10 minutes for one request, body included.
+pub const DEFAULT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Timeouts, retries, concurrency and size caps shared by every store. Build with [`StoreOptions::default`] and
+/// the setters.
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
     /// Time allowed to establish a connection.
     pub connect_timeout: Duration,
-    /// Time allowed between two reads of a response (first byte included) before the attempt is abandoned.
+    /// Time allowed between two reads of a response (first byte included) before the attempt is abandoned. It
+    /// restarts with each read, so a server that drips bytes is cut by `attempt_timeout` instead. For a local
+    /// store, the longest wait for data from an allowed special file.
     pub read_timeout: Duration,
-    /// Optional cap on a whole attempt (connect + headers + body).
+    /// Cap on a whole attempt: connect, headers and the whole body (`None`: no cap). Default
+    /// [`DEFAULT_ATTEMPT_TIMEOUT`].
     pub attempt_timeout: Option<Duration>,
+    /// The largest object or range a store reads, in bytes. A larger object is refused with
+    /// [`SourceError::ObjectTooLarge`] from its metadata or stated size before it is read; a body that runs past
+    /// the cap (no size stated, or a wrong one) is cut there with the same error. Default
+    /// [`DEFAULT_MAX_OBJECT_SIZE`].
+    pub max_object_size: u64,
+    /// Local stores only: follow symbolic links that lead out of the root (default `false`: such keys are refused
+    /// with [`SourceError::OutsideRoot`] and left out of listings).
+    pub follow_links_outside_root: bool,
+    /// Local stores only: read FIFOs, devices and sockets, up to this many bytes (default `None`: refused with
+    /// [`SourceError::NotRegularFile`]).
+    pub special_file_limit: Option<u64>,
     /// Retries of transient failures.
     pub retry: RetryPolicy,
     /// Requests in flight at once per store; further requests wait for a slot.
@@ -188,12 +227,17 @@ pub struct StoreOptions {
 }
 
 impl Default for StoreOptions {
-    /// Connect 10 s, read 30 s, no attempt cap, [`RetryPolicy::default`], 64 requests in flight.
+    /// Connect 10 s, read 30 s, attempts capped at [`DEFAULT_ATTEMPT_TIMEOUT`], [`RetryPolicy::default`], 64
+    /// requests in flight, objects up to [`DEFAULT_MAX_OBJECT_SIZE`], local stores confined to their root and
+    /// refusing special files.
     fn default() -> Self {
         StoreOptions {
             connect_timeout: Duration::from_secs(10),
             read_timeout: Duration::from_secs(30),
-            attempt_timeout: None,
+            attempt_timeout: Some(DEFAULT_ATTEMPT_TIMEOUT),
+            max_object_size: DEFAULT_MAX_OBJECT_SIZE,
+            follow_links_outside_root: false,
+            special_file_limit: None,
             retry: RetryPolicy::default(),
             max_in_flight: 64,
             s3: S3Options::default(),
@@ -212,9 +256,29 @@ impl StoreOptions {
         self.read_timeout = timeout;
         self
     }
-    /// Caps each attempt as a whole.
+    /// Caps each attempt as a whole (connect, headers and body).
     pub fn attempt_timeout(mut self, timeout: Duration) -> Self {
         self.attempt_timeout = Some(timeout);
+        self
+    }
+    /// Removes the cap on a whole attempt: only the connect and read timeouts bound it.
+    pub fn no_attempt_timeout(mut self) -> Self {
+        self.attempt_timeout = None;
+        self
+    }
+    /// Sets the largest object or range a store reads, in bytes.
+    pub fn max_object_size(mut self, bytes: u64) -> Self {
+        self.max_object_size = bytes;
+        self
+    }
+    /// Lets a local store follow symbolic links out of its root.
+    pub fn follow_links_outside_root(mut self, follow: bool) -> Self {
+        self.follow_links_outside_root = follow;
+        self
+    }
+    /// Lets a local store read FIFOs, devices and sockets, up to `limit` bytes each (`None` refuses them).
+    pub fn special_file_limit(mut self, limit: Option<u64>) -> Self {
+        self.special_file_limit = limit;
         self
     }
     /// Sets the retry policy.

@@ -148,6 +148,10 @@ fn open_gpu(args: &LoaderArgs) -> Result<Option<Arc<spdl_cuda::Transfer>>> {
 /// Lists `path`: a directory (recursive walk; class folders become labels) or a file with one path per line.
 fn list(path: &Path) -> Result<Vec<(String, i64)>> {
     let meta = std::fs::metadata(path).with_context(|| format!("cannot open {}", path.display()))?;
+    if !meta.is_dir() && !meta.is_file() {
+        // A FIFO would block the listing forever, /dev/zero would never end.
+        bail!("{} is not a directory nor a regular file (a list of paths)", path.display());
+    }
     let dataset = if meta.is_dir() {
         // Class folders give labels; a directory without any is listed flat (no labels), as a store is.
         spdl_source::Dataset::from_dir_with_layout(path, IMAGE_EXTENSIONS, spdl_source::FolderLayout::Auto)
@@ -187,11 +191,47 @@ fn transform(args: &LoaderArgs) -> Result<Transform> {
     })
 }
 
+/// Most decode threads and concurrent reads: each is a thread or a task with its own buffers, and far
+/// above what any machine can use (a request for 100,000 threads would fail to spawn them).
+const MAX_THREADS: usize = 1024;
+const MAX_IO_CONCURRENCY: usize = 4096;
+const MAX_BATCH_SIZE: usize = 65_536;
+
+/// Checks the arguments whose cost grows with their value before any of it is paid: thread and task
+/// counts, and the bytes of one batch against the process's decode memory budget.
+fn check_bounds(args: &LoaderArgs) -> Result<()> {
+    if args.threads > MAX_THREADS {
+        bail!("--threads {} is above the limit of {MAX_THREADS}", args.threads);
+    }
+    if args.io_concurrency.is_some_and(|c| c > MAX_IO_CONCURRENCY) {
+        bail!("--io-concurrency is above the limit of {MAX_IO_CONCURRENCY}");
+    }
+    if args.batch_size > MAX_BATCH_SIZE {
+        bail!("--batch-size {} is above the limit of {MAX_BATCH_SIZE}", args.batch_size);
+    }
+    let sample = if args.normalize { 4u64 } else { 1 };
+    let batch_bytes = (args.batch_size as u64)
+        .saturating_mul(u64::from(args.size))
+        .saturating_mul(u64::from(args.size))
+        .saturating_mul(3 * sample);
+    let budget = spdl_io::decode_memory_budget();
+    if batch_bytes > budget {
+        bail!(
+            "one batch of --batch-size {} at --size {} is {batch_bytes} bytes, above the decode memory budget of \
+             {budget} bytes (a quarter of this machine's memory)",
+            args.batch_size,
+            args.size
+        );
+    }
+    Ok(())
+}
+
 /// Runs the pipeline and prints the report (table or JSON).
 pub fn run(path: &Path, args: &LoaderArgs, mode: &str, remote: &Remote) -> Result<()> {
     if args.threads == 0 || args.batch_size == 0 || args.epochs == 0 || args.io_concurrency == Some(0) {
         bail!("--threads, --batch-size, --epochs and --io-concurrency must be at least 1");
     }
+    check_bounds(args)?;
     let (mut items, opened) = list_items(path, remote)?;
     // The store goes into the read stage; its runtime stays alive here until the pipeline is done.
     let store = opened.as_ref().map(|o| Arc::clone(o.store()));
@@ -200,7 +240,7 @@ pub fn run(path: &Path, args: &LoaderArgs, mode: &str, remote: &Remote) -> Resul
         items.truncate(limit);
     }
     let per_epoch = items.len();
-    let total = per_epoch * args.epochs;
+    let total = per_epoch.saturating_mul(args.epochs);
 
     let gpu = open_gpu(args)?;
     // Batches are recycled either way: pinned blocks with a GPU, a heap pool without one (no mmap, page faults
@@ -249,10 +289,20 @@ pub fn run(path: &Path, args: &LoaderArgs, mode: &str, remote: &Remote) -> Resul
                 let store = store.clone();
                 async move {
                     match store {
-                        None => match tokio::fs::read(&path).await {
-                            Ok(bytes) => Ok(Encoded { path, label, bytes }),
-                            Err(e) => Err(format!("{path}: cannot read: {e}")),
-                        },
+                        // Regular files only, size-capped (a FIFO or /dev/zero in the list is refused).
+                        None => {
+                            let read = {
+                                let path = path.clone();
+                                tokio::task::spawn_blocking(move || {
+                                    spdl_io::read_file(&path, &spdl_io::ReadLimits::default())
+                                })
+                            };
+                            match read.await {
+                                Ok(Ok(bytes)) => Ok(Encoded { path, label, bytes }),
+                                Ok(Err(e)) => Err(e.to_string()),
+                                Err(e) => Err(format!("{path}: cannot read: {e}")),
+                            }
+                        }
                         // The error names the object's full address, the attempts and the cause.
                         Some(store) => match store.get(&path).await {
                             Ok(bytes) => Ok(Encoded { path, label, bytes: Vec::from(bytes) }),

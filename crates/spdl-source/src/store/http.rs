@@ -16,8 +16,16 @@ use super::{ObjectMeta, ObjectStore, RetryPolicy, StoreOptions, check_range_orde
 use crate::error::{Result, SourceError};
 use crate::walk::check_relative;
 
-/// Objects are `base_url/key`; ranges use the `Range` header (a server that ignores it still works, at the cost
-/// of the full transfer).
+/// Objects are `base_url/key`; ranges use the `Range` header. A server that ignores it still works: its whole-object
+/// answer is read only up to the end of the range, keeping only the range, and refused when that would transfer
+/// more than [`StoreOptions::max_object_size`].
+///
+/// Costs are bounded before they are paid: a body is streamed, never buffered whole on trust, and cut at its
+/// stated size (`Content-Length`, or the range asked for) or, when no size is stated, at
+/// [`StoreOptions::max_object_size`]; a stated size over that cap is refused from the header
+/// ([`SourceError::ObjectTooLarge`], not retried). [`StoreOptions::attempt_timeout`] caps each attempt as a whole,
+/// body included, so a server that drips one byte per read timeout cannot hold a request forever; redirects are
+/// followed at most 10 times.
 ///
 /// HTTP has no standard listing, so [`ObjectStore::list`] returns [`SourceError::Unsupported`]: list the keys in
 /// a manifest instead (see [`crate::Dataset::parse_manifest`]). Keys are percent-encoded per path segment; a
@@ -28,6 +36,7 @@ pub struct HttpStore {
     client: reqwest::Client,
     retry: RetryPolicy,
     attempt_timeout: Option<Duration>,
+    max_object_size: u64,
     limiter: Arc<Semaphore>,
 }
 
@@ -48,6 +57,7 @@ impl HttpStore {
             .connect_timeout(opts.connect_timeout)
             .read_timeout(opts.read_timeout)
             .pool_max_idle_per_host(opts.max_in_flight)
+            .redirect(reqwest::redirect::Policy::limited(10))
             .build()
             .map_err(|e| SourceError::Config { store: "HTTP", reason: e.to_string(), source: Some(Box::new(e)) })?;
         Ok(HttpStore {
@@ -55,6 +65,7 @@ impl HttpStore {
             client,
             retry: opts.retry.clone(),
             attempt_timeout: opts.attempt_timeout,
+            max_object_size: opts.max_object_size,
             limiter: super::limiter(opts.max_in_flight),
         })
     }
@@ -120,12 +131,60 @@ fn content_range(headers: &HeaderMap) -> Option<(u64, u64, Option<u64>)> {
     Some((start.trim().parse().ok()?, end.trim().parse().ok()?, total.trim().parse().ok()))
 }
 
+/// The error for an object over the size cap.
+fn too_large(location: String, size: Option<u64>, limit: u64) -> Failure {
+    Failure::Done(SourceError::ObjectTooLarge {
+        location,
+        size,
+        limit,
+        hint: " (raise the store's max_object_size to read it)",
+    })
+}
+
+/// What [`read_body`] received.
+struct Body {
+    /// The bytes inside the window asked for.
+    kept: Bytes,
+    /// Bytes received in all.
+    seen: u64,
+    /// The body went on past the window's end (and was not received further).
+    overran: bool,
+}
+
+/// Reads a response body chunk by chunk, keeping bytes `keep.start..keep.end` of it (positions in the body) and
+/// stopping as soon as it passes `keep.end`: nothing much past it is received.
+async fn read_body(mut resp: reqwest::Response, keep: Range<u64>) -> std::result::Result<Body, Failure> {
+    // Grows with the data: a stated size is not trusted with an allocation.
+    let initial = usize::try_from((keep.end - keep.start).min(1 << 20)).unwrap_or(1 << 20);
+    let mut out = bytes::BytesMut::with_capacity(initial);
+    let mut seen: u64 = 0;
+    while let Some(chunk) = resp.chunk().await.map_err(transport)? {
+        let len = chunk.len() as u64;
+        let (from, to) = (seen, seen.saturating_add(len));
+        // The part of this chunk inside `keep`, as offsets into the chunk (both within `chunk.len()`).
+        let lo = keep.start.clamp(from, to) - from;
+        let hi = keep.end.clamp(from, to) - from;
+        if let Some(part) = chunk.get(lo as usize..hi as usize) {
+            out.extend_from_slice(part);
+        }
+        seen = to;
+        if seen > keep.end {
+            return Ok(Body { kept: out.freeze(), seen, overran: true });
+        }
+    }
+    Ok(Body { kept: out.freeze(), seen, overran: false })
+}
+
 impl ObjectStore for HttpStore {
     fn location(&self, key: &str) -> String {
         match self.url_of(key) {
             Ok(url) => url.to_string(),
             Err(_) => format!("{}/{key}", self.base.as_str().trim_end_matches('/')),
         }
+    }
+
+    fn max_object_size(&self) -> Option<u64> {
+        Some(self.max_object_size)
     }
 
     fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Bytes>> {
@@ -138,7 +197,22 @@ impl ObjectStore for HttpStore {
                     return Err(status_failure(status, || self.location(key), None));
                 }
                 let expected = header_u64(resp.headers(), CONTENT_LENGTH);
-                let body = resp.bytes().await.map_err(transport)?;
+                if let Some(size) = expected.filter(|&n| n > self.max_object_size) {
+                    return Err(too_large(self.location(key), Some(size), self.max_object_size));
+                }
+                // Cut at the stated size, or at the cap when none is stated (chunked).
+                let cap = expected.unwrap_or(self.max_object_size);
+                let body = read_body(resp, 0..cap).await?;
+                if body.overran {
+                    if expected.is_none() {
+                        return Err(too_large(self.location(key), None, self.max_object_size));
+                    }
+                    return Err(Failure::Transient {
+                        reason: format!("expected {cap} bytes, the body went on past {}", body.seen),
+                        source: None,
+                    });
+                }
+                let body = body.kept;
                 // hyper already rejects a body shorter than its Content-Length; this guards odd proxies.
                 if let Some(expected) = expected.filter(|&n| n != body.len() as u64) {
                     return Err(Failure::Transient {
@@ -168,15 +242,44 @@ impl ObjectStore for HttpStore {
                 }
                 let partial = status == StatusCode::PARTIAL_CONTENT;
                 let span = content_range(resp.headers());
-                let body = resp.bytes().await.map_err(transport)?;
                 if !partial {
-                    // The server ignored Range and sent the whole object: cut the range out of it.
-                    let size = body.len() as u64;
-                    let clamped =
-                        super::clamp_range(|| self.location(key), range.clone(), size).map_err(Failure::Done)?;
-                    // Both bounds are within `body.len()`, a usize.
-                    return Ok(body.slice(clamped.start as usize..clamped.end as usize));
+                    // The server ignored Range and sends the whole object: read it up to the range's end only,
+                    // keeping the range, unless even that is more than the cap allows.
+                    let stated = header_u64(resp.headers(), CONTENT_LENGTH);
+                    let end = stated.map_or(range.end, |n| n.min(range.end));
+                    if end > self.max_object_size {
+                        return Err(Failure::Done(SourceError::Request {
+                            operation: "GET range",
+                            location: self.location(key),
+                            attempts: 1,
+                            reason: format!(
+                                "the server ignored Range and sends the whole object; reading it up to byte {end} \
+                                 would pass the store's max_object_size of {} bytes",
+                                self.max_object_size
+                            ),
+                            source: None,
+                        }));
+                    }
+                    let body = read_body(resp, range.clone()).await?;
+                    if !body.overran {
+                        // The object ended first: its size is known now, and the range is checked against it.
+                        super::clamp_range(|| self.location(key), range.clone(), body.seen).map_err(Failure::Done)?;
+                    }
+                    return Ok(body.kept);
                 }
+                let want = range.end - range.start;
+                let cap = want.min(self.max_object_size);
+                let body = read_body(resp, 0..cap).await?;
+                if body.overran {
+                    if cap < want {
+                        return Err(too_large(self.location(key), None, self.max_object_size));
+                    }
+                    return Err(Failure::Transient {
+                        reason: format!("asked for {want} bytes, the body went on past {}", body.seen),
+                        source: None,
+                    });
+                }
+                let body = body.kept;
                 super::check_range_body(&range, span.map_or((None, None), |(f, l, _)| (Some(f), Some(l))), body.len())
                     .map_err(|reason| Failure::Transient { reason, source: None })?;
                 Ok(body)

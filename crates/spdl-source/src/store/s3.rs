@@ -29,7 +29,8 @@ const FALLBACK_REGION: &str = "us-east-1";
 /// Credentials, region and endpoint come from [`StoreOptions::s3`] when set, otherwise from the standard AWS
 /// chain (`AWS_ACCESS_KEY_ID`, `AWS_PROFILE`, `AWS_REGION`, `AWS_ENDPOINT_URL`, `~/.aws/config`, SSO, instance
 /// metadata...). The SDK's own retries are turned off: this store retries with [`StoreOptions::retry`], so that
-/// every store counts attempts and reports errors the same way.
+/// every store counts attempts and reports errors the same way. Bodies are streamed and cut at
+/// [`StoreOptions::max_object_size`]; an object whose stated size is above it is refused before its body is read.
 #[derive(Debug, Clone)]
 pub struct S3Store {
     client: aws_sdk_s3::Client,
@@ -38,6 +39,7 @@ pub struct S3Store {
     prefix: String,
     retry: RetryPolicy,
     attempt_timeout: Option<Duration>,
+    max_object_size: u64,
     limiter: Arc<Semaphore>,
     page_size: i32,
 }
@@ -90,6 +92,7 @@ impl S3Store {
             prefix: prefix.into().trim_matches('/').to_owned(),
             retry: opts.retry.clone(),
             attempt_timeout: opts.attempt_timeout,
+            max_object_size: opts.max_object_size,
             limiter: super::limiter(opts.max_in_flight),
             page_size: 1000,
         }
@@ -231,7 +234,39 @@ fn content_range_start(value: Option<&str>) -> Option<u64> {
     value?.trim().strip_prefix("bytes ")?.split_once('-')?.0.trim().parse().ok()
 }
 
+/// Collects a body, refusing it once it passes `cap` bytes (the stated size is not trusted with an allocation).
+async fn collect_capped(
+    mut body: aws_sdk_s3::primitives::ByteStream,
+    cap: u64,
+    too_large: impl FnOnce() -> Failure,
+) -> std::result::Result<Bytes, Failure> {
+    let mut out = bytes::BytesMut::new();
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.map_err(Failure::transient)?;
+        if (out.len() as u64).saturating_add(chunk.len() as u64) > cap {
+            return Err(too_large());
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out.freeze())
+}
+
+impl S3Store {
+    fn too_large(&self, key: &str, size: Option<u64>) -> Failure {
+        Failure::Done(SourceError::ObjectTooLarge {
+            location: self.location(key),
+            size,
+            limit: self.max_object_size,
+            hint: " (raise the store's max_object_size to read it)",
+        })
+    }
+}
+
 impl ObjectStore for S3Store {
+    fn max_object_size(&self) -> Option<u64> {
+        Some(self.max_object_size)
+    }
+
     fn location(&self, key: &str) -> String {
         format!("s3://{}/{}", self.bucket, self.object_key(key))
     }
@@ -244,7 +279,11 @@ impl ObjectStore for S3Store {
                 let resp =
                     self.client.get_object().bucket(&self.bucket).key(&object_key).send().await.map_err(classify)?;
                 let expected = resp.content_length();
-                let body = resp.body.collect().await.map_err(Failure::transient)?.into_bytes();
+                let stated = expected.and_then(|n| u64::try_from(n).ok());
+                if let Some(size) = stated.filter(|&n| n > self.max_object_size) {
+                    return Err(self.too_large(key, Some(size)));
+                }
+                let body = collect_capped(resp.body, self.max_object_size, || self.too_large(key, None)).await?;
                 if let Some(expected) = expected.filter(|&n| n != body.len() as i64) {
                     return Err(Failure::Transient {
                         reason: format!("expected {expected} bytes, received {}", body.len()),
@@ -285,7 +324,16 @@ impl ObjectStore for S3Store {
                     }
                 })?;
                 let start = content_range_start(resp.content_range());
-                let body = resp.body.collect().await.map_err(Failure::transient)?.into_bytes();
+                let want = range.end - range.start;
+                let cap = want.min(self.max_object_size);
+                let body = collect_capped(resp.body, cap, || {
+                    if cap < want {
+                        self.too_large(key, None)
+                    } else {
+                        Failure::Transient { reason: format!("asked for {want} bytes, the body went on"), source: None }
+                    }
+                })
+                .await?;
                 super::check_range_body(&range, (start, None), body.len())
                     .map_err(|reason| Failure::Transient { reason, source: None })?;
                 Ok(body)

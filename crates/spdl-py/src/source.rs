@@ -4,7 +4,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyPermissionError, PyValueError};
+use pyo3::exceptions::{
+    PyFileNotFoundError, PyIsADirectoryError, PyNotADirectoryError, PyOSError, PyPermissionError, PyTimeoutError,
+    PyValueError,
+};
 use pyo3::prelude::*;
 use spdl_source::sampler::{Remainder, Sampler, SequentialSampler, ShardedSampler, ShuffledSampler, WeightedSampler};
 use spdl_source::{Dataset, SourceError};
@@ -13,19 +16,51 @@ use crate::error::Error;
 use crate::pipeline::{NativeOp, PyNativeOp};
 use crate::value::Value;
 
-/// A missing object is `FileNotFoundError`, a refused one `PermissionError`, a failed read or request (after
-/// its retries) `OSError`, anything else (bad address, range, configuration) `ValueError`.
+/// A missing object is `FileNotFoundError`, a refused one (permissions, or a link out of a local store's root)
+/// `PermissionError`, a local path that is not a directory `NotADirectoryError`, a failed read or request (after
+/// its retries), a special file or an object over the size cap `OSError` (`TimeoutError` for a special file that
+/// sent nothing in time), anything else (bad address, range, configuration, a sampler order over its limit)
+/// `ValueError`.
 fn source_err(e: SourceError) -> PyErr {
     let msg = crate::error::error_chain(&e);
-    match e {
+    match &e {
         SourceError::NotFound { .. } => PyFileNotFoundError::new_err(msg),
-        SourceError::PermissionDenied { .. } => PyPermissionError::new_err(msg),
-        SourceError::Io { .. }
-        | SourceError::Request { .. }
+        SourceError::PermissionDenied { .. } | SourceError::OutsideRoot { .. } => PyPermissionError::new_err(msg),
+        SourceError::Io { source, .. } => match source.kind() {
+            std::io::ErrorKind::NotFound => PyFileNotFoundError::new_err(msg),
+            std::io::ErrorKind::PermissionDenied => PyPermissionError::new_err(msg),
+            std::io::ErrorKind::NotADirectory => PyNotADirectoryError::new_err(msg),
+            std::io::ErrorKind::IsADirectory => PyIsADirectoryError::new_err(msg),
+            std::io::ErrorKind::TimedOut => PyTimeoutError::new_err(msg),
+            _ => PyOSError::new_err(msg),
+        },
+        SourceError::Request { .. }
         | SourceError::ShortBody { .. }
         | SourceError::Task { .. }
-        | SourceError::Runtime { .. } => PyOSError::new_err(msg),
+        | SourceError::Runtime { .. }
+        | SourceError::ObjectTooLarge { .. }
+        | SourceError::NotRegularFile { .. } => PyOSError::new_err(msg),
         _ => PyValueError::new_err(msg),
+    }
+}
+
+/// How often a blocking wait on a store wakes to let Python handle signals (Ctrl-C).
+const SIGNAL_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Runs `future` on the store's runtime without the GIL, waking every [`SIGNAL_POLL`] to run Python's signal
+/// handlers: Ctrl-C raises `KeyboardInterrupt` within about that long, and the request is cancelled (dropped).
+fn wait<T, F>(py: Python<'_>, store: &spdl_source::DedicatedStore, future: F) -> PyResult<T>
+where
+    F: std::future::Future<Output = Result<T, SourceError>> + Send,
+    T: Send,
+{
+    let mut future = std::pin::pin!(future);
+    loop {
+        let step = py.detach(|| store.block_on(tokio::time::timeout(SIGNAL_POLL, future.as_mut())));
+        match step {
+            Ok(out) => return out.map_err(source_err),
+            Err(_elapsed) => py.check_signals()?,
+        }
     }
 }
 
@@ -78,10 +113,12 @@ impl PySampler {
         Ok(Self { inner: Arc::new(s), describe: format!("{}.sharded({rank}, {world_size})", self.describe) })
     }
 
-    /// The indices of ``epoch``, in order.
+    /// The indices of ``epoch``, in order. An order (or what computing it needs: a shuffle's whole permutation,
+    /// a weighted sampler's draws) above ``2**31`` indices raises ``ValueError`` before anything is allocated; a
+    /// sharded sampler computes only its share.
     #[pyo3(signature = (epoch=0))]
-    fn order(&self, py: Python<'_>, epoch: u64) -> Vec<usize> {
-        py.detach(|| self.inner.order(epoch))
+    fn order(&self, py: Python<'_>, epoch: u64) -> PyResult<Vec<usize>> {
+        py.detach(|| self.inner.try_order(epoch)).map_err(source_err)
     }
 
     /// The seed the order derives from (0 for samplers that do not shuffle).
@@ -230,8 +267,18 @@ fn secs(what: &str, v: f64) -> PyResult<std::time::Duration> {
 
 #[pymethods]
 impl PyStore {
-    /// Opens the store that ``url`` names. ``connect_timeout``/``read_timeout`` in seconds; ``max_attempts``
-    /// counts the first try (1 disables retries); ``max_in_flight`` caps concurrent requests.
+    /// Opens the store that ``url`` names. ``connect_timeout``/``read_timeout`` in seconds; ``attempt_timeout``
+    /// caps one whole request, body included (seconds, default 600; ``None``: no cap), so a server that drips
+    /// bytes cannot hold a call; ``max_attempts`` counts the first try (1 disables retries); ``max_in_flight``
+    /// caps concurrent requests; ``max_object_size`` (bytes, default 2 GiB) refuses larger objects, from their
+    /// stated size when there is one, with ``OSError``.
+    ///
+    /// Local directories only: ``follow_symlinks_outside_root`` (default ``False``: a key that leads out of the
+    /// root through a link raises ``PermissionError``) and ``special_file_limit`` (default ``None``: FIFOs,
+    /// devices and sockets raise ``OSError`` without being opened; a number of bytes reads them up to that).
+    ///
+    /// Every call waits without the GIL and wakes every 50 ms for signals: Ctrl-C raises ``KeyboardInterrupt``
+    /// and cancels the request.
     ///
     /// For ``s3://`` addresses, ``endpoint`` (an S3-compatible server such as ``http://127.0.0.1:9000``),
     /// ``region``, ``access_key``/``secret_key`` (both or neither) and ``force_path_style`` (default: on when
@@ -240,7 +287,9 @@ impl PyStore {
     #[staticmethod]
     #[pyo3(signature = (
         url, *, connect_timeout=10.0, read_timeout=30.0, max_attempts=None, max_in_flight=64,
-        endpoint=None, region=None, access_key=None, secret_key=None, force_path_style=None
+        endpoint=None, region=None, access_key=None, secret_key=None, force_path_style=None,
+        attempt_timeout=Some(600.0), max_object_size=None, follow_symlinks_outside_root=false,
+        special_file_limit=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn open(
@@ -255,6 +304,10 @@ impl PyStore {
         access_key: Option<String>,
         secret_key: Option<String>,
         force_path_style: Option<bool>,
+        attempt_timeout: Option<f64>,
+        max_object_size: Option<u64>,
+        follow_symlinks_outside_root: bool,
+        special_file_limit: Option<u64>,
     ) -> PyResult<Self> {
         let credentials = match (access_key, secret_key) {
             (Some(a), Some(s)) => Some((a, s)),
@@ -272,6 +325,20 @@ impl PyStore {
             .read_timeout(secs("read_timeout", read_timeout)?)
             .max_in_flight(max_in_flight)
             .s3(s3);
+        let remote = url.contains("://") && !url.starts_with("file://");
+        if remote && (follow_symlinks_outside_root || special_file_limit.is_some()) {
+            return Err(PyValueError::new_err(format!(
+                "{url}: follow_symlinks_outside_root and special_file_limit apply to local directories only"
+            )));
+        }
+        opts = match attempt_timeout {
+            Some(t) => opts.attempt_timeout(secs("attempt_timeout", t)?),
+            None => opts.no_attempt_timeout(),
+        };
+        if let Some(n) = max_object_size {
+            opts = opts.max_object_size(n);
+        }
+        opts = opts.follow_links_outside_root(follow_symlinks_outside_root).special_file_limit(special_file_limit);
         if let Some(n) = max_attempts {
             if n == 0 {
                 return Err(PyValueError::new_err("max_attempts must be at least 1"));
@@ -284,7 +351,7 @@ impl PyStore {
 
     /// The whole object ``key`` as ``bytes``.
     fn get<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
-        let data = py.detach(|| self.inner.block_on(self.inner.store().get(key))).map_err(source_err)?;
+        let data = wait(py, &self.inner, self.inner.store().get(key))?;
         Ok(pyo3::types::PyBytes::new(py, &data))
     }
 
@@ -296,24 +363,20 @@ impl PyStore {
         start: u64,
         end: u64,
     ) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
-        let data =
-            py.detach(|| self.inner.block_on(self.inner.store().get_range(key, start..end))).map_err(source_err)?;
+        let data = wait(py, &self.inner, self.inner.store().get_range(key, start..end))?;
         Ok(pyo3::types::PyBytes::new(py, &data))
     }
 
     /// The size in bytes of object ``key``, without reading it.
     fn size(&self, py: Python<'_>, key: &str) -> PyResult<u64> {
-        py.detach(|| self.inner.block_on(self.inner.store().head(key))).map(|m| m.size).map_err(source_err)
+        wait(py, &self.inner, self.inner.store().head(key)).map(|m| m.size)
     }
 
     /// ``(key, size)`` of every object whose key starts with ``prefix``, in key order.
     #[pyo3(signature = (prefix=""))]
     fn list(&self, py: Python<'_>, prefix: &str) -> PyResult<Vec<(String, u64)>> {
         use futures::TryStreamExt;
-        py.detach(|| {
-            self.inner.block_on(self.inner.store().list(prefix).map_ok(|m| (m.key, m.size)).try_collect::<Vec<_>>())
-        })
-        .map_err(source_err)
+        wait(py, &self.inner, self.inner.store().list(prefix).map_ok(|m| (m.key, m.size)).try_collect::<Vec<_>>())
     }
 
     /// Reads ``keys`` with up to ``concurrency`` requests in flight; returns their bytes in the order of
@@ -330,15 +393,11 @@ impl PyStore {
             return Err(PyValueError::new_err("concurrency must be at least 1"));
         }
         let store = self.inner.store();
-        let all = py
-            .detach(|| {
-                self.inner.block_on(
-                    futures::stream::iter(keys.iter().map(|k| store.get(k)))
-                        .buffered(concurrency)
-                        .try_collect::<Vec<_>>(),
-                )
-            })
-            .map_err(source_err)?;
+        let all = wait(
+            py,
+            &self.inner,
+            futures::stream::iter(keys.iter().map(|k| store.get(k))).buffered(concurrency).try_collect::<Vec<_>>(),
+        )?;
         Ok(all.iter().map(|b| pyo3::types::PyBytes::new(py, b)).collect())
     }
 

@@ -182,7 +182,7 @@ pub enum SourceError {
     },
 
     /// An object larger than the store's size cap, refused before it is read (or once the body passed the cap).
-    #[error("{location}: object is {} bytes, above the limit of {limit} bytes{}", size.map_or_else(|| "over".to_owned(), |s| s.to_string()), hint)]
+    #[error("{location}: object is {}, above the limit of {limit} bytes{hint}", size.map_or_else(|| "larger".to_owned(), |s| format!("{s} bytes")))]
     ObjectTooLarge {
         /// The object.
         location: String,

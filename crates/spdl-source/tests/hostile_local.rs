@@ -239,3 +239,19 @@ fn objects_over_the_size_cap_are_refused_from_their_metadata() {
         assert_eq!(store.head("huge.bin").await.unwrap().size, 1 << 40);
     });
 }
+
+#[test]
+fn manifests_that_never_end_are_refused() {
+    watchdog(LIMIT, || async {
+        let dir = tempfile::tempdir().unwrap();
+        let pipe = dir.path().join("keys.txt");
+        mkfifo(&pipe);
+        let err = Dataset::from_manifest(&pipe).unwrap_err();
+        assert!(matches!(err, SourceError::NotRegularFile { kind: "FIFO", .. }), "{err}");
+        let err = Dataset::from_manifest("/dev/zero").unwrap_err();
+        assert!(matches!(err, SourceError::NotRegularFile { kind: "character device", .. }), "{err}");
+        assert!(err.to_string().contains("/dev/zero"), "{err}");
+        write(dir.path(), "ok.txt", b"a.jpg\nb.jpg\n");
+        assert_eq!(Dataset::from_manifest(dir.path().join("ok.txt")).unwrap().len(), 2);
+    });
+}

@@ -150,10 +150,35 @@ impl Dataset {
     }
 
     /// Reads a manifest file; the format is chosen by extension (`.csv`, `.tsv`, anything else is one key per
-    /// line). See [`ManifestFormat`].
+    /// line). See [`ManifestFormat`]. The file must be a regular file of at most
+    /// [`DEFAULT_MAX_OBJECT_SIZE`](crate::DEFAULT_MAX_OBJECT_SIZE) bytes (checked from its metadata before it is
+    /// read): a FIFO or a device such as `/dev/zero` is refused rather than read without end.
     pub fn from_manifest(path: impl AsRef<Path>) -> Result<Self> {
+        use std::io::Read;
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|e| crate::SourceError::io("read", path, e))?;
+        let io_err = |op, e| crate::SourceError::io(op, path, e);
+        let meta = std::fs::metadata(path).map_err(|e| io_err("stat", e))?;
+        if !meta.is_file() && !meta.is_dir() {
+            let kind = crate::store::local::special_kind(&meta);
+            return Err(crate::SourceError::NotRegularFile { location: path.display().to_string(), kind });
+        }
+        let limit = crate::DEFAULT_MAX_OBJECT_SIZE;
+        let too_large = |size| crate::SourceError::ObjectTooLarge {
+            location: path.display().to_string(),
+            size,
+            limit,
+            hint: " (a manifest this large is not supported)",
+        };
+        if meta.len() > limit {
+            return Err(too_large(Some(meta.len())));
+        }
+        // A directory fails here with its own error; a file that grew after the stat is cut at the limit.
+        let file = std::fs::File::open(path).map_err(|e| io_err("open", e))?;
+        let mut text = String::new();
+        file.take(limit + 1).read_to_string(&mut text).map_err(|e| io_err("read", e))?;
+        if text.len() as u64 > limit {
+            return Err(too_large(None));
+        }
         let name = path.display().to_string();
         Self::parse_manifest(&text, &name, ManifestFormat::from_name(&name))
     }

@@ -294,7 +294,7 @@ fn open_nonblocking(path: &Path) -> Result<std::fs::File> {
 }
 
 /// The kind of a file that is neither regular nor a directory.
-fn special_kind(meta: &std::fs::Metadata) -> &'static str {
+pub(crate) fn special_kind(meta: &std::fs::Metadata) -> &'static str {
     #[cfg(unix)]
     {
         use std::os::unix::fs::FileTypeExt;

@@ -9,7 +9,9 @@ mod video;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{
+    PyFileNotFoundError, PyIsADirectoryError, PyOSError, PyPermissionError, PyRuntimeError, PyValueError,
+};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use spdl_buffer::{Buffer, Layout, system_allocator};
@@ -153,10 +155,70 @@ fn normalize(spec: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Normalize>> {
 fn io_err(e: spdl_io::Error) -> PyErr {
     let msg = crate::error::error_chain(&e);
     match e {
-        spdl_io::Error::Io { .. } => PyOSError::new_err(msg),
+        spdl_io::Error::Io { source, .. } => match source.kind() {
+            std::io::ErrorKind::NotFound => PyFileNotFoundError::new_err(msg),
+            std::io::ErrorKind::PermissionDenied => PyPermissionError::new_err(msg),
+            std::io::ErrorKind::IsADirectory => PyIsADirectoryError::new_err(msg),
+            _ => PyOSError::new_err(msg),
+        },
+        spdl_io::Error::NotRegularFile { kind: "a directory", .. } => PyIsADirectoryError::new_err(msg),
+        spdl_io::Error::NotRegularFile { .. } => PyOSError::new_err(msg),
         spdl_io::Error::InvalidOptions(_) => PyValueError::new_err(msg),
         _ => PyRuntimeError::new_err(msg),
     }
+}
+
+/// Inputs smaller than this (in memory) are decoded on the calling thread: their cost is bounded to
+/// milliseconds, less than a thread hop's share would be worth.
+const INLINE_BYTES: usize = 1 << 20;
+
+/// How often a waiting call checks for Ctrl-C.
+const SIGNAL_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Runs `f` with the GIL released on a thread of its own and waits for it in slices, checking for signals
+/// between them: Ctrl-C raises `KeyboardInterrupt` within about 50 ms even while a long decode runs (a
+/// decode in Rust never returns to the interpreter's signal check on its own). After an interrupt the
+/// call's thread finishes its work (bounded by the decoders' limits) in the background and its result is
+/// dropped. A panic on that thread is a `RuntimeError`.
+pub(crate) fn interruptible<T: Send + 'static>(py: Python<'_>, f: impl FnOnce() -> T + Send + 'static) -> PyResult<T> {
+    use std::sync::mpsc::{RecvTimeoutError, sync_channel};
+    let (tx, rx) = sync_channel(1);
+    std::thread::Builder::new()
+        .name("spdl-io-call".into())
+        .spawn(move || {
+            let _ = tx.send(f());
+        })
+        .map_err(|e| PyRuntimeError::new_err(format!("cannot start a decoding thread: {e}")))?;
+    let mut rx = rx;
+    loop {
+        // The receiver is not `Sync`: it goes into the GIL-free section and comes back out.
+        let (got, back) = py.detach(move || (rx.recv_timeout(SIGNAL_POLL), rx));
+        rx = back;
+        match got {
+            Ok(v) => return Ok(v),
+            Err(RecvTimeoutError::Timeout) => py.check_signals()?,
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(PyRuntimeError::new_err("the decoding thread panicked (see the log for its message)"));
+            }
+        }
+    }
+}
+
+/// Decode memory: `decode_memory_budget()` gives the process-wide budget in bytes.
+#[pyfunction]
+fn decode_memory_budget() -> u64 {
+    spdl_io::decode_memory_budget()
+}
+
+/// Sets the process-wide decode memory budget in bytes: large decodes (16 MiB of working memory or more)
+/// reserve their bytes from it before allocating and wait while it is in use; a decode or a batch larger
+/// than the whole budget fails. Default: a quarter of the machine's (or the cgroup's) memory.
+///
+/// Raises:
+///     ValueError: ``nbytes`` is below 16 MiB.
+#[pyfunction]
+fn set_decode_memory_budget(nbytes: u64) -> PyResult<()> {
+    spdl_io::set_decode_memory_budget(nbytes).map_err(io_err)
 }
 
 /// Decoding settings for one image.
@@ -210,7 +272,7 @@ fn load_image(
 ) -> PyResult<PyBuffer> {
     let spec = ImageSpec::new(size, pixel_format, filter, exif_orientation)?;
     let src = Src::Path(path);
-    py.detach(|| spec.decode(&src)).map(PyBuffer::new).map_err(io_err)
+    interruptible(py, move || spec.decode(&src))?.map(PyBuffer::new).map_err(io_err)
 }
 
 /// Decodes one encoded image (JPEG, PNG, WebP, GIF, BMP, TIFF) into an HWC `uint8` :py:class:`spdl_rs.Buffer`
@@ -233,7 +295,9 @@ fn decode_image(
             return Err(PyValueError::new_err("decode_image takes encoded bytes; use load_image for a path"));
         }
     };
-    py.detach(|| spec.decode(&src)).map(PyBuffer::new).map_err(io_err)
+    let inline = matches!(&src, Src::Bytes(_, b) if b.len() < INLINE_BYTES);
+    let out = if inline { py.detach(|| spec.decode(&src)) } else { interruptible(py, move || spec.decode(&src))? };
+    out.map(PyBuffer::new).map_err(io_err)
 }
 
 /// The format and size of an encoded image, from its header only: ``(format, width, height)``.
@@ -289,7 +353,7 @@ impl BatchSpec {
                 items.push(match s {
                     Src::Bytes(n, b) => (n, b),
                     Src::Path(p) => {
-                        let b = std::fs::read(&p).map_err(|source| spdl_io::Error::Io { path: p.clone(), source })?;
+                        let b = spdl_io::read_file(&p, &spdl_io::ReadLimits::default())?;
                         (p.display().to_string(), b)
                     }
                 });
@@ -337,7 +401,7 @@ fn load_image_batch(
 ) -> PyResult<Py<PyAny>> {
     let spec = BatchSpec::new(width, height, layout, normalize.as_ref(), pixel_format, filter, strict, num_threads)?;
     let srcs = srcs.iter().enumerate().map(|(i, s)| src_from_py(s, i)).collect::<PyResult<Vec<_>>>()?;
-    let (buffer, failures) = py.detach(|| spec.run(srcs)).map_err(io_err)?;
+    let (buffer, failures) = interruptible(py, move || spec.run(srcs))?.map_err(io_err)?;
     log_failures(py, "load_image_batch", &failures);
     let buffer = Py::new(py, PyBuffer::new(buffer))?;
     if !return_info {
@@ -449,6 +513,8 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(load_image_batch, m)?)?;
     m.add_function(wrap_pyfunction!(decode_image_op, m)?)?;
     m.add_function(wrap_pyfunction!(load_image_batch_op, m)?)?;
+    m.add_function(wrap_pyfunction!(decode_memory_budget, m)?)?;
+    m.add_function(wrap_pyfunction!(set_decode_memory_budget, m)?)?;
     audio::register(m)?;
     #[cfg(feature = "ffmpeg")]
     video::register(m)?;

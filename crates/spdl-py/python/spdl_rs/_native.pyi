@@ -139,6 +139,12 @@ def decode_image(
 ) -> Buffer:
     """Decodes one encoded image into an HWC ``uint8`` buffer (GIL released)."""
 
+def decode_memory_budget() -> int:
+    """The process-wide decode memory budget, in bytes."""
+
+def set_decode_memory_budget(nbytes: int) -> None:
+    """Sets the process-wide decode memory budget (at least 16 MiB)."""
+
 def image_info(data: bytes | _BufferLike) -> tuple[str, int, int]:
     """``(format, width, height)`` from the header only."""
 

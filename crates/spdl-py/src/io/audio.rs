@@ -228,7 +228,8 @@ fn load_audio(
         limits.as_ref(),
     )?;
     let src = media_src(src, name)?;
-    let audio = py.detach(|| decode_audio(src.media(), &opts, &system_allocator())).map_err(io_err)?;
+    let audio =
+        super::interruptible(py, move || decode_audio(src.media(), &opts, &system_allocator()))?.map_err(io_err)?;
     let info = if return_info { Some(clip_info(py, &audio)?) } else { None };
     let array = to_numpy(py, audio.buffer)?;
     match info {
@@ -275,12 +276,11 @@ fn load_audio_batch(
         audio_options(start, duration, sample_rate, channels.as_ref(), dtype, layout, None, backend, limits.as_ref())?;
     let opts = batch_options(audio, num_samples, strict, num_threads)?;
     let srcs = srcs.iter().enumerate().map(|(i, s)| super::src_from_py(s, i)).collect::<PyResult<Vec<_>>>()?;
-    let batch = py
-        .detach(|| {
-            let inputs: Vec<MediaInput<'_>> = srcs.iter().map(Src::media).collect();
-            decode_audio_batch(&inputs, &opts, &system_allocator())
-        })
-        .map_err(io_err)?;
+    let batch = super::interruptible(py, move || {
+        let inputs: Vec<MediaInput<'_>> = srcs.iter().map(Src::media).collect();
+        decode_audio_batch(&inputs, &opts, &system_allocator())
+    })?
+    .map_err(io_err)?;
     let failures = batch_failures(&batch);
     log_failures(py, "load_audio_batch", &failures);
     if !return_info {

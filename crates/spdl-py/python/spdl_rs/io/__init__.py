@@ -29,15 +29,18 @@ def _missing(feature: str):
 if HAS_IO:
     from .._native import (
         decode_image,
+        decode_memory_budget,
         image_info,
         load_audio,
         load_audio_batch,
         load_image,
         load_image_batch,
         probe,
+        set_decode_memory_budget,
     )
 else:  # pragma: no cover (a build without the `io` feature)
     decode_image = image_info = load_image = load_image_batch = _missing("io")
+    decode_memory_budget = set_decode_memory_budget = _missing("io")
     load_audio = load_audio_batch = probe = _missing("io")
 
 if HAS_VIDEO:
@@ -185,6 +188,7 @@ from . import ops  # noqa: E402
 __all__ = [
     "Packets",
     "decode_image",
+    "decode_memory_budget",
     "decode_packets",
     "demux_video",
     "has_video",
@@ -196,6 +200,7 @@ __all__ = [
     "load_video",
     "ops",
     "probe",
+    "set_decode_memory_budget",
     "to_numpy",
     "to_torch",
 ]

@@ -1,6 +1,7 @@
 //! A built pipeline: lifecycle (start, stop, drop), the scheduler thread, and iteration.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -18,7 +19,8 @@ use crate::stats::{self, PipelineStats, StageCell};
 /// How long dropping a running [`Pipeline`] waits for its threads to end. A stage function
 /// (or source `next()`) still running after that is not waited for: its thread is detached
 /// and ends on its own when the call returns, so a stuck call cannot hang the thread that
-/// drops the pipeline (a garbage collector, an interpreter at exit).
+/// drops the pipeline (a garbage collector, an interpreter at exit). After a
+/// [`Pipeline::stop_timeout`] that timed out, dropping does not wait at all.
 pub const DROP_GRACE: Duration = Duration::from_secs(2);
 
 /// What the consumer receives from [`Pipeline::get_item`].
@@ -61,6 +63,8 @@ pub struct Pipeline<T> {
     shared: Arc<Shared>,
     cells: Vec<Arc<StageCell>>,
     life: Mutex<Life>,
+    /// A `stop_timeout` has timed out: `Drop` then does not wait again.
+    gave_up: AtomicBool,
 }
 
 impl<T> std::fmt::Debug for Pipeline<T> {
@@ -78,7 +82,14 @@ impl<T: Send + 'static> Pipeline<T> {
         cells: Vec<Arc<StageCell>>,
         startup: Startup,
     ) -> Self {
-        Self { sink, sink_cell, shared, cells, life: Mutex::new(Life::Ready(Box::new(startup))) }
+        Self {
+            sink,
+            sink_cell,
+            shared,
+            cells,
+            life: Mutex::new(Life::Ready(Box::new(startup))),
+            gave_up: AtomicBool::new(false),
+        }
     }
 
     /// Starts the scheduler and the thread pool. Idempotent; implicit on the first item
@@ -133,8 +144,8 @@ impl<T> Pipeline<T> {
     /// `Ok`: every thread is joined. `Err(StopTimeout)`: a call of a stage function (or the
     /// source's `next()`) was still running at the deadline. The pipeline is stopped all the
     /// same: iteration has ended and no new call starts; the threads are left to end when
-    /// that call returns (a later `stop` or `stop_timeout` waits for them again, and
-    /// dropping the pipeline detaches them after [`DROP_GRACE`]).
+    /// that call returns (a later `stop` or `stop_timeout` waits for them again; dropping
+    /// the pipeline then detaches them without waiting).
     ///
     /// ```
     /// use std::time::Duration;
@@ -159,7 +170,10 @@ impl<T> Pipeline<T> {
     /// ```
     pub fn stop_timeout(&self, timeout: Duration) -> Result<(), StopTimeout> {
         // A deadline beyond what `Instant` can represent is no deadline.
-        self.stop_within(Instant::now().checked_add(timeout)).map_err(|()| StopTimeout { waited: timeout })
+        self.stop_within(Instant::now().checked_add(timeout)).map_err(|()| {
+            self.gave_up.store(true, Relaxed);
+            StopTimeout { waited: timeout }
+        })
     }
 
     fn stop_within(&self, deadline: Option<Instant>) -> Result<(), ()> {
@@ -258,12 +272,14 @@ impl<T: Send + 'static> Pipeline<T> {
 
 impl<T> Drop for Pipeline<T> {
     fn drop(&mut self) {
-        if self.stop_timeout(DROP_GRACE).is_err() {
+        // After a `stop_timeout` that timed out, its caller has chosen the bound already.
+        let grace = if self.gave_up.load(Relaxed) { Duration::ZERO } else { DROP_GRACE };
+        if self.stop_timeout(grace).is_err() {
             // The scheduler's handle is dropped with `self`: its thread is detached and ends
             // (joining the pool) once the stuck call returns.
             tracing::warn!(
                 target: "spdl_exec",
-                "a stage call was still running {DROP_GRACE:?} after the pipeline was dropped; its threads are left to end on their own"
+                "a stage call was still running {grace:?} after the pipeline was dropped; its threads are left to end on their own"
             );
         }
     }

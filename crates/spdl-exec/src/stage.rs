@@ -142,7 +142,8 @@ impl<T: Send + 'static, U: Send + 'static> Stage<T, U> {
     }
 
     /// A blocking function that splits each item into any number of outputs. The iterator
-    /// is drained on the pool thread right after the call.
+    /// is drained on the pool thread right after the call, so all its outputs exist at once:
+    /// for many large or endless outputs use [`Stage::flat_map_lazy`].
     pub fn flat_map<F, E, I>(name: impl Into<String>, f: F) -> Self
     where
         F: Fn(T) -> Result<I, E> + Send + Sync + 'static,

@@ -80,7 +80,7 @@ class AsyncBridge:
     def fileno(self) -> int:
         """The socket the loop watches."""
     def take_jobs(self) -> list[tuple[str, Any, Any, Reply]]:
-        """The waiting jobs: ``(kind, op, arg, reply)``."""
+        """The waiting jobs: ``(kind, op, arg, reply)``; kind is ``call``, ``gen``, ``next`` or ``start``."""
 
 class Reply:
     """Internal: the done-callback of one async job."""
@@ -102,13 +102,16 @@ class PipelineCore:
         num_threads: int,
         max_failures: tuple[str, Any] | None = None,
         bridge: AsyncBridge | None = None,
+        stage_buffer_size: int = 2,
     ) -> None: ...
     def start(self) -> None:
         """Starts the scheduler and the pool."""
-    def stop(self) -> None:
-        """Stops and joins every thread (GIL released)."""
+    def stop(self, timeout: float | None = None) -> None:
+        """Stops and joins every thread (GIL released), within ``timeout`` seconds; raises ``TimeoutError``
+        if an op is still running then (its thread is left to finish)."""
     def get_item(self, timeout: float | None = None) -> tuple[int, Any]:
-        """``(0, item)``, ``(1, epoch)`` or ``(2, None)``; raises ``TimeoutError``."""
+        """``(0, item)``, ``(1, epoch)`` or ``(2, None)``; raises ``TimeoutError``; ``inf`` waits forever,
+        NaN or a negative timeout raises ``ValueError``."""
     def error(self) -> tuple[str, str | None] | None:
         """Why the pipeline ended early: ``(message, stage)``."""
     def take_exceptions(self) -> list[tuple[str, BaseException]]:

@@ -28,6 +28,8 @@ pub(crate) enum Produced {
     Items(Vec<Value>),
     /// The async iterator is exhausted (or raised, which was recorded as a source failure).
     End,
+    /// The object a [`JobKind::Start`] made (an async generator), as it is.
+    Object(Py<PyAny>),
 }
 
 /// What the stage waiting for a job receives.
@@ -42,6 +44,11 @@ pub(crate) enum JobKind {
     CollectGen,
     /// `await op.__anext__()` (`op` is an async iterator; `arg` is ignored). `StopAsyncIteration` ends it.
     Next,
+    /// `op(arg)`, called on the loop thread and returned as it is (an async generator function's generator).
+    Start,
+    /// `await op.__anext__()` for a stage's async generator: its value is an output (`None`: none), an
+    /// exception fails the stage's item.
+    GenNext,
 }
 
 /// One coroutine to start on the loop.
@@ -132,6 +139,12 @@ impl AsyncBridge {
     /// `"call"`, `"gen"` or `"next"`. The loop starts one task per job and adds `reply.done` as its
     /// done-callback.
     fn take_jobs(&self, py: Python<'_>) -> PyResult<Vec<JobTuple>> {
+        super::no_panic("the async bridge", || self.jobs_now(py))
+    }
+}
+
+impl AsyncBridge {
+    fn jobs_now(&self, py: Python<'_>) -> PyResult<Vec<JobTuple>> {
         if let Ok(mut s) = self.wake_rx.lock() {
             let mut sink = [0u8; 256];
             while matches!(s.read(&mut sink), Ok(n) if n > 0) {}
@@ -141,7 +154,8 @@ impl AsyncBridge {
             let kind = match job.kind {
                 JobKind::Call => "call",
                 JobKind::CollectGen => "gen",
-                JobKind::Next => "next",
+                JobKind::Next | JobKind::GenNext => "next",
+                JobKind::Start => "start",
             };
             let arg = job.arg.into_py(py)?;
             let reply = Reply { kind: job.kind, context: job.context, tx: Mutex::new(Some(job.reply)) };
@@ -165,16 +179,28 @@ pub struct Reply {
 
 #[pymethods]
 impl Reply {
-    /// Called with the finished task (or future): forwards `task.result()` or its exception.
-    fn done(&self, task: Bound<'_, PyAny>) {
-        let result = task.call_method0("result");
-        self.finish(task.py(), result);
+    /// Called with the finished task (or future): forwards `task.result()` or its exception. A cancelled
+    /// task (the pipeline is stopping) is dropped quietly: nobody waits for it, and its `CancelledError` is
+    /// not an op's failure.
+    fn done(&self, task: Bound<'_, PyAny>) -> PyResult<()> {
+        super::no_panic("the async bridge", || {
+            if task.call_method0("cancelled").and_then(|c| c.is_truthy()).unwrap_or(false) {
+                drop(self.tx.lock().ok().and_then(|mut g| g.take()));
+                return Ok(());
+            }
+            let result = task.call_method0("result");
+            self.finish(task.py(), result);
+            Ok(())
+        })
     }
 
     /// Fails the job with `exc` (the op raised before it returned a coroutine).
-    fn fail(&self, exc: Bound<'_, PyAny>) {
-        let py = exc.py();
-        self.finish(py, Err(PyErr::from_value(exc)));
+    fn fail(&self, exc: Bound<'_, PyAny>) -> PyResult<()> {
+        super::no_panic("the async bridge", || {
+            let py = exc.py();
+            self.finish(py, Err(PyErr::from_value(exc)));
+            Ok(())
+        })
     }
 }
 
@@ -189,7 +215,12 @@ impl Reply {
                 collect(obj, ctx.split).map(Produced::Items).map_err(|e| ctx.failures.record(py, &ctx.stage, e))
             }
             (JobKind::Next, Ok(obj)) => Ok(Produced::Items(vec![Value::from_py(obj)])),
-            (JobKind::Next, Err(e)) if e.is_instance_of::<PyStopAsyncIteration>(py) => Ok(Produced::End),
+            (JobKind::Start, Ok(obj)) => Ok(Produced::Object(obj.unbind())),
+            (JobKind::GenNext, Ok(obj)) if obj.is_none() => Ok(Produced::Items(Vec::new())),
+            (JobKind::GenNext, Ok(obj)) => Ok(Produced::Items(vec![convert(obj, ctx.split)])),
+            (JobKind::Next | JobKind::GenNext, Err(e)) if e.is_instance_of::<PyStopAsyncIteration>(py) => {
+                Ok(Produced::End)
+            }
             (JobKind::Next, Err(e)) => {
                 ctx.failures.record_source(py, e);
                 Ok(Produced::End)

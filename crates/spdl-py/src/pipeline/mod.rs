@@ -6,10 +6,12 @@ mod bridge;
 mod ops;
 pub(crate) mod tstate;
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use pyo3::exceptions::{PyTimeoutError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use spdl_exec::{BuildOptions, FailureBudget, Item, OutputOrder, Pipeline, PipelineBuilder, PipelineError, state};
@@ -25,6 +27,45 @@ use crate::value::Value;
 const UNBOUNDED_SINK: usize = 4096;
 /// How long a blocking wait runs before checking for Ctrl-C.
 const SIGNAL_SLICE: Duration = Duration::from_millis(100);
+/// How long dropping a `PipelineCore` (garbage collection, interpreter exit) waits for its threads; an op
+/// still running then is left to finish on its own thread.
+const DROP_WAIT: Duration = Duration::from_secs(1);
+/// Default capacity of the queues between stages (SPDL's, which is fixed: `_BUFFER_SIZE = 2`).
+const DEFAULT_STAGE_BUFFER: usize = 2;
+
+/// Runs the body of a Python-facing method, turning a Rust panic into a `RuntimeError`. (PyO3 would raise
+/// `pyo3_runtime.PanicException`, a `BaseException` that `except Exception` does not catch.)
+pub(crate) fn no_panic<R>(what: &str, f: impl FnOnce() -> PyResult<R>) -> PyResult<R> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(payload) => {
+            let msg = payload
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a non-string panic".to_owned());
+            Err(PyRuntimeError::new_err(format!("spdl_rs internal error in {what}: {msg}")))
+        }
+    }
+}
+
+/// A timeout in seconds from Python. `None`, and values too large for a `Duration` (`inf`, `1e300`), mean
+/// no limit; NaN and negative values are a `ValueError`.
+pub(crate) fn timeout_arg(timeout: Option<f64>) -> PyResult<Option<Duration>> {
+    match timeout {
+        None => Ok(None),
+        Some(t) if t.is_nan() || t < 0.0 => {
+            Err(PyValueError::new_err(format!("timeout must be a non-negative number of seconds or None, got {t}")))
+        }
+        Some(t) => Ok(Duration::try_from_secs_f64(t).ok()),
+    }
+}
+
+/// The instant `timeout` from now; `None` (no deadline) when there is no timeout or it is beyond what an
+/// `Instant` can represent.
+fn deadline(timeout: Option<Duration>) -> Option<Instant> {
+    timeout.and_then(|t| Instant::now().checked_add(t))
+}
 
 /// The builder state while steps are added: items are single values, or batches after `aggregate`.
 enum Chain {
@@ -58,10 +99,10 @@ impl Sink {
         }
     }
 
-    fn stop(&self) {
+    fn stop_timeout(&self, timeout: Duration) -> Result<(), spdl_exec::StopTimeout> {
         match self {
-            Sink::One(p) => p.stop(),
-            Sink::Batch(p) => p.stop(),
+            Sink::One(p) => p.stop_timeout(timeout),
+            Sink::Batch(p) => p.stop_timeout(timeout),
         }
     }
 
@@ -123,6 +164,8 @@ pub struct PipelineCore {
     /// The error that ended iteration (a spent failure budget), kept for `stop()` to raise.
     error: Mutex<Option<String>>,
     error_stage: Mutex<Option<String>>,
+    /// A bounded `stop` timed out: dropping does not wait again.
+    abandoned: AtomicBool,
 }
 
 impl std::fmt::Debug for PipelineCore {
@@ -141,18 +184,9 @@ impl PipelineCore {
     }
 }
 
-#[pymethods]
 impl PipelineCore {
-    /// Builds the pipeline.
-    ///
-    /// `source`: `("iter", iterable, continuous)`, `("aiter", async_iterable)`, `("range", start, stop,
-    /// step)` or `("list", list_or_tuple)`. `steps`: `("pipe", name, kind, op, concurrency, output_order,
-    /// max_failures)`, `("aggregate", n, drop_last)`, `("aggregator", name, obj, drop_last)` (an object with
-    /// `accumulate`/`flush`) or `("disaggregate",)`; kind is `sync`, `gen`,
-    /// `async`, `asyncgen` or `native`. `bridge` is required when an op or the source is async.
-    #[new]
-    #[pyo3(signature = (source, steps, *, buffer_size, num_threads, max_failures=None, bridge=None))]
-    fn new(
+    #[allow(clippy::too_many_arguments)]
+    fn build(
         py: Python<'_>,
         source: Bound<'_, PyTuple>,
         steps: Vec<Bound<'_, PyTuple>>,
@@ -160,6 +194,7 @@ impl PipelineCore {
         num_threads: usize,
         max_failures: Option<Bound<'_, PyAny>>,
         bridge: Option<Bound<'_, AsyncBridge>>,
+        stage_buffer_size: usize,
     ) -> PyResult<Self> {
         let failures = Arc::new(Failures::new(py)?);
         let submitter = bridge.as_ref().map(|b| b.get().submitter());
@@ -171,9 +206,13 @@ impl PipelineCore {
                 let iterable = Arc::new(source.get_item(1)?.unbind());
                 let continuous: bool = source.get_item(2)?.extract()?;
                 if continuous {
-                    Chain::One(start.continuous_source(PyIterable { iterable, failures: Arc::clone(&failures) }))
+                    Chain::One(start.continuous_source(PyIterable {
+                        iterable,
+                        failures: Arc::clone(&failures),
+                        chunk: stage_buffer_size,
+                    }))
                 } else {
-                    Chain::One(start.source(PyIter::new(iterable, Arc::clone(&failures))))
+                    Chain::One(start.source(PyIter::new(iterable, Arc::clone(&failures), stage_buffer_size)))
                 }
             }
             "range" => {
@@ -260,8 +299,13 @@ impl PipelineCore {
         }
 
         let buffer_size = if buffer_size == 0 { UNBOUNDED_SINK } else { buffer_size };
+        if stage_buffer_size == 0 {
+            return Err(PyValueError::new_err("stage_buffer_size must be at least 1"));
+        }
         let opts = BuildOptions {
             num_threads,
+            queue_capacity: stage_buffer_size,
+            batch_queue_capacity: stage_buffer_size,
             failure_budget: budget(max_failures)?,
             // Stats are reported by the Python layer (through `logging`), not by the engine's hook.
             report_interval: None,
@@ -271,30 +315,138 @@ impl PipelineCore {
             Chain::One(b) => Sink::One(build(b.sink(buffer_size), opts)?),
             Chain::Batch(b) => Sink::Batch(build(b.sink(buffer_size), opts)?),
         };
-        Ok(Self { sink, failures, error: Mutex::new(None), error_stage: Mutex::new(None) })
+        Ok(Self {
+            sink,
+            failures,
+            error: Mutex::new(None),
+            error_stage: Mutex::new(None),
+            abandoned: AtomicBool::new(false),
+        })
+    }
+}
+
+#[pymethods]
+impl PipelineCore {
+    /// Builds the pipeline.
+    ///
+    /// `source`: `("iter", iterable, continuous)`, `("aiter", async_iterable)`, `("range", start, stop,
+    /// step)` or `("list", list_or_tuple)`. `steps`: `("pipe", name, kind, op, concurrency, output_order,
+    /// max_failures)`, `("aggregate", n, drop_last)`, `("aggregator", name, obj, drop_last)` (an object with
+    /// `accumulate`/`flush`) or `("disaggregate",)`; kind is `sync`, `gen`,
+    /// `async`, `asyncgen` or `native`. `bridge` is required when an op or the source is async.
+    #[new]
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (source, steps, *, buffer_size, num_threads, max_failures=None, bridge=None, stage_buffer_size=DEFAULT_STAGE_BUFFER))]
+    fn new(
+        py: Python<'_>,
+        source: Bound<'_, PyTuple>,
+        steps: Vec<Bound<'_, PyTuple>>,
+        buffer_size: usize,
+        num_threads: usize,
+        max_failures: Option<Bound<'_, PyAny>>,
+        bridge: Option<Bound<'_, AsyncBridge>>,
+        stage_buffer_size: usize,
+    ) -> PyResult<Self> {
+        no_panic("PipelineCore()", || {
+            Self::build(py, source, steps, buffer_size, num_threads, max_failures, bridge, stage_buffer_size)
+        })
     }
 
     /// Starts the scheduler and the thread pool.
     fn start(&self, py: Python<'_>) -> PyResult<()> {
-        py.detach(|| self.sink.start()).map_err(|e| Error::from(e).into())
+        no_panic("Pipeline.start", || py.detach(|| self.sink.start()).map_err(|e| Error::from(e).into()))
     }
 
-    /// Stops the pipeline and joins its threads (with the GIL released, so that running Python ops finish).
-    fn stop(&self, py: Python<'_>) {
-        py.detach(|| self.sink.stop());
+    /// Stops the pipeline and joins its threads, with the GIL released so that running Python ops finish.
+    /// Waits at most `timeout` seconds (`None`: until they end), checking for Ctrl-C every 100 ms; raises
+    /// `TimeoutError` if an op is still running then (the pipeline is stopped all the same, and the op's
+    /// thread is left to finish on its own).
+    #[pyo3(signature = (timeout=None))]
+    fn stop(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
+        no_panic("Pipeline.stop", || {
+            let deadline = deadline(timeout_arg(timeout)?);
+            loop {
+                let slice =
+                    deadline.map_or(SIGNAL_SLICE, |d| d.saturating_duration_since(Instant::now()).min(SIGNAL_SLICE));
+                if py.detach(|| self.sink.stop_timeout(slice)).is_ok() {
+                    return Ok(());
+                }
+                py.check_signals()?;
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    self.abandoned.store(true, Ordering::Relaxed);
+                    return Err(PyTimeoutError::new_err(format!(
+                        "the pipeline did not stop within {} s: an op is still running (the pipeline is stopped; the \
+                         op's thread is left to finish on its own)",
+                        timeout.unwrap_or_default()
+                    )));
+                }
+            }
+        })
     }
 
     /// The next item: `(0, item)`, `(1, epoch)` at the end of an epoch of a continuous source, or
-    /// `(2, None)` at the end (also when the pipeline failed: see `error()`). Raises `TimeoutError`.
+    /// `(2, None)` at the end (also when the pipeline failed: see `error()`). Raises `TimeoutError`; a
+    /// timeout too large for a deadline (`inf`, `1e300`) waits as long as it takes, NaN or a negative one
+    /// is a `ValueError`.
     #[pyo3(signature = (timeout=None))]
     fn get_item(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<(u8, Py<PyAny>)> {
-        let deadline = match timeout {
-            Some(t) if !(t >= 0.0 && t.is_finite()) => {
-                return Err(PyValueError::new_err(format!("timeout must be a non-negative number, got {t}")));
-            }
-            Some(t) => Some(Instant::now() + Duration::from_secs_f64(t)),
-            None => None,
-        };
+        no_panic("Pipeline.get_item", || self.next_item(py, timeout))
+    }
+
+    /// Why the pipeline ended early, if it did: `(message, stage or None)`.
+    fn error(&self) -> Option<(String, Option<String>)> {
+        let e = self.error.lock().unwrap_or_else(PoisonError::into_inner).clone()?;
+        let stage = self.error_stage.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        Some((e, stage))
+    }
+
+    /// The Python exceptions of failed items kept so far (the first 32), as `(stage, exception)`, oldest
+    /// first; each is returned once.
+    fn take_exceptions(&self) -> Vec<(String, Py<PyAny>)> {
+        self.failures.take().into_iter().map(|(s, e)| (s, e.into_any())).collect()
+    }
+
+    /// A stats snapshot: one dict per stage (source first, sink last).
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        no_panic("Pipeline.get_stats", || self.stats_list(py))
+    }
+
+    /// The stats as the engine's text table (one row per stage; the bottleneck is marked).
+    fn stats_table(&self, py: Python<'_>) -> PyResult<String> {
+        no_panic("Pipeline.stats_table", || Ok(py.detach(|| self.sink.stats().to_string())))
+    }
+}
+
+impl PipelineCore {
+    fn stats_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let snap = py.detach(|| self.sink.stats());
+        let list = PyList::empty(py);
+        for s in &snap.stages {
+            let d = PyDict::new(py);
+            d.set_item("name", &s.name)?;
+            d.set_item("kind", format!("{:?}", s.kind).to_lowercase())?;
+            d.set_item("concurrency", s.concurrency)?;
+            d.set_item("items_in", s.items_in)?;
+            d.set_item("items_out", s.items_out)?;
+            d.set_item("items_failed", s.items_failed)?;
+            d.set_item("task_time_total", s.task_time_total.as_secs_f64())?;
+            d.set_item("task_mean", s.task_mean.as_secs_f64())?;
+            d.set_item("task_p50", s.task_p50.as_secs_f64())?;
+            d.set_item("task_p90", s.task_p90.as_secs_f64())?;
+            d.set_item("task_p99", s.task_p99.as_secs_f64())?;
+            d.set_item("starved", s.starved.as_secs_f64())?;
+            d.set_item("blocked", s.blocked.as_secs_f64())?;
+            d.set_item("queue_len", s.queue_len)?;
+            d.set_item("queue_capacity", s.queue_capacity)?;
+            d.set_item("busy", s.busy)?;
+            d.set_item("elapsed", snap.elapsed.as_secs_f64())?;
+            list.append(d)?;
+        }
+        Ok(list)
+    }
+
+    fn next_item(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<(u8, Py<PyAny>)> {
+        let deadline = deadline(timeout_arg(timeout)?);
         loop {
             // Wait in slices so that Ctrl-C reaches the consumer even with no timeout.
             let slice = match deadline {
@@ -325,59 +477,16 @@ impl PipelineCore {
             }
         }
     }
-
-    /// Why the pipeline ended early, if it did: `(message, stage or None)`.
-    fn error(&self) -> Option<(String, Option<String>)> {
-        let e = self.error.lock().unwrap_or_else(PoisonError::into_inner).clone()?;
-        let stage = self.error_stage.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        Some((e, stage))
-    }
-
-    /// The Python exceptions of failed items kept so far (the first 32), as `(stage, exception)`, oldest
-    /// first; each is returned once.
-    fn take_exceptions(&self) -> Vec<(String, Py<PyAny>)> {
-        self.failures.take().into_iter().map(|(s, e)| (s, e.into_any())).collect()
-    }
-
-    /// A stats snapshot: one dict per stage (source first, sink last).
-    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let snap = py.detach(|| self.sink.stats());
-        let list = PyList::empty(py);
-        for s in &snap.stages {
-            let d = PyDict::new(py);
-            d.set_item("name", &s.name)?;
-            d.set_item("kind", format!("{:?}", s.kind).to_lowercase())?;
-            d.set_item("concurrency", s.concurrency)?;
-            d.set_item("items_in", s.items_in)?;
-            d.set_item("items_out", s.items_out)?;
-            d.set_item("items_failed", s.items_failed)?;
-            d.set_item("task_time_total", s.task_time_total.as_secs_f64())?;
-            d.set_item("task_mean", s.task_mean.as_secs_f64())?;
-            d.set_item("task_p50", s.task_p50.as_secs_f64())?;
-            d.set_item("task_p90", s.task_p90.as_secs_f64())?;
-            d.set_item("task_p99", s.task_p99.as_secs_f64())?;
-            d.set_item("starved", s.starved.as_secs_f64())?;
-            d.set_item("blocked", s.blocked.as_secs_f64())?;
-            d.set_item("queue_len", s.queue_len)?;
-            d.set_item("queue_capacity", s.queue_capacity)?;
-            d.set_item("busy", s.busy)?;
-            d.set_item("elapsed", snap.elapsed.as_secs_f64())?;
-            list.append(d)?;
-        }
-        Ok(list)
-    }
-
-    /// The stats as the engine's text table (one row per stage; the bottleneck is marked).
-    fn stats_table(&self, py: Python<'_>) -> String {
-        py.detach(|| self.sink.stats().to_string())
-    }
 }
 
 impl Drop for PipelineCore {
     fn drop(&mut self) {
         // Joining the engine's threads while holding the GIL would deadlock with a Python op waiting for
-        // it: release it for the join (a no-op when the pipeline is already stopped).
-        Python::attach(|py| py.detach(|| self.sink.stop()));
+        // it: release it for the join (a no-op when the pipeline is already stopped). The wait is bounded:
+        // this runs in the garbage collector or at interpreter exit, and an op that never returns is left
+        // to finish on its own thread.
+        let wait = if self.abandoned.load(Ordering::Relaxed) { Duration::ZERO } else { DROP_WAIT };
+        Python::attach(|py| py.detach(|| self.sink.stop_timeout(wait).is_ok()));
     }
 }
 

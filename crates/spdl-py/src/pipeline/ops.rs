@@ -58,14 +58,16 @@ impl PyNativeOp {
     /// Applies the op to one item (with the GIL released while it runs); returns its output, or the list of
     /// its outputs if it made several, or `None` if it made none.
     fn __call__(&self, py: Python<'_>, item: Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        let input = Value::from_py(item);
-        let op = Arc::clone(&self.op);
-        let mut out = py.detach(move || op.call(op.name(), input))?;
-        match out.len() {
-            0 => Ok(py.None()),
-            1 => out.pop().map_or_else(|| Ok(py.None()), |v| v.into_py(py)),
-            _ => Value::List(out).into_py(py),
-        }
+        super::no_panic(self.op.name(), || {
+            let input = Value::from_py(item);
+            let op = Arc::clone(&self.op);
+            let mut out = py.detach(move || op.call(op.name(), input))?;
+            match out.len() {
+                0 => Ok(py.None()),
+                1 => out.pop().map_or_else(|| Ok(py.None()), |v| v.into_py(py)),
+                _ => Value::List(out).into_py(py),
+            }
+        })
     }
 
     fn __repr__(&self) -> String {
@@ -208,23 +210,45 @@ where
         }
         OpImpl::Python { kind: PyOpKind::Gen, op } => {
             let failures = Arc::clone(failures);
-            Stage::flat_map(name, move |input: T| {
+            // Lazy: each yielded value goes downstream as it is yielded, and the generator is advanced
+            // (on the pool, with the GIL) only while the output queue has room.
+            Stage::flat_map_lazy(name, move |input: T| {
                 let input: Value = input.into();
                 super::tstate::attach(|py| {
-                    let run = || -> PyResult<Vec<Value>> {
+                    let start = || -> PyResult<Py<PyIterator>> {
                         let arg = input.into_py(py)?;
-                        let generator = op.bind(py).call1((arg,))?;
-                        let mut out = Vec::new();
-                        for item in generator.try_iter()? {
-                            let item = item?;
-                            if !item.is_none() {
-                                out.push(convert(item, split_output));
-                            }
-                        }
-                        Ok(out)
+                        Ok(op.bind(py).call1((arg,))?.try_iter()?.unbind())
                     };
-                    run().map_err(|e| failures.record(py, &stage_name, e))
+                    match start() {
+                        Ok(it) => Ok(PyGen {
+                            it: Some(it),
+                            stage: stage_name.clone(),
+                            split: split_output,
+                            failures: Arc::clone(&failures),
+                        }),
+                        Err(e) => Err(failures.record(py, &stage_name, e)),
+                    }
                 })
+            })
+        }
+        OpImpl::Python { kind: PyOpKind::AsyncGen, op } => {
+            let submitter = submitter
+                .ok_or_else(|| Error::Invalid(format!("stage `{name}` is async but the pipeline has no event loop")))?
+                .clone();
+            let context =
+                Arc::new(JobContext { stage: stage_name, split: split_output, failures: Arc::clone(failures) });
+            // `op(item)` is made on the loop thread; then each `__anext__` is one job, submitted only when the
+            // previous output is queued (the engine polls the stream under the output queue's back-pressure).
+            Stage::flat_map_stream(name, move |input: T| {
+                let rx = submitter.submit(JobKind::Start, &op, input.into(), &context);
+                let (submitter, context) = (submitter.clone(), Arc::clone(&context));
+                async move {
+                    let gone = || Error::LoopGone { stage: context.stage.clone() };
+                    match rx.ok_or_else(gone)?.await.map_err(|_| gone())?? {
+                        Produced::Object(agen) => Ok::<_, Error>(agen_stream(Arc::new(agen), submitter, context)),
+                        Produced::Items(_) | Produced::End => Err(gone()),
+                    }
+                }
             })
         }
         OpImpl::Python { kind, op } => {
@@ -242,13 +266,78 @@ where
                     let gone = || Error::LoopGone { stage: stage.clone() };
                     match rx.ok_or_else(gone)?.await.map_err(|_| gone())?? {
                         Produced::Items(v) => Ok::<_, Error>(v),
-                        Produced::End => Ok(Vec::new()),
+                        Produced::End | Produced::Object(_) => Ok(Vec::new()),
                     }
                 }
             })
         }
     };
     Ok(stage.concurrency(concurrency).order(order).failure_budget(budget))
+}
+
+/// A Python generator being iterated by a lazy stage: each `next` takes the GIL for one `__next__`
+/// (skipping `None`s). An exception is logged and kept like a failed call's, and ends the generator.
+struct PyGen {
+    it: Option<Py<PyIterator>>,
+    stage: String,
+    split: bool,
+    failures: Arc<Failures>,
+}
+
+impl Iterator for PyGen {
+    type Item = Result<Value, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let it = self.it.as_ref()?;
+        let next = super::tstate::attach(|py| {
+            let mut it = it.bind(py).clone();
+            loop {
+                match it.next() {
+                    None => return None,
+                    Some(Ok(obj)) if obj.is_none() => {}
+                    Some(Ok(obj)) => return Some(Ok(convert(obj, self.split))),
+                    Some(Err(e)) => return Some(Err(self.failures.record(py, &self.stage, e))),
+                }
+            }
+        });
+        if !matches!(next, Some(Ok(_))) {
+            self.it = None;
+        }
+        next
+    }
+}
+
+/// The outputs of an async generator, one `__anext__` job on the pipeline's event loop each (`None`s are
+/// skipped). An exception fails the item (logged and kept) and ends the stream.
+fn agen_stream(
+    agen: Arc<Py<PyAny>>,
+    submitter: Submitter,
+    context: Arc<JobContext>,
+) -> impl futures::Stream<Item = Result<Value, Error>> + Send + 'static {
+    futures::stream::unfold(Some(agen), move |state| {
+        let (submitter, context) = (submitter.clone(), Arc::clone(&context));
+        async move {
+            let agen = state?;
+            let gone = || Error::LoopGone { stage: context.stage.clone() };
+            loop {
+                let Some(rx) = submitter.submit(JobKind::GenNext, &agen, Value::Int(0), &context) else {
+                    return Some((Err(gone()), None));
+                };
+                match rx.await {
+                    Err(_) => return Some((Err(gone()), None)),
+                    Ok(Err(e)) => return Some((Err(e), None)),
+                    Ok(Ok(Produced::End)) => return None,
+                    Ok(Ok(Produced::Items(mut v))) => {
+                        if let Some(value) = v.pop() {
+                            return Some((Ok(value), Some(agen)));
+                        }
+                        // The generator yielded `None`: nothing to emit, ask for the next one.
+                    }
+                    Ok(Ok(Produced::Object(_))) => return Some((Err(gone()), None)),
+                }
+            }
+        }
+    })
 }
 
 /// A Python aggregator (SPDL's `spdl.pipeline.defs.Aggregator`: an object with `accumulate(item)` and
@@ -299,6 +388,8 @@ pub(crate) struct PyIter {
     buf: std::collections::VecDeque<Value>,
     done: bool,
     chunk: usize,
+    /// The most items taken per GIL acquisition (they wait here, alive, before the first queue).
+    max_chunk: usize,
     failures: Arc<Failures>,
 }
 
@@ -307,13 +398,16 @@ pub(crate) struct PyIter {
 const SOURCE_CHUNK: usize = 32;
 
 impl PyIter {
-    pub(crate) fn new(iterable: Arc<Py<PyAny>>, failures: Arc<Failures>) -> Self {
-        Self { iterable, iter: None, buf: Default::default(), done: false, chunk: 1, failures }
+    /// `max_chunk`: items taken per GIL acquisition at most (clamped to 1..=32); the pipeline passes its
+    /// stage queue capacity, so that the source holds no more items than a queue does.
+    pub(crate) fn new(iterable: Arc<Py<PyAny>>, failures: Arc<Failures>, max_chunk: usize) -> Self {
+        let max_chunk = max_chunk.clamp(1, SOURCE_CHUNK);
+        Self { iterable, iter: None, buf: Default::default(), done: false, chunk: 1, max_chunk, failures }
     }
 
     fn refill(&mut self) {
         let chunk = self.chunk;
-        self.chunk = (self.chunk * 2).min(SOURCE_CHUNK);
+        self.chunk = (self.chunk * 2).min(self.max_chunk);
         super::tstate::attach(|py| {
             let it = match &self.iter {
                 Some(it) => it.bind(py).clone(),
@@ -367,6 +461,8 @@ impl Iterator for PyIter {
 pub(crate) struct PyIterable {
     pub(crate) iterable: Arc<Py<PyAny>>,
     pub(crate) failures: Arc<Failures>,
+    /// See [`PyIter::new`].
+    pub(crate) chunk: usize,
 }
 
 impl IntoIterator for PyIterable {
@@ -374,7 +470,7 @@ impl IntoIterator for PyIterable {
     type IntoIter = PyIter;
 
     fn into_iter(self) -> PyIter {
-        PyIter::new(self.iterable, self.failures)
+        PyIter::new(self.iterable, self.failures, self.chunk)
     }
 }
 
@@ -418,7 +514,7 @@ pub(crate) fn async_source(
                 let value = v.pop()?;
                 Some((value, Some((aiter, submitter, context))))
             }
-            Ok(Produced::End) | Err(_) => None,
+            Ok(Produced::End | Produced::Object(_)) | Err(_) => None,
         }
     })
 }

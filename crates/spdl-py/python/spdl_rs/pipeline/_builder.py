@@ -19,6 +19,17 @@ U = TypeVar("U")
 
 _I64 = (-(2**63), 2**63 - 1)
 
+#: Default capacity of the queues between stages: SPDL's (``_BUFFER_SIZE``, fixed there).
+_STAGE_BUFFER_SIZE = 2
+#: The largest queue or batch size taken (queues allocate as they fill, so a large one costs nothing until
+#: it holds items).
+_MAX_SIZE = 2**48
+
+
+def _check_size(what: str, value: Any, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= _MAX_SIZE:
+        raise ValueError(f"{what} must be an integer in [{minimum}, 2**48], got {value!r}")
+
 
 def _budget(max_failures: int | Fraction | None, what: str) -> tuple[str, Any] | None:
     """``None``/-1: unlimited; an int n >= 0: stop after more than n failures; a Fraction in (0, 1]: stop when
@@ -234,8 +245,7 @@ class PipelineBuilder(Generic[T, U]):
         """Sets the output buffer: how many finished items wait for the consumer (0: a large buffer)."""
         if self._sink is not None:
             raise ValueError("Sink is already set.")
-        if not isinstance(buffer_size, int) or buffer_size < 0:
-            raise ValueError(f"buffer_size must be a non-negative integer, got {buffer_size!r}")
+        _check_size("buffer_size", buffer_size, minimum=0)
         self._sink = buffer_size
         return self
 
@@ -245,6 +255,7 @@ class PipelineBuilder(Generic[T, U]):
         num_threads: int,
         max_failures: int | Fraction = -1,
         report_stats_interval: float = -1,
+        stage_buffer_size: int = _STAGE_BUFFER_SIZE,
         **spdl_only: Any,
     ) -> Pipeline[U]:
         """Builds the pipeline (it starts on the first ``get_item``, or with ``start``/``auto_stop``).
@@ -255,6 +266,12 @@ class PipelineBuilder(Generic[T, U]):
                 or a ``Fraction`` in (0, 1] (rate, judged after 100 calls).
             report_stats_interval: Log the stats table through ``logging`` (logger ``spdl_rs.pipeline``, level
                 INFO) this often, in seconds, and once at the end; -1 for never.
+            stage_buffer_size: (spdl_rs only) Capacity of each queue between two stages, in items (batches
+                after an ``aggregate``); SPDL's is fixed at 2, the default. Items alive at once are bounded by
+                about ``sum over stages of (stage_buffer_size + concurrency + 1)`` plus the sink's
+                ``buffer_size`` (each counting batches as one item after an ``aggregate``, plus the batch being
+                filled). Larger values cost memory and gain throughput for trivial ops (fewer thread wake-ups
+                per item).
             spdl_only: SPDL's ``stage_id`` and ``use_thread_output_queue`` are accepted and ignored;
                 ``queue_class``, ``task_hook_factory`` and ``background_tasks`` hook into SPDL's asyncio
                 internals and raise ``TypeError`` unless ``None``.
@@ -264,6 +281,7 @@ class PipelineBuilder(Generic[T, U]):
             raise RuntimeError("Source is not set.")
         if not isinstance(num_threads, int) or num_threads < 1:
             raise ValueError(f"num_threads must be a positive integer, got {num_threads!r}")
+        _check_size("stage_buffer_size", stage_buffer_size, minimum=1)
         source = self._source
         if source[0] == "aiter":
             source = ("aiter", source[1].__aiter__())
@@ -275,6 +293,7 @@ class PipelineBuilder(Generic[T, U]):
             num_threads=num_threads,
             max_failures=_budget(max_failures, "max_failures"),
             bridge=loop.bridge if loop is not None else None,
+            stage_buffer_size=stage_buffer_size,
         )
         return Pipeline(core, event_loop=loop, report_stats_interval=report_stats_interval)
 
@@ -304,6 +323,7 @@ def build_pipeline(
     num_threads: int,
     max_failures: int | Fraction = -1,
     report_stats_interval: float = -1,
+    stage_buffer_size: int = _STAGE_BUFFER_SIZE,
     **spdl_only: Any,
 ) -> Pipeline[Any]:
     """Builds a :py:class:`Pipeline` from a :py:class:`spdl_rs.pipeline.defs.PipelineConfig` (SPDL's
@@ -342,5 +362,8 @@ def build_pipeline(
             )
     builder.add_sink(pipeline_cfg.sink.buffer_size)
     return builder.build(
-        num_threads=num_threads, max_failures=max_failures, report_stats_interval=report_stats_interval
+        num_threads=num_threads,
+        max_failures=max_failures,
+        report_stats_interval=report_stats_interval,
+        stage_buffer_size=stage_buffer_size,
     )

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 import weakref
 from collections.abc import Iterator
 from typing import Any, Generic, TypeVar
@@ -23,6 +24,16 @@ T = TypeVar("T")
 
 async def _collect(agen: Any) -> list[Any]:
     return [x async for x in agen]
+
+
+async def _call(op: Any, arg: Any) -> Any:
+    """``op(arg)`` as a task (an async generator function's call, which makes the generator)."""
+    return op(arg)
+
+
+#: How long garbage collection or interpreter exit waits for a pipeline's threads (seconds); an op still
+#: running then is left to finish on its own thread.
+_FINALIZE_TIMEOUT = 1.0
 
 
 class _EventLoop:
@@ -71,6 +82,8 @@ class _EventLoop:
                     awaitable = op(arg)
                 elif kind == "gen":
                     awaitable = _collect(op(arg))
+                elif kind == "start":
+                    awaitable = _call(op, arg)
                 else:
                     awaitable = op.__anext__()
                 task = asyncio.ensure_future(awaitable, loop=loop)
@@ -79,14 +92,18 @@ class _EventLoop:
                 continue
             task.add_done_callback(reply.done)
 
-    def stop(self, timeout: float | None) -> None:
+    def stop(self, timeout: float | None) -> bool:
+        """Stops the loop; ``False`` if its thread is still running after ``timeout`` (an async op that
+        blocks the loop)."""
         loop = self._loop
         if loop is None or not self._thread.is_alive():
-            return
+            return True
         with contextlib.suppress(RuntimeError):  # already closed
             loop.call_soon_threadsafe(loop.stop)
-        if threading.current_thread() is not self._thread:  # a finalizer may run on the loop thread itself
-            self._thread.join(timeout)
+        if threading.current_thread() is self._thread:  # a finalizer may run on the loop thread itself
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
 
 
 class _Reporter:
@@ -114,14 +131,40 @@ class _Reporter:
             _LG.info("Pipeline stats (final):\n%s", self._core.stats_table())
 
 
-def _shutdown(core: _native.PipelineCore, loop: _EventLoop | None, reporter: _Reporter | None, timeout: float | None) -> None:
-    """Stops everything a pipeline started. Used by ``stop`` and by the finalizer (GC, interpreter exit), so
-    it must not refer to the ``Pipeline`` itself."""
-    core.stop()
-    if loop is not None:
-        loop.stop(timeout)
-    if reporter is not None:
-        reporter.stop()
+def _shutdown(
+    core: _native.PipelineCore, loop: _EventLoop | None, reporter: _Reporter | None, timeout: float | None
+) -> None:
+    """Stops everything a pipeline started, within ``timeout`` seconds in all (``None``: no limit).
+
+    Raises ``TimeoutError`` if an op is still running at the deadline; everything is stopped all the same
+    (the op's thread is left to finish on its own). Used by ``stop`` and by the finalizer (GC, interpreter
+    exit), so it must not refer to the ``Pipeline`` itself."""
+    deadline = None if timeout is None or timeout != timeout or timeout > 1e9 else time.monotonic() + timeout
+    stuck: list[str] = []
+    try:
+        core.stop(timeout)
+    except TimeoutError:
+        stuck.append("an op on the pipeline's threads")
+    finally:
+        # The event loop and the reporter are stopped even when the engine timed out or Ctrl-C came.
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if loop is not None and not loop.stop(left):
+            stuck.append("an async op blocking the pipeline's event loop")
+        if reporter is not None:
+            reporter.stop()
+    if stuck:
+        raise TimeoutError(
+            f"the pipeline did not stop within {timeout} s: {' and '.join(stuck)} still running (the pipeline "
+            "is stopped; what is still running is left to finish on its own thread)"
+        )
+
+
+def _finalize(core: _native.PipelineCore, loop: _EventLoop | None, reporter: _Reporter | None) -> None:
+    """The finalizer (garbage collection, interpreter exit): a bounded stop that never raises."""
+    try:
+        _shutdown(core, loop, reporter, _FINALIZE_TIMEOUT)
+    except TimeoutError as e:
+        _LG.warning("A pipeline was garbage-collected or left at exit while running: %s", e)
 
 
 class Pipeline(Generic[T]):
@@ -147,7 +190,7 @@ class Pipeline(Generic[T]):
         self._started = False
         self._stopped = False
         self._failure_raised = False
-        self._finalizer = weakref.finalize(self, _shutdown, core, event_loop, self._reporter, 5.0)
+        self._finalizer = weakref.finalize(self, _finalize, core, event_loop, self._reporter)
 
     def __repr__(self) -> str:
         state = "stopped" if self._stopped else "running" if self._started else "ready"
@@ -177,11 +220,19 @@ class Pipeline(Generic[T]):
     def stop(self, *, timeout: float | None = None) -> None:
         """Stops the pipeline: cancels pending work, waits for running ops to return, and joins every thread.
 
-        Idempotent. ``timeout`` bounds the wait for the event loop's thread (async ops), in seconds.
+        Idempotent. Pending async ops are cancelled quietly. Waiting can be interrupted with Ctrl-C.
+
+        Args:
+            timeout: The most seconds to wait for running ops (``None``: as long as they take).
 
         Raises:
+            TimeoutError: An op was still running at ``timeout``. The pipeline is stopped all the same (no new
+                call starts, iteration has ended); the op's thread is left to finish on its own.
             PipelineFailure: (once) A failure budget was spent, or the source raised.
+            ValueError: ``timeout`` is NaN or negative (``inf`` waits as long as it takes).
         """
+        if timeout is not None and not timeout >= 0:
+            raise ValueError(f"timeout must be a non-negative number of seconds or None, got {timeout!r}")
         with self._lock:
             if not self._stopped:
                 self._stopped = True

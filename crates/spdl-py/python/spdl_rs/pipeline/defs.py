@@ -171,8 +171,8 @@ def _aggregator_step(op: Any, drop_last: bool) -> tuple[Any, ...]:
     if isinstance(op, bool):
         raise TypeError("aggregate needs a positive integer or an Aggregator, got a bool")
     if isinstance(op, int):
-        if op < 1:
-            raise ValueError(f"aggregate needs a positive integer, got {op!r}")
+        if not 1 <= op <= 2**48:
+            raise ValueError(f"aggregate needs a positive integer (at most 2**48), got {op!r}")
         return ("aggregate", op, drop_last)
     if type(op) is Collate:
         return ("aggregate", op.n, drop_last)

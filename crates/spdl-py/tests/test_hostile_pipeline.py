@@ -354,3 +354,23 @@ def test_stop_cancels_async_ops_quietly(watchdog, caplog):
     noisy = [r for r in caplog.records if "Cancelled" in r.getMessage() or (r.exc_info and "Cancelled" in repr(r.exc_info[1]))]
     assert not noisy, [r.getMessage() for r in noisy]
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_stop_with_an_async_op_that_blocks_the_event_loop_raises_timeout_error(watchdog):
+    release = threading.Event()
+
+    async def blocks(x):
+        if x > 0:
+            release.wait()  # a blocking call inside an async op: the loop thread is stuck
+        return x
+
+    p = PipelineBuilder().add_source(range(5)).pipe(blocks).add_sink(1).build(num_threads=2)
+    try:
+        assert p.get_item(timeout=30) == 0
+        time.sleep(0.2)
+        t = time.monotonic()
+        with pytest.raises(TimeoutError, match="event loop"):
+            p.stop(timeout=1)
+        assert time.monotonic() - t < 3
+    finally:
+        release.set()

@@ -115,7 +115,7 @@ pub(crate) fn guarded<T>(item: &str, format: &str, f: impl FnOnce() -> Result<T>
     })
 }
 
-fn check_size(item: &str, format: ImageFormat, w: u32, h: u32, max_pixels: u64) -> Result<()> {
+pub(crate) fn check_size(item: &str, format: ImageFormat, w: u32, h: u32, max_pixels: u64) -> Result<()> {
     if w == 0 || h == 0 {
         return Err(decode_error(item, format, Issue::ZeroSize(w, h)));
     }
@@ -144,7 +144,13 @@ pub(crate) fn decode<S: PixelStore>(
 ) -> Result<Decoded> {
     let format = detect_or_error(bytes, item)?;
     guarded(item, format.name(), || match format {
-        ImageFormat::Jpeg => decode_jpeg(bytes, item, opts, transform, salt, store, tmp),
+        ImageFormat::Jpeg => {
+            #[cfg(feature = "turbojpeg")]
+            if let Some(d) = crate::image::turbo::decode_jpeg(bytes, item, opts, transform, salt, store, tmp)? {
+                return Ok(d);
+            }
+            decode_jpeg(bytes, item, opts, transform, salt, store, tmp)
+        }
         _ => decode_generic(bytes, item, format, opts, transform, salt, store, tmp),
     })
 }
@@ -200,7 +206,7 @@ pub(crate) fn jpeg_is_complete(bytes: &[u8]) -> bool {
     false
 }
 
-fn exif_orientation(chunk: Option<&[u8]>) -> Orientation {
+pub(crate) fn exif_orientation(chunk: Option<&[u8]>) -> Orientation {
     chunk.and_then(Orientation::from_exif_chunk).unwrap_or(Orientation::NoTransforms)
 }
 

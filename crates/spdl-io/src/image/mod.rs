@@ -54,6 +54,8 @@ mod format;
 mod pixels;
 pub(crate) mod rng;
 mod transform;
+#[cfg(feature = "turbojpeg")]
+mod turbo;
 
 use std::path::Path;
 

@@ -56,7 +56,8 @@ where
 {
     let mut future = std::pin::pin!(future);
     loop {
-        let step = py.detach(|| store.block_on(tokio::time::timeout(SIGNAL_POLL, future.as_mut())));
+        // The timer is made inside `block_on`, where the runtime's time driver is in reach.
+        let step = py.detach(|| store.block_on(async { tokio::time::timeout(SIGNAL_POLL, future.as_mut()).await }));
         match step {
             Ok(out) => return out.map_err(source_err),
             Err(_elapsed) => py.check_signals()?,

@@ -66,6 +66,7 @@ fn reduced_scale_handles_gray_crops_and_odd_sizes() {
         scale: (0.5, 1.0),
         ratio: (0.75, 1.333),
         seed: 3,
+        hflip: 0.0,
         filter: spdl_io::image::ResizeFilter::Bilinear,
     };
     let (full, reduced, _) = run(1999, 1333, t, PixelFormat::Rgba8);

@@ -230,15 +230,55 @@ impl BatchDecoder {
         N: AsRef<str> + Sync,
         B: AsRef<[u8]> + Sync,
     {
-        self.run(&InMemory(items), items.len())
+        self.run(&InMemory(items), items.len(), None)
     }
 
     /// Reads and decodes files; each file is read by the thread that decodes it.
     pub fn load<P: AsRef<Path> + Sync>(&self, paths: &[P]) -> Result<BatchOutput> {
-        self.run(&Files(paths), paths.len())
+        self.run(&Files(paths), paths.len(), None)
     }
 
-    fn run<S: Source>(&self, src: &S, n: usize) -> Result<BatchOutput> {
+    /// [`Self::decode`] with a key per item that seeds its random transform (crop, flip) in place of its
+    /// position in the batch: give each sample a stable key (its index in the dataset, mixed with the epoch)
+    /// and its crop no longer depends on which batch, or which thread, decodes it.
+    ///
+    /// ```
+    /// # use spdl_buffer::system_allocator;
+    /// # use spdl_io::image::{BatchDecoder, BatchOptions, Transform};
+    /// # let mut png = Vec::new();
+    /// # image::RgbImage::from_fn(64, 48, |x, y| image::Rgb([x as u8 * 4, y as u8 * 5, 9]))
+    /// #     .write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png).unwrap();
+    /// let opts = BatchOptions { transform: Transform::imagenet_train(32, 7), ..BatchOptions::default() };
+    /// let dec = BatchDecoder::new(opts, system_allocator())?;
+    /// // Sample 12 alone, and sample 12 second in a batch: the same crop and flip.
+    /// let a = dec.decode_keyed(&[("12.png", &png)], &[12])?;
+    /// let b = dec.decode_keyed(&[("3.png", &png), ("12.png", &png)], &[3, 12])?;
+    /// assert_eq!(a.buffer.outer_slot(0), b.buffer.outer_slot(1));
+    /// # Ok::<(), spdl_io::Error>(())
+    /// ```
+    pub fn decode_keyed<N, B>(&self, items: &[(N, B)], keys: &[u64]) -> Result<BatchOutput>
+    where
+        N: AsRef<str> + Sync,
+        B: AsRef<[u8]> + Sync,
+    {
+        Self::check_keys(items.len(), keys)?;
+        self.run(&InMemory(items), items.len(), Some(keys))
+    }
+
+    /// [`Self::load`] with a key per file (see [`Self::decode_keyed`]).
+    pub fn load_keyed<P: AsRef<Path> + Sync>(&self, paths: &[P], keys: &[u64]) -> Result<BatchOutput> {
+        Self::check_keys(paths.len(), keys)?;
+        self.run(&Files(paths), paths.len(), Some(keys))
+    }
+
+    fn check_keys(n: usize, keys: &[u64]) -> Result<()> {
+        if keys.len() != n {
+            return Err(Error::InvalidOptions(format!("{} keys for {n} items: give one key per item", keys.len())));
+        }
+        Ok(())
+    }
+
+    fn run<S: Source>(&self, src: &S, n: usize, keys: Option<&[u64]>) -> Result<BatchOutput> {
         let dtype = if self.lut.is_some() { DType::F32 } else { DType::U8 };
         let shape = self.output_shape(n);
         let bytes = shape.iter().fold(dtype.size() as u64, |acc, &d| acc.saturating_mul(d as u64));
@@ -266,7 +306,8 @@ impl BatchDecoder {
                 let next = queue.lock().unwrap_or_else(PoisonError::into_inner).next();
                 let Some((i, mut slot)) = next else { break };
                 let name = src.name(i);
-                let result = guarded(&name, "image", || self.process(src, i, &name, &mut slot, &mut worker));
+                let key = keys.and_then(|k| k.get(i).copied()).unwrap_or(i as u64);
+                let result = guarded(&name, "image", || self.process(src, i, key, &name, &mut slot, &mut worker));
                 worker.shed();
                 if let Err(error) = result {
                     slot.zero();
@@ -304,10 +345,18 @@ impl BatchDecoder {
 
     /// Decodes item `i` and writes it into `slot`: the resampler writes into the slot itself (NHWC u8) or
     /// into a per-thread scratch image that the fused transpose/normalize pass writes into the slot.
-    fn process<S: Source>(&self, src: &S, i: usize, name: &str, slot: &mut SlotMut<'_>, w: &mut Worker) -> Result<()> {
+    fn process<S: Source>(
+        &self,
+        src: &S,
+        i: usize,
+        key: u64,
+        name: &str,
+        slot: &mut SlotMut<'_>,
+        w: &mut Worker,
+    ) -> Result<()> {
         let bytes = src.bytes(i)?;
         let opts = &self.opts;
-        let d = decode::decode(&bytes, name, &opts.image, &opts.transform, i as u64, &mut w.decoded, &mut w.tmp)?;
+        let d = decode::decode(&bytes, name, &opts.image, &opts.transform, key, &mut w.decoded, &mut w.tmp)?;
         let plan = d.plan.ok_or_else(|| Error::InvalidOptions(format!("{name}: transform has no plan")))?;
         let pixels =
             Pixels { data: std::mem::take(&mut w.decoded), width: d.width, height: d.height, channels: d.channels };

@@ -434,7 +434,8 @@ mod tests {
 
     #[test]
     fn reduction_needs_a_full_factor() {
-        let plan = |cw: f64, ow: u32| Plan { left: 0.0, top: 0.0, width: cw, height: cw, out_w: ow, out_h: ow };
+        let plan =
+            |cw: f64, ow: u32| Plan { left: 0.0, top: 0.0, width: cw, height: cw, out_w: ow, out_h: ow, flip: false };
         assert_eq!(reduction_factor(&plan(375.0, 224)), 1);
         assert_eq!(reduction_factor(&plan(750.0, 224)), 1);
         assert_eq!(reduction_factor(&plan(896.0, 224)), 2);

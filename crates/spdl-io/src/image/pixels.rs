@@ -169,6 +169,40 @@ pub(crate) fn resize_into(
         dst[..n].copy_from_slice(&src.data[..n]);
         return Ok(());
     }
+    if plan.flip {
+        resize_plain(resizer, src, plan, filter, dst, item, pt)?;
+        flip_rows(dst, plan.out_w as usize, usize::from(src.channels));
+        return Ok(());
+    }
+    resize_plain(resizer, src, plan, filter, dst, item, pt)
+}
+
+/// Mirrors each row of an interleaved image (`width` pixels of `channels` bytes) left to right, in place.
+pub(crate) fn flip_rows(px: &mut [u8], width: usize, channels: usize) {
+    let row = width * channels;
+    if row == 0 {
+        return;
+    }
+    for r in px.chunks_exact_mut(row) {
+        let (mut i, mut j) = (0, width.saturating_sub(1));
+        while i < j {
+            let (a, b) = r.split_at_mut(j * channels);
+            a[i * channels..(i + 1) * channels].swap_with_slice(&mut b[..channels]);
+            i += 1;
+            j -= 1;
+        }
+    }
+}
+
+fn resize_plain(
+    resizer: &mut Resizer,
+    src: &Pixels,
+    plan: &Plan,
+    filter: ResizeFilter,
+    dst: &mut [u8],
+    item: &str,
+    pt: PixelType,
+) -> Result<()> {
     let view = src.view(item)?;
     let mut out = Image::from_slice_u8(plan.out_w, plan.out_h, dst, pt).map_err(|e| resize_error(item, e))?;
     let opts = ResizeOptions::new()

@@ -99,6 +99,9 @@ pub enum Transform {
         ratio: (f64, f64),
         /// Seed of the crop position and size.
         seed: u64,
+        /// Probability of flipping the output horizontally (torchvision's `RandomHorizontalFlip(p)`), drawn
+        /// from the same per-item generator after the crop. `0.0`: never.
+        hflip: f64,
         /// Resampling filter.
         filter: ResizeFilter,
     },
@@ -128,7 +131,20 @@ impl Transform {
             scale: (0.08, 1.0),
             ratio: (3.0 / 4.0, 4.0 / 3.0),
             seed,
+            hflip: 0.0,
             filter: ResizeFilter::Bilinear,
+        }
+    }
+
+    /// The ImageNet training transform: [`Transform::random_resized_crop`] to `size` x `size` and a
+    /// horizontal flip with probability 1/2 (torchvision's `RandomResizedCrop(size)` +
+    /// `RandomHorizontalFlip()`), seeded by `seed` and the item's key.
+    pub fn imagenet_train(size: u32, seed: u64) -> Transform {
+        match Transform::random_resized_crop(size, size, seed) {
+            Transform::RandomResizedCrop { width, height, scale, ratio, seed, filter, .. } => {
+                Transform::RandomResizedCrop { width, height, scale, ratio, seed, hflip: 0.5, filter }
+            }
+            other => other,
         }
     }
 
@@ -170,6 +186,9 @@ impl Transform {
                     Ok(())
                 }
             }
+            Transform::RandomResizedCrop { hflip, .. } if !(0.0..=1.0).contains(&hflip) => {
+                bad(format!("random resized crop hflip {hflip}: a probability in 0..=1"))
+            }
             Transform::RandomResizedCrop { width, height, scale, ratio, .. } => {
                 if width == 0 || height == 0 {
                     bad(format!("random resized crop to {width}x{height}: sizes must be at least 1"))
@@ -190,7 +209,7 @@ impl Transform {
         match *self {
             Transform::None => None,
             Transform::Resize { width, height, .. } => {
-                Some(Plan { left: 0.0, top: 0.0, width: w, height: h, out_w: width, out_h: height })
+                Some(Plan { left: 0.0, top: 0.0, width: w, height: h, out_w: width, out_h: height, flip: false })
             }
             Transform::ResizeShorterCenterCrop { shorter, crop_width, crop_height, .. } => {
                 // As torchvision: the longer side is truncated to an integer, the crop offset is rounded.
@@ -208,11 +227,13 @@ impl Transform {
                     height: (ch * sy).min(h - top * sy),
                     out_w: crop_width,
                     out_h: crop_height,
+                    flip: false,
                 })
             }
-            Transform::RandomResizedCrop { width, height, scale, ratio, seed, .. } => {
+            Transform::RandomResizedCrop { width, height, scale, ratio, seed, hflip, .. } => {
                 let mut rng = SplitMix64::new(mix(seed, salt));
                 let (left, top, cw, ch) = random_crop(&mut rng, src_w, src_h, scale, ratio);
+                let flip = hflip > 0.0 && rng.uniform(0.0, 1.0) < hflip;
                 Some(Plan {
                     left: f64::from(left),
                     top: f64::from(top),
@@ -220,6 +241,7 @@ impl Transform {
                     height: f64::from(ch),
                     out_w: width,
                     out_h: height,
+                    flip,
                 })
             }
         }
@@ -263,6 +285,8 @@ pub(crate) struct Plan {
     pub(crate) height: f64,
     pub(crate) out_w: u32,
     pub(crate) out_h: u32,
+    /// Mirror the output left to right.
+    pub(crate) flip: bool,
 }
 
 impl Plan {
@@ -274,6 +298,7 @@ impl Plan {
             && self.height == f64::from(src_h)
             && self.out_w == src_w
             && self.out_h == src_h
+            && !self.flip
     }
 
     /// The same plan on an image scaled by `(sx, sy)` (a reduced-scale decode).
@@ -371,5 +396,57 @@ mod tests {
         let q = p.scaled(0.5, 0.5, 200, 150);
         assert_eq!((q.width, q.height, q.out_w), (200.0, 150.0, 100));
         assert!(Transform::resize(4, 3).plan(4, 3, 0).unwrap().is_identity(4, 3));
+    }
+}
+
+#[cfg(test)]
+mod distribution_tests {
+    use super::*;
+
+    /// Over 100,000 items, the crop's area fraction and log aspect ratio follow torchvision's
+    /// `RandomResizedCrop.get_params`: both drawn uniformly, a draw kept only if the crop fits in the image
+    /// (else drawn again). The expected histograms are integrated numerically from that definition (the
+    /// region of uniform draws that fit); the flip comes up half the time.
+    #[test]
+    fn random_resized_crop_follows_torchvisions_distribution() {
+        let t = Transform::imagenet_train(224, 11);
+        let (w, h) = (2000u32, 2000u32);
+        let n = 100_000u64;
+        let (mut area, mut aspect, mut flips) = ([0u64; 10], [0u64; 10], 0u64);
+        let (lr0, lr1) = ((3.0f64 / 4.0).ln(), (4.0f64 / 3.0).ln());
+        for key in 0..n {
+            let p = t.plan(w, h, key).unwrap_or_else(|| panic!("plan"));
+            let frac = p.width * p.height / f64::from(w * h);
+            let a = ((frac - 0.08) / 0.92 * 10.0).floor().clamp(0.0, 9.0) as usize;
+            let r = (((p.width / p.height).ln() - lr0) / (lr1 - lr0) * 10.0).floor().clamp(0.0, 9.0) as usize;
+            area[a] += 1;
+            aspect[r] += 1;
+            flips += u64::from(p.flip);
+        }
+        // Expected: uniform on (area, log aspect), restricted to crops that fit a square (f * e^|l| <= 1).
+        let (mut want_area, mut want_aspect, mut total) = ([0f64; 10], [0f64; 10], 0f64);
+        let g = 1000;
+        for i in 0..g {
+            let f = 0.08 + 0.92 * (f64::from(i) + 0.5) / f64::from(g);
+            for j in 0..g {
+                let l = lr0 + (lr1 - lr0) * (f64::from(j) + 0.5) / f64::from(g);
+                if f * l.abs().exp() <= 1.0 {
+                    want_area[(i * 10 / g) as usize] += 1.0;
+                    want_aspect[(j * 10 / g) as usize] += 1.0;
+                    total += 1.0;
+                }
+            }
+        }
+        // Each bin within ~5 standard deviations of its expected count (sd <= 100 for n = 100k).
+        for (name, hist, want) in [("area", area, want_area), ("aspect", aspect, want_aspect)] {
+            for (i, (&c, &p)) in hist.iter().zip(&want).enumerate() {
+                let expected = p / total * n as f64;
+                assert!((c as f64 - expected).abs() < 500.0, "{name} bin {i}: {c}, expected {expected:.0} ({hist:?})");
+            }
+        }
+        assert!(flips.abs_diff(n / 2) < 800, "{flips} flips of {n}");
+        // Not a function of the batch position: the key decides.
+        assert_eq!(t.plan(w, h, 5), t.plan(w, h, 5));
+        assert_ne!(t.plan(w, h, 5), t.plan(w, h, 6));
     }
 }

@@ -77,10 +77,10 @@ fn error_string(h: tj::tjhandle) -> String {
 /// The iMCU width of a subsampling (TurboJPEG's `tjMCUWidth`), `None` if unknown.
 fn mcu_width(subsamp: i32) -> Option<u32> {
     match subsamp {
-        x if x == tj::TJSAMP_TJSAMP_444 as i32 || x == tj::TJSAMP_TJSAMP_GRAY as i32 => Some(8),
-        x if x == tj::TJSAMP_TJSAMP_440 as i32 || x == tj::TJSAMP_TJSAMP_441 as i32 => Some(8),
-        x if x == tj::TJSAMP_TJSAMP_422 as i32 || x == tj::TJSAMP_TJSAMP_420 as i32 => Some(16),
-        x if x == tj::TJSAMP_TJSAMP_411 as i32 => Some(32),
+        x if x == tj::TJSAMP_TJSAMP_444 || x == tj::TJSAMP_TJSAMP_GRAY => Some(8),
+        x if x == tj::TJSAMP_TJSAMP_440 || x == tj::TJSAMP_TJSAMP_441 => Some(8),
+        x if x == tj::TJSAMP_TJSAMP_422 || x == tj::TJSAMP_TJSAMP_420 => Some(16),
+        x if x == tj::TJSAMP_TJSAMP_411 => Some(32),
         _ => None,
     }
 }
@@ -271,7 +271,7 @@ fn decompress(
     let len = bytes.len() as tj::size_t;
     // SAFETY: `out` holds `height` rows of `pitch` bytes, which is what TurboJPEG writes for the region,
     // scale and pixel format set on `h`.
-    let rc = unsafe { tj::tj3Decompress8(h, bytes.as_ptr(), len, out.as_mut_ptr(), pitch as i32, pf as i32) };
+    let rc = unsafe { tj::tj3Decompress8(h, bytes.as_ptr(), len, out.as_mut_ptr(), pitch as i32, pf) };
     // SAFETY: a valid handle.
     if rc != 0 && unsafe { tj::tj3GetErrorCode(h) } != tj::TJERR_TJERR_WARNING as i32 {
         // Warnings (corrupt entropy data, as libjpeg and browsers) decode what is there; errors fail.
@@ -322,7 +322,7 @@ mod tests {
 
     #[test]
     fn region_is_aligned_and_covers_the_crop() {
-        let plan = Plan { left: 100.0, top: 50.0, width: 300.0, height: 200.0, out_w: 224, out_h: 224 };
+        let plan = Plan { left: 100.0, top: 50.0, width: 300.0, height: 200.0, out_w: 224, out_h: 224, flip: false };
         let (r, moved) = region_for(&plan, (640, 480), 1, 16);
         assert_eq!(r.x % 16, 0);
         assert!(r.x as f64 <= 100.0 && r.y as f64 <= 50.0);
@@ -330,10 +330,106 @@ mod tests {
         assert_eq!((moved.left + f64::from(r.x), moved.top + f64::from(r.y)), (100.0, 50.0));
         assert_eq!((moved.width, moved.height), (300.0, 200.0));
         // Half scale: coordinates halve, the grid is 8.
-        let big = Plan { left: 1000.0, top: 800.0, width: 2000.0, height: 1600.0, out_w: 224, out_h: 224 };
+        let big = Plan { left: 1000.0, top: 800.0, width: 2000.0, height: 1600.0, out_w: 224, out_h: 224, flip: false };
         let (r, moved) = region_for(&big, (4000, 3000), 2, 8);
         assert_eq!(r.x % 8, 0);
         assert!(r.x <= 500 && r.x + r.w >= 1500 && r.y <= 400 && r.y + r.h >= 1200);
         assert!((moved.left + f64::from(r.x) - 500.0).abs() < 1e-9 && (moved.width - 1000.0).abs() < 1e-9);
+    }
+}
+
+/// The region path against the reference of a full decode followed by the same crop and resize.
+#[cfg(all(test, feature = "synth"))]
+mod region_tests {
+    use fast_image_resize::Resizer;
+
+    use super::*;
+    use crate::image::ResizeFilter;
+    use crate::image::decode::decode;
+    use crate::image::pixels::{Pixels, resize_into};
+
+    fn jpeg(w: u32, h: u32, seed: u64, progressive: bool) -> Vec<u8> {
+        let rgb = crate::synth::photo(seed, w, h);
+        crate::synth::encode_jpeg(&rgb, w, h, 90, progressive).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Full decode (no transform): the reference pixels.
+    fn full(bytes: &[u8], opts: &ImageOptions) -> Pixels {
+        let (mut data, mut tmp) = (Vec::new(), Vec::new());
+        let d =
+            decode(bytes, "ref.jpg", opts, &Transform::None, 0, &mut data, &mut tmp).unwrap_or_else(|e| panic!("{e}"));
+        Pixels { data, width: d.width, height: d.height, channels: d.channels }
+    }
+
+    fn resize(px: &Pixels, plan: &Plan) -> Vec<u8> {
+        let mut out = vec![0u8; (plan.out_w * plan.out_h) as usize * usize::from(px.channels)];
+        resize_into(&mut Resizer::new(), px, plan, ResizeFilter::Bilinear, &mut out, "x")
+            .unwrap_or_else(|e| panic!("{e}"));
+        out
+    }
+
+    fn psnr(a: &[u8], b: &[u8]) -> f64 {
+        let mse = a.iter().zip(b).map(|(&x, &y)| (f64::from(x) - f64::from(y)).powi(2)).sum::<f64>() / a.len() as f64;
+        if mse == 0.0 { f64::INFINITY } else { 10.0 * (255.0f64 * 255.0 / mse).log10() }
+    }
+
+    fn transforms(seed: u64) -> Vec<Transform> {
+        vec![Transform::imagenet_eval(), Transform::resize(224, 224), Transform::random_resized_crop(224, 224, seed)]
+    }
+
+    #[test]
+    fn region_decode_equals_full_decode_then_crop() {
+        let opts = ImageOptions { reduced_scale_jpeg: false, ..ImageOptions::default() };
+        for (w, h, progressive) in [(640, 427, false), (333, 500, true), (1001, 677, false)] {
+            let bytes = jpeg(w, h, u64::from(w), progressive);
+            let reference = full(&bytes, &opts);
+            for salt in 0..20u64 {
+                let t = Transform::random_resized_crop(224, 224, 7);
+                let (mut data, mut tmp) = (Vec::new(), Vec::new());
+                let d = decode(&bytes, "x.jpg", &opts, &t, salt, &mut data, &mut tmp).unwrap_or_else(|e| panic!("{e}"));
+                let (Some(moved), Some(plan)) = (d.plan, t.plan(w, h, salt)) else { panic!("no plan") };
+                let (x0, y0) = ((plan.left - moved.left).round() as u32, (plan.top - moved.top).round() as u32);
+                assert!(d.width <= w && d.height <= h);
+                let mut diff = 0u64;
+                for y in 0..d.height {
+                    for x in 0..d.width * 3 {
+                        let got = data[(y * d.width * 3 + x) as usize];
+                        let want = reference.data[((y + y0) * w * 3 + x0 * 3 + x) as usize];
+                        diff += u64::from(got.abs_diff(want));
+                    }
+                }
+                let mad = diff as f64 / f64::from(d.width * d.height * 3);
+                assert!(mad <= 1.0, "{w}x{h} salt {salt}: mean absolute difference {mad}");
+            }
+        }
+    }
+
+    #[test]
+    fn fused_outputs_match_the_reference_within_40_db() {
+        for (w, h) in [(640, 427), (500, 375), (2000, 1500), (257, 911)] {
+            let bytes = jpeg(w, h, u64::from(h), false);
+            let reference = full(&bytes, &ImageOptions::default());
+            for t in transforms(3) {
+                for salt in 0..8u64 {
+                    let (mut data, mut tmp) = (Vec::new(), Vec::new());
+                    let opts = ImageOptions::default();
+                    let d =
+                        decode(&bytes, "x.jpg", &opts, &t, salt, &mut data, &mut tmp).unwrap_or_else(|e| panic!("{e}"));
+                    let px = Pixels { data, width: d.width, height: d.height, channels: d.channels };
+                    let fused = resize(&px, &d.plan.unwrap_or_else(|| panic!("plan")));
+                    let want = resize(&reference, &t.plan(w, h, salt).unwrap_or_else(|| panic!("plan")));
+                    let p = psnr(&fused, &want);
+                    assert!(p >= 40.0, "{w}x{h} {t:?} salt {salt}: {p:.1} dB");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn exif_chunk_is_found_and_garbage_is_not() {
+        assert_eq!(exif_chunk(b"\xFF\xD8\xFF\xE1\x00\x0cExif\x00\x00II*\x00\xFF\xDA"), Some(&b"II*\x00"[..]));
+        assert_eq!(exif_chunk(b"\xFF\xD8\xFF\xE1\xFF\xFF"), None);
+        assert_eq!(exif_chunk(b"\xFF\xD8\xFF\xE1\x00\x00\x00"), None);
+        assert_eq!(exif_chunk(b""), None);
     }
 }

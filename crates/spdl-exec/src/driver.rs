@@ -21,7 +21,7 @@ use crate::error::{PipelineError, error_chain, panic_message};
 use crate::options::OutputOrder;
 use crate::pool::PoolHandle;
 use crate::queue::{Msg, PopError, PushError, QueueRx, QueueTx};
-use crate::stage::{AsyncFn, BlockingFn, Describe, LazyIter, Outputs, Rest};
+use crate::stage::{AsyncFn, BlockingFn, Describe, Outputs, Rest};
 use crate::stats::StageCell;
 
 /// The two queues around a stage, its stats and the pipeline's shared state.
@@ -96,7 +96,67 @@ pub(crate) fn call_blocking<T, U>(
 }
 
 /// Starts one call and gives a future of its outcome.
-pub(crate) type Launch<T, U> = Box<dyn Fn(T) -> BoxFuture<'static, Done<Outputs<U>>> + Send + Sync + 'static>;
+pub(crate) type Launch<T, U> = Box<dyn Fn(T) -> BoxFuture<'static, Step<U>> + Send + Sync + 'static>;
+
+/// What a future in flight in a [`Concurrent`] stage yields.
+pub(crate) enum Step<U> {
+    /// A call finished.
+    Call(Done<Outputs<U>>),
+    /// The next output of a lazy call ([`crate::Stage::flat_map_lazy`], `flat_map_stream`).
+    Next {
+        /// The call's input index and description, for a failure.
+        index: u64,
+        item: Option<String>,
+        /// The output; `None`: the call's outputs have ended.
+        next: Option<Result<U, String>>,
+        /// What makes the following outputs (`None` once they ended or the pipeline stops).
+        rest: Option<Rest<U>>,
+        /// How long the output took to make.
+        took: Duration,
+    },
+}
+
+/// A future of the next output of a lazy call: a stream is polled here, an iterator is
+/// advanced by one job on the pool.
+fn advance<U: Send + 'static>(
+    rest: Rest<U>,
+    index: u64,
+    item: Option<String>,
+    pool: &PoolHandle,
+) -> BoxFuture<'static, Step<U>> {
+    fn outcome<U>(r: std::thread::Result<Option<Result<U, crate::error::BoxError>>>) -> Option<Result<U, String>> {
+        match r {
+            Ok(None) => None,
+            Ok(Some(Ok(out))) => Some(Ok(out)),
+            Ok(Some(Err(e))) => Some(Err(error_chain(&*e))),
+            Err(p) => Some(Err(panicked(&*p))),
+        }
+    }
+    match rest {
+        Rest::Stream(mut stream) => async move {
+            let t0 = Instant::now();
+            let next = outcome(AssertUnwindSafe(stream.next()).catch_unwind().await);
+            Step::Next { index, item, next, rest: Some(Rest::Stream(stream)), took: t0.elapsed() }
+        }
+        .boxed(),
+        Rest::Iter(mut iter) => {
+            let (tx, rx) = futures::channel::oneshot::channel();
+            pool.spawn(move || {
+                let t0 = Instant::now();
+                let next = outcome(catch_unwind(AssertUnwindSafe(|| iter.next())));
+                let _ = tx.send((iter, next, t0.elapsed()));
+            });
+            async move {
+                match rx.await {
+                    Ok((iter, next, took)) => Step::Next { index, item, next, rest: Some(Rest::Iter(iter)), took },
+                    // The pool dropped the job without running it: the pipeline is stopping.
+                    Err(_) => Step::Next { index, item, next: None, rest: None, took: Duration::ZERO },
+                }
+            }
+            .boxed()
+        }
+    }
+}
 
 /// Calls of an async function, polled by the driver on the scheduler's runtime.
 pub(crate) fn async_launcher<T: Send + 'static, U: Send + 'static>(
@@ -118,7 +178,7 @@ pub(crate) fn async_launcher<T: Send + 'static, U: Send + 'static>(
                 },
                 Err(p) => Err(panicked(&*p)),
             };
-            Done { index, item: described, elapsed: t0.elapsed(), result }
+            Step::Call(Done { index, item: described, elapsed: t0.elapsed(), result })
         }
         .boxed()
     })
@@ -145,12 +205,12 @@ pub(crate) fn pool_launcher<T: Send + 'static, U: Send + 'static>(
             }
         });
         async move {
-            rx.await.unwrap_or_else(|_| Done {
+            Step::Call(rx.await.unwrap_or_else(|_| Done {
                 index,
                 item: None,
                 elapsed: Duration::ZERO,
                 result: Err("cancelled before it ran".to_owned()),
-            })
+            }))
         }
         .boxed()
     })
@@ -166,6 +226,15 @@ impl<D> InFlight<D> {
         match self {
             Self::Unordered(s) => s.push(f),
             Self::Ordered(s) => s.push_back(f),
+        }
+    }
+
+    /// Pushes a future that must come out before every other one in input order (the
+    /// next output of the call at the front).
+    fn push_front(&mut self, f: BoxFuture<'static, D>) {
+        match self {
+            Self::Unordered(s) => s.push(f),
+            Self::Ordered(s) => s.push_front(f),
         }
     }
 
@@ -194,7 +263,9 @@ pub(crate) struct Concurrent<T, U> {
     link: Link<T, U>,
     launch: Launch<T, U>,
     concurrency: usize,
-    inflight: InFlight<Done<Outputs<U>>>,
+    /// Calls in flight, and the next output of lazy calls (each holds a slot until its
+    /// outputs end, and is polled again only once its previous output is queued).
+    inflight: InFlight<Step<U>>,
     input_done: bool,
     output_closed: bool,
     /// Advances the iterators of lazy blocking calls ([`crate::Stage::flat_map_lazy`]).
@@ -274,7 +345,7 @@ impl<T: Send + 'static, U: Send + 'static> Concurrent<T, U> {
                 }
             };
             match event {
-                Event::Done(d) => self.on_done(d).await,
+                Event::Done(d) => self.on_step(d).await,
                 Event::Input(Some(m)) => self.on_input(m).await,
                 Event::Input(None) => self.input_done = true,
             }
@@ -287,7 +358,7 @@ impl<T: Send + 'static, U: Send + 'static> Concurrent<T, U> {
             Msg::EpochEnd(epoch) => {
                 // An epoch boundary is a barrier: finish this epoch's items first.
                 while let Some(d) = self.inflight.next().await {
-                    self.on_done(d).await;
+                    self.on_step(d).await;
                 }
                 if !self.output_closed && !self.link.emit(Msg::EpochEnd(epoch)).await {
                     self.output_closed = true;
@@ -296,76 +367,45 @@ impl<T: Send + 'static, U: Send + 'static> Concurrent<T, U> {
         }
     }
 
-    async fn on_done(&mut self, done: Done<Outputs<U>>) {
-        let (index, item) = (done.index, done.item.clone());
-        let Some(outputs) = self.link.shared.settle(&self.link.cell, done) else {
-            return;
-        };
-        let (outputs, rest) = outputs.split();
-        for out in outputs {
-            if self.output_closed || !self.link.emit(Msg::Item(out)).await {
-                self.output_closed = true;
-                return;
+    async fn on_step(&mut self, step: Step<U>) {
+        match step {
+            Step::Call(done) => {
+                let (index, item) = (done.index, done.item.clone());
+                let Some(outputs) = self.link.shared.settle(&self.link.cell, done) else {
+                    return;
+                };
+                let (outputs, rest) = outputs.split();
+                for out in outputs {
+                    if self.output_closed || !self.link.emit(Msg::Item(out)).await {
+                        self.output_closed = true;
+                        return;
+                    }
+                }
+                if let Some(rest) = rest {
+                    self.inflight.push_front(advance(rest, index, item, &self.pool));
+                }
             }
+            Step::Next { index, item, next, rest, took } => match next {
+                None => {}
+                Some(Err(cause)) => self.link.shared.fail_late(&self.link.cell, index, item, cause),
+                Some(Ok(out)) => {
+                    if self.output_closed || !self.link.emit(Msg::Item(out)).await {
+                        self.output_closed = true;
+                        return;
+                    }
+                    if took >= crate::queue::SLOW_ITEM {
+                        // Outputs that take time to make go downstream at once.
+                        self.link.output.flush();
+                    }
+                    // Polled again only now that its previous output is queued: back-pressure.
+                    if let Some(rest) = rest
+                        && !self.link.shared.cancelled()
+                    {
+                        self.inflight.push_front(advance(rest, index, item, &self.pool));
+                    }
+                }
+            },
         }
-        let failure = match rest {
-            None => None,
-            Some(Rest::Stream(stream)) => self.drain_stream(stream).await,
-            Some(Rest::Iter(iter)) => self.drain_iter(iter).await,
-        };
-        if let Some(cause) = failure {
-            self.link.shared.fail_late(&self.link.cell, index, item, cause);
-        }
-    }
-
-    /// Emits a lazy call's outputs as its stream yields them, polling it only when the
-    /// previous one is queued. `Some(cause)`: the stream failed.
-    async fn drain_stream(&mut self, mut stream: crate::stage::LazyStream<U>) -> Option<String> {
-        while !self.output_closed && !self.link.shared.cancelled() {
-            let t0 = Instant::now();
-            let out = match AssertUnwindSafe(stream.next()).catch_unwind().await {
-                Ok(None) => return None,
-                Ok(Some(Ok(out))) => out,
-                Ok(Some(Err(e))) => return Some(error_chain(&*e)),
-                Err(p) => return Some(panicked(&*p)),
-            };
-            if !self.link.emit(Msg::Item(out)).await {
-                self.output_closed = true;
-            } else if t0.elapsed() >= crate::queue::SLOW_ITEM {
-                self.link.output.flush();
-            }
-        }
-        None
-    }
-
-    /// Emits a lazy blocking call's outputs, advancing its iterator on the pool one output
-    /// at a time (only in input order at concurrency > 1). `Some(cause)`: it failed.
-    async fn drain_iter(&mut self, iter: LazyIter<U>) -> Option<String> {
-        let mut iter = Some(iter);
-        while !self.output_closed && !self.link.shared.cancelled() {
-            let mut it = iter.take()?;
-            let (tx, rx) = futures::channel::oneshot::channel();
-            self.pool.spawn(move || {
-                let t0 = Instant::now();
-                let next = catch_unwind(AssertUnwindSafe(|| it.next()));
-                let _ = tx.send((it, next, t0.elapsed()));
-            });
-            // The pool drops the job without running it only when the pipeline stops.
-            let Ok((it, next, took)) = rx.await else { return None };
-            let out = match next {
-                Ok(None) => return None,
-                Ok(Some(Ok(out))) => out,
-                Ok(Some(Err(e))) => return Some(error_chain(&*e)),
-                Err(p) => return Some(panicked(&*p)),
-            };
-            iter = Some(it);
-            if !self.link.emit(Msg::Item(out)).await {
-                self.output_closed = true;
-            } else if took >= crate::queue::SLOW_ITEM {
-                self.link.output.flush();
-            }
-        }
-        None
     }
 }
 

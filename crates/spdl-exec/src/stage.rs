@@ -205,8 +205,11 @@ impl<T: Send + 'static, U: Send + 'static> Stage<T, U> {
     /// time, as an async generator does: the async counterpart of
     /// [`Stage::flat_map_lazy`]. Each element goes downstream as soon as the stream yields
     /// it; the stream is polled only while the output queue has room. An `Err` element (or
-    /// a panic) fails the item and drops the stream. While one call's stream is drained,
-    /// the stage's other calls in flight keep their results until it ends.
+    /// a panic) fails the item and drops the stream. A call holds one of the stage's
+    /// `concurrency` slots until its stream ends. In [`OutputOrder::Completion`] the streams
+    /// of the calls in flight are polled at the same time; in [`OutputOrder::Input`] a
+    /// call's outputs all come before those of the next call, whose stream is polled once
+    /// the previous one has ended.
     ///
     /// ```
     /// use spdl_exec::{BuildOptions, PipelineBuilder, Stage};

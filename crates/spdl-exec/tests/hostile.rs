@@ -257,3 +257,43 @@ fn a_lazy_stream_is_polled_only_as_its_outputs_are_read_and_its_errors_count() {
         assert_eq!(pipeline.stats().stage("fails").map(|s| s.items_failed), Some(1));
     });
 }
+
+#[test]
+fn lazy_streams_run_at_once_in_completion_order_and_one_after_another_in_input_order() {
+    watchdog(60, || {
+        let _serial = serial();
+        for order in [OutputOrder::Completion, OutputOrder::Input] {
+            let pipeline = PipelineBuilder::new()
+                .source(0..2u64)
+                .pipe(
+                    Stage::flat_map_stream("ticks", |x: u64| async move {
+                        let s = futures::stream::iter(0..4u64).then(move |i| async move {
+                            // The second call's outputs come faster, yet in input order after the first's.
+                            tokio::time::sleep(Duration::from_millis(if x == 0 { 200 } else { 150 })).await;
+                            Ok::<_, Infallible>((x, i))
+                        });
+                        Ok::<_, Infallible>(s)
+                    })
+                    .concurrency(2)
+                    .order(order),
+                )
+                .sink(8)
+                .build(BuildOptions::default())
+                .expect("build");
+            let t = Instant::now();
+            let got: Vec<(u64, u64)> = pipeline.iter().map(|r| r.expect("item")).collect();
+            let took = t.elapsed();
+            // One stream after the other takes 4 x 200 + 4 x 150 ms = 1.4 s: in completion order
+            // they run at once (in input order a call's stream starts when the previous one ends).
+            if order == OutputOrder::Completion {
+                assert!(took < Duration::from_millis(1200), "took {took:?}");
+            }
+            let mut sorted = got.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, (0..2).flat_map(|x| (0..4).map(move |i| (x, i))).collect::<Vec<_>>());
+            if order == OutputOrder::Input {
+                assert_eq!(got, sorted, "input order");
+            }
+        }
+    });
+}

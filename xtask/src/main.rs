@@ -68,7 +68,7 @@ fn cargo() -> Command {
 
 /// Features that the Rust test run turns on: every optional capability whose system dependencies
 /// `sys::ensure_system_packages` installs.
-const TEST_FEATURES: &str = "spdl-io/ffmpeg,spdl-source/http,spdl-source/s3,spdl-cuda/cuda,spdl-cli/ffmpeg,spdl-cli/cuda,spdl-cli/s3,spdl-cli/http";
+const TEST_FEATURES: &str = "spdl-io/ffmpeg,spdl-io/turbojpeg,spdl-source/http,spdl-source/s3,spdl-cuda/cuda,spdl-cli/ffmpeg,spdl-cli/cuda,spdl-cli/s3,spdl-cli/http,spdl-cli/turbojpeg";
 
 /// Below this much free disk after the Rust suites, `cargo xtask test` frees target/debug before the
 /// Python build (which takes about 2 GB in target/py).

@@ -28,8 +28,9 @@ const FT_COMPLETE_STAMP: &str = ".spdl-rs-complete";
 /// pyproject.toml's list): `abi3` (ignored by PyO3 for the free-threaded interpreter, which has no stable
 /// ABI) and `ffmpeg` (video; needs the FFmpeg development packages, which `cargo xtask test` installs
 /// before this step), `http` and `s3` (`spdl_rs.source.Store` over HTTP(S) and S3; the suite's S3 tests
-/// run against the s3s-fs server that `cargo xtask test` installs).
-const MODULE_FEATURES: &str = "abi3,ffmpeg,http,s3";
+/// run against the s3s-fs server that `cargo xtask test` installs), `turbojpeg` (libjpeg-turbo's region decode;
+/// cmake and nasm, which `cargo xtask test` installs).
+const MODULE_FEATURES: &str = "abi3,ffmpeg,http,s3,turbojpeg";
 
 /// Builds `spdl_rs` into `.venv` (system python3) and `.venv-ft` (free-threaded CPython 3.13t) under `root`
 /// and runs `crates/spdl-py/tests` with pytest in each. Fails if any test fails or if pytest collects none.

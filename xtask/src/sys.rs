@@ -5,7 +5,8 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 /// Debian packages: FFmpeg libraries and headers for the `ffmpeg` feature (bindgen needs clang), the `ffmpeg`
-/// CLI that makes test media, ImageMagick for progressive-JPEG test files.
+/// CLI that makes test media, ImageMagick for progressive-JPEG test files, cmake and nasm to build libjpeg-turbo
+/// (the `turbojpeg` feature).
 const APT_PACKAGES: &[&str] = &[
     "pkg-config",
     "clang",
@@ -18,6 +19,8 @@ const APT_PACKAGES: &[&str] = &[
     "libavfilter-dev",
     "libavdevice-dev",
     "ffmpeg",
+    "cmake",
+    "nasm",
 ];
 
 pub(crate) fn describe(cmd: &Command) -> String {

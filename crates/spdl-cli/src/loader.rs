@@ -87,7 +87,15 @@ const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg", "png", "webp", "gif", "bmp", 
 struct Encoded {
     path: String,
     label: i64,
+    /// Seeds the image's random transform (see [`item_key`]).
+    key: u64,
     bytes: Vec<u8>,
+}
+
+/// The key of the `index`-th image of the listing in `epoch`: random crops differ across epochs and
+/// images, and do not depend on which batch or thread decodes them.
+fn item_key(epoch: usize, index: usize) -> u64 {
+    ((epoch as u64) << 40) ^ index as u64
 }
 
 /// Where a batch's pixels are.
@@ -182,6 +190,7 @@ fn transform(args: &LoaderArgs) -> Result<Transform> {
     }
     Ok(match args.transform.as_str() {
         "resize" => Transform::Resize { width: args.size, height: args.size, filter: ResizeFilter::Bilinear },
+        "random-resized-crop" => Transform::imagenet_train(args.size, args.seed),
         _ => Transform::ResizeShorterCenterCrop {
             shorter: (args.size * 256).div_ceil(224),
             crop_width: args.size,
@@ -243,6 +252,13 @@ pub fn run(path: &Path, args: &LoaderArgs, mode: &str, remote: &Remote) -> Resul
     let total = per_epoch.saturating_mul(args.epochs);
 
     let gpu = open_gpu(args)?;
+    if !args.json && !cfg!(feature = "turbojpeg") {
+        eprintln!(
+            "JPEG: {} (full decodes); build with --features turbojpeg (needs cmake and nasm) to decode only what \
+             the crop keeps with libjpeg-turbo",
+            spdl_io::image::JPEG_DECODER
+        );
+    }
     // Batches are recycled either way: pinned blocks with a GPU, a heap pool without one (no mmap, page faults
     // and munmap per batch; RSS stays flat). A cap keeps a stalled consumer from growing it without bound.
     let (allocator, heap_pool): (SharedAllocator, _) = match &gpu {
@@ -280,12 +296,15 @@ pub fn run(path: &Path, args: &LoaderArgs, mode: &str, remote: &Remote) -> Resul
 
     let failed_images = Arc::new(AtomicU64::new(0));
     let epochs = args.epochs;
-    let source = (0..epochs).flat_map(move |_| items.clone().into_iter());
+    // Each image carries a key that seeds its random transform: its place in the listing and the epoch.
+    let source = (0..epochs).flat_map(move |epoch| {
+        items.clone().into_iter().enumerate().map(move |(i, (path, label))| (path, label, item_key(epoch, i)))
+    });
     let decode_failed = failed_images.clone();
     let builder = PipelineBuilder::new()
         .source(source)
         .pipe(
-            Stage::map_async("read", move |(path, label): (String, i64)| {
+            Stage::map_async("read", move |(path, label, key): (String, i64, u64)| {
                 let store = store.clone();
                 async move {
                     match store {
@@ -298,14 +317,14 @@ pub fn run(path: &Path, args: &LoaderArgs, mode: &str, remote: &Remote) -> Resul
                                 })
                             };
                             match read.await {
-                                Ok(Ok(bytes)) => Ok(Encoded { path, label, bytes }),
+                                Ok(Ok(bytes)) => Ok(Encoded { path, label, key, bytes }),
                                 Ok(Err(e)) => Err(e.to_string()),
                                 Err(e) => Err(format!("{path}: cannot read: {e}")),
                             }
                         }
                         // The error names the object's full address, the attempts and the cause.
                         Some(store) => match store.get(&path).await {
-                            Ok(bytes) => Ok(Encoded { path, label, bytes: Vec::from(bytes) }),
+                            Ok(bytes) => Ok(Encoded { path, label, key, bytes: Vec::from(bytes) }),
                             Err(e) => Err(e.to_string()),
                         },
                     }
@@ -317,7 +336,8 @@ pub fn run(path: &Path, args: &LoaderArgs, mode: &str, remote: &Remote) -> Resul
         .pipe(
             Stage::map("decode", move |batch: Vec<Encoded>| {
                 let named: Vec<(&str, &[u8])> = batch.iter().map(|e| (e.path.as_str(), e.bytes.as_slice())).collect();
-                let out = decoder.decode(&named)?;
+                let keys: Vec<u64> = batch.iter().map(|e| e.key).collect();
+                let out = decoder.decode_keyed(&named, &keys)?;
                 for f in &out.failures {
                     tracing::warn!(stage = "decode", item = %f.item, "image failed: {}", f.error);
                 }
@@ -344,6 +364,7 @@ pub fn run(path: &Path, args: &LoaderArgs, mode: &str, remote: &Remote) -> Resul
         }
         None => builder,
     };
+    let started = Instant::now();
     let pipeline = builder
         .sink(3)
         .build(BuildOptions { num_threads: args.threads, ..BuildOptions::default() })
@@ -366,6 +387,7 @@ pub fn run(path: &Path, args: &LoaderArgs, mode: &str, remote: &Remote) -> Resul
     let mut batches = 0u64;
     let mut interrupted = false;
     let mut error = None;
+    let mut first_batch = None;
     let mut iter = pipeline.iter();
     loop {
         if stop.load(Ordering::SeqCst) {
@@ -375,6 +397,7 @@ pub fn run(path: &Path, args: &LoaderArgs, mode: &str, remote: &Remote) -> Resul
         match iter.next_timeout(Duration::from_millis(100)) {
             None => break,
             Some(Ok(batch)) => {
+                first_batch.get_or_insert_with(|| started.elapsed().as_secs_f64());
                 let n = batch.labels.len();
                 debug_assert_eq!(batch.outer_len(), n);
                 images += (n - batch.failed) as u64;
@@ -414,6 +437,7 @@ pub fn run(path: &Path, args: &LoaderArgs, mode: &str, remote: &Remote) -> Resul
         failed_batches: decode_stage_failed,
         batches,
         seconds,
+        first_batch_seconds: first_batch,
         images_per_sec: images as f64 / seconds.max(1e-9),
         cpu_seconds: cpu,
         images_per_cpu_second: images as f64 / cpu.max(1e-9),

@@ -99,9 +99,15 @@ pub struct LoaderArgs {
     #[arg(long, default_value_t = 224)]
     pub size: u32,
     /// `center-crop`: resize the shorter side to size*256/224 then center-crop (ImageNet eval);
-    /// `resize`: resize straight to size x size.
-    #[arg(long, default_value = "center-crop", value_parser = ["center-crop", "resize"])]
+    /// `resize`: resize straight to size x size; `random-resized-crop`: a random crop of 8-100% of the area
+    /// resized to size x size, flipped half the time (ImageNet training).
+    #[arg(long, default_value = "center-crop", value_parser = ["center-crop", "resize", "random-resized-crop"])]
     pub transform: String,
+    /// Seed of `random-resized-crop` (torchvision's RandomResizedCrop(size) + RandomHorizontalFlip()): each
+    /// image's crop and flip follow from the seed, the epoch and the image's place in the listing, whatever
+    /// the threads and batches.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
     /// Stop after this many images per epoch.
     #[arg(long)]
     pub limit: Option<usize>,

@@ -16,6 +16,8 @@ pub struct Report {
     pub failed_batches: u64,
     pub batches: u64,
     pub seconds: f64,
+    /// Seconds from starting the pipeline to the first batch (`None` if none came).
+    pub first_batch_seconds: Option<f64>,
     pub images_per_sec: f64,
     pub cpu_seconds: f64,
     pub images_per_cpu_second: f64,

@@ -317,19 +317,16 @@ struct BatchSpec {
 }
 
 impl BatchSpec {
-    #[allow(clippy::too_many_arguments)]
     fn new(
-        width: u32,
-        height: u32,
+        transform: Transform,
         layout_name: &str,
         normalize_spec: Option<&Bound<'_, PyAny>>,
         pixel_format_name: &str,
-        filter_name: &str,
         strict: bool,
         num_threads: Option<usize>,
     ) -> PyResult<Self> {
         let opts = BatchOptions {
-            transform: Transform::Resize { width, height, filter: filter(filter_name)? },
+            transform,
             layout: layout(layout_name)?,
             normalize: normalize(normalize_spec)?,
             strict,
@@ -340,13 +337,22 @@ impl BatchSpec {
         Ok(Self { decoder })
     }
 
-    /// Decodes the batch: all paths, all bytes, or a mix (then files are read first). Returns the buffer and
-    /// the failed items (non-strict mode) as `(index, item, message)`.
-    fn run(&self, srcs: Vec<Src>) -> Result<(Buffer, Failures), spdl_io::Error> {
+    /// Decodes the batch: all paths, all bytes, or a mix (then files are read first). `keys` seed each item's
+    /// random transform (default: its position). Returns the buffer and the failed items (non-strict mode) as
+    /// `(index, item, message)`.
+    fn run(&self, srcs: Vec<Src>, keys: Option<&[u64]>) -> Result<(Buffer, Failures), spdl_io::Error> {
+        let positions: Vec<u64>;
+        let keys = match keys {
+            Some(k) => k,
+            None => {
+                positions = (0..srcs.len() as u64).collect();
+                &positions
+            }
+        };
         let out = if srcs.iter().all(|s| matches!(s, Src::Path(_))) {
             let paths: Vec<PathBuf> =
                 srcs.into_iter().filter_map(|s| if let Src::Path(p) = s { Some(p) } else { None }).collect();
-            self.decoder.load(&paths)?
+            self.decoder.load_keyed(&paths, keys)?
         } else {
             let mut items = Vec::with_capacity(srcs.len());
             for s in srcs {
@@ -358,12 +364,37 @@ impl BatchSpec {
                     }
                 });
             }
-            self.decoder.decode(&items)?
+            self.decoder.decode_keyed(&items, keys)?
         };
         let failures =
             out.failures.iter().map(|f| (f.index, f.item.clone(), crate::error::error_chain(&f.error))).collect();
         Ok((out.buffer, failures))
     }
+}
+
+/// The batch transform named `name`, to a `width` x `height` output.
+fn batch_transform(name: &str, width: u32, height: u32, filter_name: &str, seed: u64) -> PyResult<Transform> {
+    let filter = filter(filter_name)?;
+    Ok(match name {
+        "resize" => Transform::Resize { width, height, filter },
+        "center-crop" => Transform::ResizeShorterCenterCrop {
+            shorter: (u64::from(width.max(height)) * 256).div_ceil(224).min(u64::from(u32::MAX)) as u32,
+            crop_width: width,
+            crop_height: height,
+            filter,
+        },
+        "random-resized-crop" => match Transform::imagenet_train(width, seed) {
+            Transform::RandomResizedCrop { scale, ratio, seed, hflip, .. } => {
+                Transform::RandomResizedCrop { width, height, scale, ratio, seed, hflip, filter }
+            }
+            other => other,
+        },
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "transform must be \"resize\", \"center-crop\" or \"random-resized-crop\", got {other:?}"
+            )));
+        }
+    })
 }
 
 /// Decodes a batch of images (paths or encoded bytes) resized to ``width`` x ``height`` into one contiguous
@@ -383,8 +414,15 @@ impl BatchSpec {
 ///     num_threads: Decoding threads (``None``: all cores).
 ///     return_info: Return ``(buffer, info)``, where ``info["failures"]`` lists the failed items as
 ///         ``(index, item, message)`` tuples.
+///     transform: ``"resize"`` (to ``width`` x ``height``), ``"center-crop"`` (ImageNet eval: the shorter
+///         side resized to 256/224 of the output, then the centered ``width`` x ``height``) or
+///         ``"random-resized-crop"`` (ImageNet train: torchvision's ``RandomResizedCrop`` + a horizontal
+///         flip half the time). With a JPEG build on libjpeg-turbo, only the region the crop keeps is decoded.
+///     seed: Seed of the random crop and flip.
+///     keys: One integer per item that seeds its crop and flip with ``seed`` (e.g. its index in the dataset
+///         mixed with the epoch); default: its position in the batch.
 #[pyfunction]
-#[pyo3(signature = (srcs, width, height, *, layout="NHWC", normalize=None, pixel_format="rgb", filter="bilinear", strict=true, num_threads=None, return_info=false))]
+#[pyo3(signature = (srcs, width, height, *, layout="NHWC", normalize=None, pixel_format="rgb", filter="bilinear", strict=true, num_threads=None, return_info=false, transform="resize", seed=0, keys=None))]
 #[allow(clippy::too_many_arguments)]
 fn load_image_batch(
     py: Python<'_>,
@@ -398,10 +436,14 @@ fn load_image_batch(
     strict: bool,
     num_threads: Option<usize>,
     return_info: bool,
+    transform: &str,
+    seed: u64,
+    keys: Option<Vec<u64>>,
 ) -> PyResult<Py<PyAny>> {
-    let spec = BatchSpec::new(width, height, layout, normalize.as_ref(), pixel_format, filter, strict, num_threads)?;
+    let t = batch_transform(transform, width, height, filter, seed)?;
+    let spec = BatchSpec::new(t, layout, normalize.as_ref(), pixel_format, strict, num_threads)?;
     let srcs = srcs.iter().enumerate().map(|(i, s)| src_from_py(s, i)).collect::<PyResult<Vec<_>>>()?;
-    let (buffer, failures) = interruptible(py, move || spec.run(srcs))?.map_err(io_err)?;
+    let (buffer, failures) = interruptible(py, move || spec.run(srcs, keys.as_deref()))?.map_err(io_err)?;
     log_failures(py, "load_image_batch", &failures);
     let buffer = Py::new(py, PyBuffer::new(buffer))?;
     if !return_info {
@@ -461,7 +503,7 @@ impl NativeOp for ImageBatchOp {
             .map(|(i, v)| src_from_value(v, stage, "load_image_batch", BATCH_INPUT, i))
             .collect::<Result<Vec<_>, _>>()?;
         let (buf, failures) =
-            self.spec.run(srcs).map_err(|e| Error::native(stage, self.name(), format!("a batch of {n}"), e))?;
+            self.spec.run(srcs, None).map_err(|e| Error::native(stage, self.name(), format!("a batch of {n}"), e))?;
         if !failures.is_empty() {
             // Rare (non-strict batches only): the GIL is taken just to log them.
             Python::attach(|py| log_failures(py, stage, &failures));
@@ -488,7 +530,7 @@ fn decode_image_op(
 /// batch buffer, without the GIL. Arguments as :py:func:`spdl_rs.io.load_image_batch`; ``num_threads``
 /// defaults to 1 here (the pipeline's ``concurrency`` gives the parallelism).
 #[pyfunction]
-#[pyo3(name = "load_image_batch_op", signature = (width, height, *, layout="NHWC", normalize=None, pixel_format="rgb", filter="bilinear", strict=true, num_threads=1))]
+#[pyo3(name = "load_image_batch_op", signature = (width, height, *, layout="NHWC", normalize=None, pixel_format="rgb", filter="bilinear", strict=true, num_threads=1, transform="resize", seed=0))]
 #[allow(clippy::too_many_arguments)]
 fn load_image_batch_op(
     width: u32,
@@ -499,9 +541,11 @@ fn load_image_batch_op(
     filter: &str,
     strict: bool,
     num_threads: usize,
+    transform: &str,
+    seed: u64,
 ) -> PyResult<PyNativeOp> {
-    let spec =
-        BatchSpec::new(width, height, layout, normalize.as_ref(), pixel_format, filter, strict, Some(num_threads))?;
+    let t = batch_transform(transform, width, height, filter, seed)?;
+    let spec = BatchSpec::new(t, layout, normalize.as_ref(), pixel_format, strict, Some(num_threads))?;
     Ok(PyNativeOp { op: Arc::new(ImageBatchOp { spec }) })
 }
 

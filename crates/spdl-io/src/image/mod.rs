@@ -71,6 +71,10 @@ pub use transform::{ResizeFilter, Transform};
 use crate::{Error, Result};
 use pixels::{BufferStore, Pixels, resize_into};
 
+/// The JPEG decoder of this build: `"libjpeg-turbo"` (feature `turbojpeg`: region and DCT-scaled decodes) or
+/// `"zune-jpeg"` (pure Rust, full decodes; also the fallback for what libjpeg-turbo does not take).
+pub const JPEG_DECODER: &str = if cfg!(feature = "turbojpeg") { "libjpeg-turbo" } else { "zune-jpeg" };
+
 /// Pillow's decompression-bomb error threshold (2 x `Image.MAX_IMAGE_PIXELS`), the default pixel limit.
 pub const DEFAULT_MAX_PIXELS: u64 = 178_956_970;
 

@@ -163,6 +163,9 @@ def load_image_batch(
     strict: bool = True,
     num_threads: int | None = None,
     return_info: bool = False,
+    transform: Literal["resize", "center-crop", "random-resized-crop"] = "resize",
+    seed: int = 0,
+    keys: Sequence[int] | None = None,
 ) -> Buffer | tuple[Buffer, dict[str, Any]]:
     """Decodes and resizes a batch of images into one ``[N, H, W, C]`` buffer, in parallel (GIL released).
     Non-strict failures leave zero slots and are logged on ``spdl_rs.io``; ``return_info=True`` returns
@@ -187,6 +190,8 @@ def load_image_batch_op(
     filter: str = "bilinear",
     strict: bool = True,
     num_threads: int = 1,
+    transform: str = "resize",
+    seed: int = 0,
 ) -> NativeOp:
     """The native op of :py:func:`load_image_batch`."""
 

@@ -74,10 +74,13 @@ def load_image_batch(
     filter: str = "bilinear",
     strict: bool = True,
     num_threads: int = 1,
+    transform: str = "resize",
+    seed: int = 0,
 ) -> NativeOp:
     """A stage that decodes each item (a list of paths or encoded bytes, e.g. after ``aggregate(32)``) into one
     ``[N, H, W, C]`` (or ``[N, C, H, W]``) buffer. Arguments as :py:func:`spdl_rs.io.load_image_batch`;
-    ``num_threads`` is per call (the stage's ``concurrency`` gives the parallelism)."""
+    ``num_threads`` is per call (the stage's ``concurrency`` gives the parallelism). With
+    ``transform="random-resized-crop"``, an item's crop is seeded by ``seed`` and its place in the batch."""
     return _native.load_image_batch_op(
         width,
         height,
@@ -87,6 +90,8 @@ def load_image_batch(
         filter=filter,
         strict=strict,
         num_threads=num_threads,
+        transform=transform,
+        seed=seed,
     )
 
 

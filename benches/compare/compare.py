@@ -1,9 +1,19 @@
-"""Side-by-side comparison of spdl-rs against peer loaders on one image job.
+"""Side-by-side comparison of spdl-rs against peer loaders on three image jobs.
 
-The job: decode + resize to 224x224 + batch 32 over the same ~2,000 JPEGs, 2 threads/workers, through
-spdl-rs (`spdl bench --json`), Meta's SPDL 0.8.0 (pipeline + `load_image_batch`), Pillow in a plain loop, and torch
-DataLoader (0 and 2 workers; PIL decode, and `torchvision.io.decode_jpeg`). Each run is a process of its own, the
-runners alternate round-robin for `--rounds` rounds, and the median of each figure is reported:
+The jobs (`--job`, all three by default), each decode + transform to 224x224 + batch 32 over the same JPEGs,
+1 and 2 threads/workers:
+
+- resize: straight to 224x224 (`spdl bench --transform resize`);
+- eval: shorter side to 256, center crop 224 (`--transform center-crop`; torchvision Resize(256) + CenterCrop(224));
+- train: RandomResizedCrop(224) + RandomHorizontalFlip() (`--transform random-resized-crop`).
+
+Runners: spdl-rs (`spdl bench --json`, the libjpeg-turbo build given by --spdl-bin, and the pure-Rust zune-jpeg
+build given by --zune-bin as spdl-rs-zune), Meta's SPDL 0.8.0 (pipeline + `load_image_batch`; resize and eval),
+Pillow in a plain loop (resize), torch DataLoader (0 and 2 workers; `torchvision.io.decode_jpeg` + v2 transforms on
+every job, PIL decode on resize) and NVIDIA DALI on the CPU (`device_id=None`, 1 and 2 threads) when it imports.
+A runner name ending in `-t1` is the same runner with one thread. Each run is a process of its own, the runners of
+a job alternate round-robin, jobs follow each other within a round, for `--rounds` rounds, and the median of each
+figure is reported:
 
 - img/s: images / loading wall time (as the runner measures it: spdl-rs's `seconds`, the runners.py loop);
 - CPU s: spdl-rs: the whole process (os.wait4); Python runners: process + reaped workers over the loading only
@@ -39,8 +49,21 @@ SPDL_RS = "spdl-rs"
 # The same binary with one decoding thread: the like-for-like peer of the single-process runners (torch
 # DataLoader with 0 workers, Pillow), since per-thread efficiency drops when both cores decode at once.
 SPDL_RS_T1 = "spdl-rs-t1"
-PY_RUNNERS = ["spdl-0.8", "pillow", "torch-pil-w0", "torch-pil-w2", "torch-tv-w0", "torch-tv-w2"]
-ALL_RUNNERS = [SPDL_RS, SPDL_RS_T1, *PY_RUNNERS]
+# The same CLI built without the `turbojpeg` feature (pure-Rust zune-jpeg, full-image decode): the gain of the
+# region decode is the ratio of spdl-rs to these.
+SPDL_RS_ZUNE = "spdl-rs-zune"
+SPDL_RS_ZUNE_T1 = "spdl-rs-zune-t1"
+SPDL_RS_ALL = [SPDL_RS, SPDL_RS_T1, SPDL_RS_ZUNE, SPDL_RS_ZUNE_T1]
+PY_RUNNERS = ["spdl-0.8", "pillow", "torch-pil-w0", "torch-pil-w2", "torch-tv-w0", "torch-tv-w2", "dali-cpu-t1",
+              "dali-cpu"]
+ALL_RUNNERS = [*SPDL_RS_ALL, *PY_RUNNERS]
+# The job -> `spdl bench --transform`, and the runners that can do it.
+JOBS = {"resize": "resize", "eval": "center-crop", "train": "random-resized-crop"}
+JOB_RUNNERS = {
+    "resize": ALL_RUNNERS,
+    "eval": [*SPDL_RS_ALL, "spdl-0.8", "torch-tv-w0", "torch-tv-w2", "dali-cpu-t1", "dali-cpu"],
+    "train": [*SPDL_RS_ALL, "torch-tv-w0", "torch-tv-w2", "dali-cpu-t1", "dali-cpu"],
+}
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".JPG", ".JPEG"}
 SAMPLE_SECONDS = 0.05
 
@@ -51,6 +74,7 @@ class Run:
 
     runner: str
     round: int
+    job: str = "resize"
     images: int = 0
     failed: int = 0
     seconds: float = 0.0
@@ -152,16 +176,19 @@ def last_json(stdout: str) -> dict:
     raise ValueError("no JSON object on stdout")
 
 
-def run_one(name: str, rnd: int, args: argparse.Namespace, listing: Path, n_files: int) -> Run:
-    threads = 1 if name == SPDL_RS_T1 else args.threads
+def run_one(name: str, rnd: int, args: argparse.Namespace, listing: Path, n_files: int, job: str = "resize") -> Run:
+    threads = 1 if name.endswith("-t1") else args.threads
     common = ["--threads", str(threads), "--batch-size", str(args.batch_size), "--size", str(args.size)]
-    if name in (SPDL_RS, SPDL_RS_T1):
-        # Straight resize (not the default center crop) like every peer; CPU only, like every peer.
-        cmd = [str(args.spdl_bin), "bench", str(listing), *common, "--transform", "resize", "--no-gpu",
+    if name in SPDL_RS_ALL:
+        # The job's transform (resize: straight, not the default center crop, like every peer); CPU only, like
+        # every peer.
+        binary = args.zune_bin if name.startswith(SPDL_RS_ZUNE) else args.spdl_bin
+        cmd = [str(binary), "bench", str(listing), *common, "--transform", JOBS[job], "--no-gpu",
                "--no-progress", "--json"]
     else:
-        cmd = [sys.executable, str(HERE / "runners.py"), name, "--list", str(listing), *common]
-    run = Run(name, rnd)
+        base = name.removesuffix("-t1")
+        cmd = [sys.executable, str(HERE / "runners.py"), base, "--list", str(listing), "--job", job, *common]
+    run = Run(name, rnd, job)
     status, stdout, stderr, wall, cpu, peak, max_single = measure(cmd, args.timeout)
     run.wall_seconds, run.process_cpu_seconds = wall, cpu
     run.max_single_rss_bytes = max_single
@@ -178,7 +205,7 @@ def run_one(name: str, rnd: int, args: argparse.Namespace, listing: Path, n_file
     run.images = int(raw.get("images", 0))
     run.failed = int(raw.get("failed", 0))
     run.seconds = float(raw.get("seconds", 0.0))
-    if name in (SPDL_RS, SPDL_RS_T1):
+    if name in SPDL_RS_ALL:
         # A native binary has no interpreter to start: charge it the whole process.
         run.cpu_seconds = cpu
     else:
@@ -203,6 +230,9 @@ def median_of(runs: list[Run]) -> dict:
         "images_per_cpu_sec": med(r.images_per_cpu_sec for r in ok),
         "peak_rss_bytes": med(r.peak_rss_bytes for r in ok),
         "wall_seconds": med(r.wall_seconds for r in ok),
+        # Time to the first batch, and the mean time per batch (loading seconds / batches) beside it.
+        "first_batch_seconds": med(float(r.raw.get("first_batch_seconds") or 0.0) for r in ok),
+        "mean_batch_seconds": med(r.seconds / max(1, int(r.raw.get("batches") or 0)) for r in ok),
     }
 
 
@@ -210,7 +240,7 @@ def package_versions() -> dict:
     versions = {"python": platform.python_version()}
     from importlib import metadata
 
-    for dist in ["spdl", "spdl-io", "torch", "torchvision", "pillow", "numpy"]:
+    for dist in ["spdl", "spdl-io", "torch", "torchvision", "pillow", "numpy", "nvidia-dali-cuda120"]:
         try:
             versions[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
@@ -307,11 +337,40 @@ def audio_video_status(args: argparse.Namespace) -> str:
             "load_audio/load_video (benches/compare/av_compare.py, run by run.sh after this comparison)")
 
 
+def write_outputs(results: dict, args: argparse.Namespace) -> None:
+    """Prints the tables; unless --no-docs, writes the per-job section and chart, and "## Comparison" and its chart
+    from the resize job unless --no-comparison-section."""
+    legacy = bool(results.get("summary")) and not args.no_comparison_section
+    if results.get("summary"):
+        results["targets"] = report.targets(results["summary"])
+        print(report.text_table(results))
+    for job, jr in results.get("jobs", {}).items():
+        jr["targets"] = report.job_targets(job, jr["summary"])
+    if results.get("jobs"):
+        print(report.jobs_text(results))
+    if args.no_docs:
+        return
+    if legacy:
+        report.write_png(results, args.png)
+        report.write_markdown(results, args.docs, args.png)
+        log(f"wrote {args.docs} (## Comparison) and {args.png}")
+    if results.get("jobs"):
+        report.write_jobs_png(results, args.jobs_png)
+        report.write_jobs_markdown(results, args.docs, args.jobs_png)
+        log(f"wrote {args.docs} ({report.JOBS_SECTION}) and {args.jobs_png}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=ROOT / "target/compare-data", help="directory of JPEGs")
     parser.add_argument("--corpus", default=None, help="how the corpus was made, for the report")
-    parser.add_argument("--spdl-bin", type=Path, default=ROOT / "target/release/spdl")
+    parser.add_argument("--spdl-bin", type=Path, default=ROOT / "target/release/spdl",
+                        help="the spdl CLI built with `--features turbojpeg` (run.sh builds it)")
+    parser.add_argument("--zune-bin", type=Path, default=ROOT / "target/compare/spdl-zune",
+                        help="the spdl CLI built without `turbojpeg` (zune-jpeg), run as spdl-rs-zune (run.sh "
+                             "builds it); its runners are skipped when it is missing")
+    parser.add_argument("--job", default=",".join(JOBS),
+                        help=f"comma-separated jobs among {','.join(JOBS)} (default: all three)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=32)
@@ -325,6 +384,10 @@ def main() -> int:
     parser.add_argument("--no-py-pipeline", action="store_true", help="skip benches/compare/py_pipeline.py")
     parser.add_argument("--docs", type=Path, default=ROOT / "docs/benchmarks.md")
     parser.add_argument("--png", type=Path, default=ROOT / "docs/img/compare.png")
+    parser.add_argument("--jobs-png", type=Path, default=ROOT / "docs/img/compare-jobs.png")
+    parser.add_argument("--no-comparison-section", action="store_true",
+                        help=f"write only the \"{report.JOBS_SECTION}\" section, leaving \"## Comparison\" (the "
+                             "resize job with issue 3's targets) and compare.png as they are")
     parser.add_argument("--no-docs", action="store_true", help="print only; do not touch docs/")
     parser.add_argument("--results", type=Path, default=ROOT / "target/compare/results.json")
     parser.add_argument("--render-only", action="store_true",
@@ -333,20 +396,32 @@ def main() -> int:
 
     if args.render_only:
         results = json.loads(args.results.read_text())
-        results["targets"] = report.targets(results["summary"])
-        print(report.text_table(results))
-        if not args.no_docs:
-            report.write_png(results, args.png)
-            report.write_markdown(results, args.docs, args.png)
-            log(f"wrote {args.docs} (## Comparison) and {args.png} from {args.results}")
+        write_outputs(results, args)
         return 0
 
     runners = [r.strip() for r in args.runners.split(",") if r.strip()]
     unknown = [r for r in runners if r not in ALL_RUNNERS]
     if unknown:
         parser.error(f"unknown runners {unknown}; known: {ALL_RUNNERS}")
+    jobs = [j.strip() for j in args.job.split(",") if j.strip()]
+    if not jobs or [j for j in jobs if j not in JOBS]:
+        parser.error(f"--job takes a comma-separated list of {list(JOBS)}")
     if {SPDL_RS, SPDL_RS_T1} & set(runners) and not args.spdl_bin.is_file():
-        parser.error(f"{args.spdl_bin} is missing: cargo build --release -p spdl-cli")
+        parser.error(f"{args.spdl_bin} is missing: cargo build --release -p spdl-cli --features turbojpeg")
+    # Runners that cannot start here are skipped once, with the reason, rather than failing every round.
+    skipped: dict[str, str] = {}
+    if not args.zune_bin.is_file():
+        for name in (SPDL_RS_ZUNE, SPDL_RS_ZUNE_T1):
+            skipped[name] = f"{args.zune_bin} is missing (cargo build --release -p spdl-cli, without turbojpeg)"
+    if {"dali-cpu", "dali-cpu-t1"} & set(runners):
+        probe = subprocess.run([sys.executable, "-c", "import nvidia.dali"], capture_output=True, text=True)
+        if probe.returncode != 0:
+            for name in ("dali-cpu", "dali-cpu-t1"):
+                skipped[name] = f"nvidia-dali-cuda120 does not import: {last_line(probe.stderr)}"
+    for name, why in skipped.items():
+        if name in runners:
+            log(f"skipping {name}: {why}")
+    per_job = {job: [r for r in JOB_RUNNERS[job] if r in runners and r not in skipped] for job in jobs}
 
     files = list_corpus(args.data, args.limit)
     if not files:
@@ -362,19 +437,30 @@ def main() -> int:
     load_before = os.getloadavg()
     runs: list[Run] = []
     for rnd in range(args.rounds):
-        # Round-robin, and each round starts one runner later, so no runner always follows the same neighbour.
-        order = runners[rnd % len(runners):] + runners[: rnd % len(runners)]
-        for name in order:
-            run = run_one(name, rnd, args, listing, len(files))
-            runs.append(run)
-            if run.error:
-                log(f"round {rnd + 1}/{args.rounds} {name}: FAILED: {run.error}")
-            else:
-                log(f"round {rnd + 1}/{args.rounds} {name}: {run.images_per_sec:7.1f} img/s, "
-                    f"{run.cpu_seconds:6.2f} CPU s, {run.peak_rss_bytes / 2**20:7.1f} MiB")
+        for job in jobs:
+            # Round-robin, and each round starts one runner later, so no runner always follows the same neighbour.
+            names = per_job[job]
+            order = names[rnd % len(names):] + names[: rnd % len(names)] if names else []
+            for name in order:
+                run = run_one(name, rnd, args, listing, len(files), job)
+                runs.append(run)
+                if run.error:
+                    log(f"round {rnd + 1}/{args.rounds} {job} {name}: FAILED: {run.error}")
+                else:
+                    log(f"round {rnd + 1}/{args.rounds} {job} {name}: {run.images_per_sec:7.1f} img/s, "
+                        f"{run.cpu_seconds:6.2f} CPU s, {run.images_per_cpu_sec:6.0f} img/CPU-s, "
+                        f"{run.peak_rss_bytes / 2**20:7.1f} MiB")
     load_after = os.getloadavg()
 
-    summary = {name: median_of([r for r in runs if r.runner == name]) for name in runners}
+    job_results = {}
+    for job in jobs:
+        job_summary = {name: median_of([r for r in runs if r.runner == name and r.job == job])
+                       for name in per_job[job]}
+        job_results[job] = {"transform": JOBS[job], "summary": job_summary,
+                            "skipped": {n: w for n, w in skipped.items() if n in JOB_RUNNERS[job] and n in runners},
+                            "targets": report.job_targets(job, job_summary)}
+    # "## Comparison" (issue 3) is the resize job's table.
+    summary = job_results["resize"]["summary"] if "resize" in job_results else {}
     results = {
         "date": started,
         "command": os.environ.get("SPDL_COMPARE_COMMAND") or " ".join(["python", *sys.argv]),
@@ -384,22 +470,18 @@ def main() -> int:
         "load_average": {"before": load_before, "after": load_after},
         "job": {"files": len(files), "data": str(args.data), "corpus": args.corpus or str(args.data),
                 "threads": args.threads,
-                "batch_size": args.batch_size, "size": args.size, "rounds": args.rounds},
+                "batch_size": args.batch_size, "size": args.size, "rounds": args.rounds, "jobs": jobs},
         "summary": summary,
+        "jobs": job_results,
         "runs": [asdict(r) | {"images_per_sec": r.images_per_sec} for r in runs],
         "audio_video": audio_video_status(args),
         "py_pipeline": {"status": "skipped (--no-py-pipeline)"} if args.no_py_pipeline else run_py_pipeline(args),
     }
     results["targets"] = report.targets(summary)
     args.results.write_text(json.dumps(results, indent=2))
-
-    print(report.text_table(results))
     log(f"raw results in {args.results}")
-    if not args.no_docs:
-        report.write_png(results, args.png)
-        report.write_markdown(results, args.docs, args.png)
-        log(f"wrote {args.docs} (## Comparison) and {args.png}")
-    failed = [name for name, s in summary.items() if not s.get("ok")]
+    write_outputs(results, args)
+    failed = [f"{job}/{name}" for job, jr in job_results.items() for name, s in jr["summary"].items() if not s.get("ok")]
     if failed:
         log(f"runners that never succeeded: {failed}")
         return 1

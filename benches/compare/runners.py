@@ -2,12 +2,18 @@
 
 Usage (compare.py does this; by hand for debugging):
 
-    python runners.py RUNNER --list FILES.txt [--threads 2] [--batch-size 32] [--size 224]
+    python runners.py RUNNER --list FILES.txt [--job resize|eval|train] [--threads 2] [--batch-size 32] [--size 224]
 
-Every runner does the same job: read the listed files, decode, resize to SIZE x SIZE, and collect batches of
-BATCH_SIZE as one array. It prints one JSON object on stdout:
+Every runner does the same job: read the listed files, decode, transform to SIZE x SIZE, and collect batches of
+BATCH_SIZE as one array. The jobs (spdl-rs's `spdl bench --transform` of the same name in brackets):
 
-    {"runner", "images", "batches", "seconds", "cpu_start", "cpu_seconds", "shape"}
+- resize [resize]: straight to SIZE x SIZE;
+- eval [center-crop]: ImageNet eval, shorter side to SIZE*256/224 then the center SIZE x SIZE;
+- train [random-resized-crop]: torchvision's RandomResizedCrop(SIZE) + RandomHorizontalFlip().
+
+A runner that cannot express a job exits with status 3 and says why on stderr. It prints one JSON object on stdout:
+
+    {"runner", "job", "images", "batches", "seconds", "first_batch_seconds", "cpu_start", "cpu_seconds", "shape"}
 
 `seconds` is the wall time from the start of loading to the last batch; `cpu_start` is the CPU time the process
 had used before that (interpreter start, imports), so the driver can charge only the loading to the runner;
@@ -26,6 +32,16 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 RUNNERS: dict[str, Callable[[argparse.Namespace, list[str]], Iterable[Any]]] = {}
+JOBS = ("resize", "eval", "train")
+
+
+class CannotExpress(Exception):
+    """The runner has no way to do this job (exit status 3)."""
+
+
+def eval_resize(size: int) -> int:
+    """The shorter side before the center crop of the eval job (256 for 224, as spdl-rs's center-crop)."""
+    return size * 256 // 224
 
 
 def runner(name: str):
@@ -50,14 +66,27 @@ def cpu_time() -> float:
 
 @runner("spdl-0.8")
 def run_spdl(args: argparse.Namespace, paths: list[str]) -> Iterable[Any]:
-    """Meta's SPDL: its pipeline, batches of paths, `load_image_batch` (FFmpeg decode + scale) per batch."""
+    """Meta's SPDL: its pipeline, batches of paths, `load_image_batch` (FFmpeg decode + scale) per batch.
+
+    eval: one FFmpeg filter graph for the batch (scale the shorter side, crop the center). train cannot be expressed:
+    `load_image_batch` applies one filter graph to the whole batch, and the crop differs per image."""
+    if args.job == "train":
+        raise CannotExpress("spdl 0.8 load_image_batch applies one filter graph to a whole batch; "
+                            "RandomResizedCrop needs a different crop per image")
     import spdl.io
     from spdl.pipeline import PipelineBuilder
 
     size = args.size
+    short = eval_resize(size)
+    # FFmpeg's default scale flags (bicubic), as load_image_batch's own resize uses.
+    eval_filter = (f"scale=w='if(lt(iw,ih),{short},-2)':h='if(lt(iw,ih),-2,{short})',"
+                   f"crop={size}:{size},format=rgb24")
 
     def load(batch: list[str]):
-        buffer = spdl.io.load_image_batch(batch, width=size, height=size, pix_fmt="rgb24")
+        if args.job == "eval":
+            buffer = spdl.io.load_image_batch(batch, width=None, height=None, pix_fmt=None, filter_desc=eval_filter)
+        else:
+            buffer = spdl.io.load_image_batch(batch, width=size, height=size, pix_fmt="rgb24")
         return spdl.io.to_numpy(buffer)
 
     pipeline = (
@@ -79,6 +108,8 @@ def run_spdl(args: argparse.Namespace, paths: list[str]) -> Iterable[Any]:
 @runner("pillow")
 def run_pillow(args: argparse.Namespace, paths: list[str]) -> Iterable[Any]:
     """Pillow in a plain loop on one thread: open, decode to RGB, bilinear resize, stack 32 into a numpy batch."""
+    if args.job != "resize":
+        raise CannotExpress("the Pillow loop runs the resize job only")
     import numpy as np
     from PIL import Image
 
@@ -102,6 +133,8 @@ def _torch_loader(args: argparse.Namespace, paths: list[str], workers: int, deco
 
     size = [args.size, args.size]
     if decoder == "pil":
+        if args.job != "resize":
+            raise CannotExpress("the PIL DataLoader runs the resize job only (the decode_jpeg one runs every job)")
         from PIL import Image
         from torchvision import transforms
 
@@ -113,11 +146,18 @@ def _torch_loader(args: argparse.Namespace, paths: list[str], workers: int, deco
 
     else:
         from torchvision.io import ImageReadMode, decode_jpeg, read_file
-        from torchvision.transforms.v2 import functional as F
+        from torchvision.transforms import v2
+
+        # torchvision's v2 transforms on the uint8 tensor (antialias on, their default).
+        if args.job == "resize":
+            transform = v2.Resize(size, antialias=True)
+        elif args.job == "eval":
+            transform = v2.Compose([v2.Resize(eval_resize(args.size), antialias=True), v2.CenterCrop(args.size)])
+        else:
+            transform = v2.Compose([v2.RandomResizedCrop(args.size, antialias=True), v2.RandomHorizontalFlip()])
 
         def load(path: str):
-            image = decode_jpeg(read_file(path), mode=ImageReadMode.RGB)
-            return F.resize(image, size, antialias=True)
+            return transform(decode_jpeg(read_file(path), mode=ImageReadMode.RGB))
 
     class Files(Dataset):
         def __len__(self) -> int:
@@ -161,10 +201,57 @@ def run_torch_tv_w2(args, paths):
     return _torch_loader(args, paths, args.threads, "tv")
 
 
+@runner("dali-cpu")
+def run_dali(args: argparse.Namespace, paths: list[str]) -> Iterable[Any]:
+    """NVIDIA DALI on the CPU only (`device_id=None`): an external source feeds the files' bytes batch by batch
+    (so the last batch is short and every image is decoded once), `num_threads` = --threads.
+    resize: decoders.image + resize(SIZE x SIZE); eval: decoders.image + resize(shorter side) + crop (centered);
+    train: decoders.image_random_crop (area 8-100%, aspect 3/4-4/3, torchvision's defaults) + resize + flip."""
+    import numpy as np
+    from nvidia.dali import fn, pipeline_def, types
+
+    size, bs = args.size, args.batch_size
+
+    def source():
+        for start in range(0, len(paths), bs):
+            batch = []
+            for path in paths[start : start + bs]:
+                with open(path, "rb") as f:
+                    batch.append(np.frombuffer(f.read(), dtype=np.uint8))
+            yield batch
+
+    @pipeline_def(batch_size=bs, num_threads=args.threads, device_id=None, seed=0)
+    def pipe():
+        jpegs = fn.external_source(source=source, batch=True, no_copy=True)
+        if args.job == "train":
+            images = fn.decoders.image_random_crop(jpegs, device="cpu", output_type=types.RGB)
+            images = fn.resize(images, resize_x=size, resize_y=size)
+            return fn.flip(images, horizontal=fn.random.coin_flip())
+        images = fn.decoders.image(jpegs, device="cpu", output_type=types.RGB)
+        if args.job == "resize":
+            return fn.resize(images, resize_x=size, resize_y=size)
+        images = fn.resize(images, resize_shorter=eval_resize(size))
+        return fn.crop(images, crop=(size, size))
+
+    pipeline = pipe()
+    pipeline.build()
+
+    def batches() -> Iterator[Any]:
+        while True:
+            try:
+                (out,) = pipeline.run()
+            except StopIteration:
+                return
+            yield out.as_array()
+
+    return batches()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runner", choices=sorted(RUNNERS))
     parser.add_argument("--list", required=True, help="file listing one image path per line")
+    parser.add_argument("--job", choices=JOBS, default="resize")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--size", type=int, default=224)
@@ -176,13 +263,20 @@ def main() -> int:
         print(f"{args.list} lists no files", file=sys.stderr)
         return 2
 
-    batches = RUNNERS[args.runner](args, paths)
+    try:
+        batches = RUNNERS[args.runner](args, paths)
+    except CannotExpress as err:
+        print(f"cannot express the {args.job} job: {err}", file=sys.stderr)
+        return 3
     cpu_start = cpu_time()
     start = time.perf_counter()
+    first_batch = None
     images = 0
     count = 0
     shape = None
     for batch in batches:
+        if first_batch is None:
+            first_batch = time.perf_counter() - start
         shape = list(batch.shape)
         images += shape[0]
         count += 1
@@ -192,9 +286,11 @@ def main() -> int:
     cpu_seconds = cpu_time() - cpu_start
     print(json.dumps({
         "runner": args.runner,
+        "job": args.job,
         "images": images,
         "batches": count,
         "seconds": seconds,
+        "first_batch_seconds": first_batch,
         "cpu_start": cpu_start,
         "cpu_seconds": cpu_seconds,
         "shape": shape,

@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# Side-by-side comparison of spdl-rs against peer loaders (Meta's SPDL 0.8.0, Pillow, torch DataLoader).
+# Side-by-side comparison of spdl-rs against peer loaders (Meta's SPDL 0.8.0, Pillow, torch DataLoader, NVIDIA DALI
+# on the CPU) on three image jobs: resize, eval (center crop), train (random resized crop).
 #
 # Run through `cargo xtask compare` (or `bash benches/compare/run.sh [compare.py options]`).
 # 1. creates `.venv-peers` at the repository root once (SPDL, Pillow, numpy, psutil, matplotlib, torch, torchvision;
 #    ~6 GB, a few minutes) and reuses it while the pinned requirement list is unchanged;
-# 2. builds the `spdl` CLI in release;
+#    then tries `pip install nvidia-dali-cuda120` into it once (DALI CPU runners; skipped with the reason if it fails);
+# 2. builds the `spdl` CLI in release twice: without `turbojpeg` (pure-Rust zune-jpeg, copied to
+#    target/compare/spdl-zune, run as spdl-rs-zune) and with it (target/release/spdl, run as spdl-rs; needs cmake
+#    and nasm);
 # 3. makes the demo corpus once (`spdl gen-data`, ~2,000 JPEGs) under target/compare-data;
-# 4. runs benches/compare/compare.py, which prints the table and writes docs/benchmarks.md's "## Comparison"
-#    section and docs/img/compare.png;
+# 4. runs benches/compare/compare.py, which prints the tables and writes docs/benchmarks.md's "## Comparison"
+#    section (resize job) and docs/img/compare.png, and "## Comparison by job" and docs/img/compare-jobs.png;
 # 5. then the audio/video comparison (issue 4): builds spdl-io's `av_throughput` example in release and runs
 #    benches/compare/av_compare.py, which makes its media once under target/compare-av (ffmpeg CLI) and writes
 #    docs/benchmarks.md's "## Audio/video comparison" section.
@@ -61,6 +65,16 @@ setup_venv() {
     printf '%s\n' "$wanted" >"$marker"
 }
 
+# DALI (CPU only here) is optional: one try per venv; compare.py skips its runners, with the reason, if it does not
+# import.
+setup_dali() {
+    local marker="$VENV/.spdl-compare-dali-tried"
+    [[ -f "$marker" ]] && return
+    log "installing nvidia-dali-cuda120 into $VENV (optional: DALI CPU runners)"
+    "$VENV/bin/python" -m pip install --quiet nvidia-dali-cuda120 || log "nvidia-dali-cuda120 did not install; DALI runners will be skipped"
+    touch "$marker"
+}
+
 # Issue 4: spdl-io's av_throughput example against Meta SPDL's load_audio/load_video.
 run_av() {
     local bin="$ROOT/target/release/examples/av_throughput"
@@ -74,6 +88,7 @@ run_av() {
 }
 
 setup_venv
+setup_dali
 if [[ "${SPDL_COMPARE_SETUP_ONLY:-0}" == 1 ]]; then
     exit 0
 fi
@@ -84,11 +99,16 @@ if [[ "${AV_ONLY:-0}" == 1 ]]; then
 fi
 
 SPDL="$ROOT/target/release/spdl"
+ZUNE="$ROOT/target/compare/spdl-zune"
 if [[ "${SPDL_COMPARE_NO_BUILD:-0}" == 1 && -x "$SPDL" ]]; then
     log "reusing $SPDL (SPDL_COMPARE_NO_BUILD=1)"
 else
-    log "building the spdl CLI (release)"
+    log "building the spdl CLI (release) without turbojpeg -> $ZUNE"
     (cd "$ROOT" && cargo build --release -p spdl-cli)
+    mkdir -p "$(dirname "$ZUNE")"
+    cp "$SPDL" "$ZUNE"
+    log "building the spdl CLI (release, --features turbojpeg)"
+    (cd "$ROOT" && cargo build --release -p spdl-cli --features turbojpeg)
 fi
 for sub in gen-data bench; do
     if ! "$SPDL" "$sub" --help >/dev/null 2>&1; then
@@ -113,7 +133,7 @@ else
 fi
 status=0
 "$VENV/bin/python" "$ROOT/benches/compare/compare.py" --data "$DATA" --corpus "\`spdl gen-data\`" \
-    --spdl-bin "$SPDL" "$@" || status=$?
+    --spdl-bin "$SPDL" --zune-bin "$ZUNE" "$@" || status=$?
 
 if [[ "${SPDL_COMPARE_NO_AV:-0}" != 1 ]]; then
     av_args=()

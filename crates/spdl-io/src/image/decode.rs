@@ -132,7 +132,8 @@ pub(crate) fn check_size(item: &str, format: ImageFormat, w: u32, h: u32, max_pi
 }
 
 /// Decodes `bytes` (format from the magic bytes) into `store` as `opts.format`, oriented if asked, and
-/// plans `transform` on the result. `salt` seeds random crops (the batch index). `tmp` is scratch.
+/// plans `transform` on the result. `salt` seeds random crops and flips (the item's key, by default its
+/// place in the batch). `tmp` is scratch.
 pub(crate) fn decode<S: PixelStore>(
     bytes: &[u8],
     item: &str,

@@ -169,16 +169,23 @@ pub(crate) fn resize_into(
         dst[..n].copy_from_slice(&src.data[..n]);
         return Ok(());
     }
+    let view = src.view(item)?;
+    let mut out = Image::from_slice_u8(plan.out_w, plan.out_h, dst, pt).map_err(|e| resize_error(item, e))?;
+    let opts = ResizeOptions::new()
+        .resize_alg(filter.algorithm())
+        .crop(plan.left, plan.top, plan.width, plan.height)
+        // Alpha is resampled as a plain channel: premultiplying changes the RGB of transparent pixels,
+        // which a training loader should pass through as decoded.
+        .use_alpha(false);
+    resizer.resize(&view, &mut out, &opts).map_err(|e| resize_error(item, e))?;
     if plan.flip {
-        resize_plain(resizer, src, plan, filter, dst, item, pt)?;
         flip_rows(dst, plan.out_w as usize, usize::from(src.channels));
-        return Ok(());
     }
-    resize_plain(resizer, src, plan, filter, dst, item, pt)
+    Ok(())
 }
 
 /// Mirrors each row of an interleaved image (`width` pixels of `channels` bytes) left to right, in place.
-pub(crate) fn flip_rows(px: &mut [u8], width: usize, channels: usize) {
+fn flip_rows(px: &mut [u8], width: usize, channels: usize) {
     let row = width * channels;
     if row == 0 {
         return;
@@ -192,26 +199,6 @@ pub(crate) fn flip_rows(px: &mut [u8], width: usize, channels: usize) {
             j -= 1;
         }
     }
-}
-
-fn resize_plain(
-    resizer: &mut Resizer,
-    src: &Pixels,
-    plan: &Plan,
-    filter: ResizeFilter,
-    dst: &mut [u8],
-    item: &str,
-    pt: PixelType,
-) -> Result<()> {
-    let view = src.view(item)?;
-    let mut out = Image::from_slice_u8(plan.out_w, plan.out_h, dst, pt).map_err(|e| resize_error(item, e))?;
-    let opts = ResizeOptions::new()
-        .resize_alg(filter.algorithm())
-        .crop(plan.left, plan.top, plan.width, plan.height)
-        // Alpha is resampled as a plain channel: premultiplying changes the RGB of transparent pixels,
-        // which a training loader should pass through as decoded.
-        .use_alpha(false);
-    resizer.resize(&view, &mut out, &opts).map_err(|e| resize_error(item, e))
 }
 
 /// Per-channel normalization `(v / 255 - mean) / std` as a lookup table (one add in the hot loop).

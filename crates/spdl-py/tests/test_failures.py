@@ -114,7 +114,9 @@ def test_async_op_failures_count_too():
             list(p)
 
 
-def test_generator_failure_drops_the_item():
+def test_generator_failure_keeps_what_was_yielded_and_drops_the_rest():
+    # Generators stream, as in SPDL: what an item yielded before it raised is already downstream; the rest of
+    # that item is lost and the item counts as one failure.
     def gen(x):
         yield x
         if x == 3:
@@ -124,7 +126,7 @@ def test_generator_failure_drops_the_item():
     p = PipelineBuilder().add_source(range(5)).pipe(gen, output_order="input").add_sink(3).build(num_threads=1)
     with p.auto_stop():
         out = list(p)
-    assert out == [0, 0, 1, -1, 2, -2, 4, -4]
+    assert out == [0, 0, 1, -1, 2, -2, 3, 4, -4]
 
 
 def test_source_exception_is_a_pipeline_failure():

@@ -333,7 +333,8 @@ def job_targets(job: str, summary: dict) -> list[dict]:
     if rs:
         ratio = rs["first_batch_seconds"] / rs["mean_batch_seconds"] if rs["mean_batch_seconds"] else None
         out.append({"target": "spdl-rs first batch / mean batch time", "required": f"<= {FIRST_BATCH_LIMIT}x",
-                    "against": f"{rs['first_batch_seconds'] * 1e3:.0f} ms vs {rs['mean_batch_seconds'] * 1e3:.0f} ms",
+                    "against": f"first batch {rs['first_batch_seconds'] * 1e3:.0f} ms, mean batch "
+                               f"{rs['mean_batch_seconds'] * 1e3:.1f} ms",
                     "ratio": ratio, "met": ratio is not None and ratio <= FIRST_BATCH_LIMIT, "judged": True})
     return out
 
@@ -375,6 +376,9 @@ def _job_target_lines(job: str, targets: list[dict], judged: bool) -> list[str]:
             lines.append(f"{job}: {t['target']} ({t['required']}): not judged (a runner failed or was not run)")
         else:
             verdict = ("met" if t["met"] else "NOT met") if judged else ("would meet" if t["met"] else "below")
+            if t["target"].startswith("spdl-rs first batch"):
+                lines.append(f"{job}: {t['target']} ({t['required']}; {t['against']}): {t['ratio']:.2f}x -> {verdict}")
+                continue
             lines.append(f"{job}: {t['target']} ({t['required']}, against {t['against']}): {t['ratio']:.2f}x "
                          f"-> {verdict}")
     return lines
@@ -445,6 +449,11 @@ def _jobs_markdown_section(results: dict, png: Path, docs: Path) -> str:
         "Targets (judged on `spdl-rs` against the most efficient runner of the group, whatever its thread count):",
         "",
         *(f"- {line}" for line in targets),
+        "",
+        "On the first-batch target: `spdl bench`'s decode stage takes a whole batch of 32 as one task (in its "
+        "`--json` `stages`, decode `items_in` equals the number of batches), so the first batch costs one thread's "
+        "decode of 32 images, while with 2 threads batches then arrive about twice as often; the `-t1` rows, whose "
+        "first batch is close to their mean batch, show the rest is start-up.",
         "",
         "Like for like (shown, not judged):",
         "",

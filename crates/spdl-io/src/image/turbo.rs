@@ -143,7 +143,14 @@ pub(crate) fn decode_jpeg<S: PixelStore>(
 ) -> Result<Option<Decoded>> {
     let orientation =
         if opts.exif_orientation { exif_orientation(exif_chunk(bytes)) } else { Orientation::NoTransforms };
-    with_handle(|h| decode_with(h, bytes, item, opts, transform, salt, orientation, store, tmp)).unwrap_or(Ok(None))
+    let result = with_handle(|h| decode_with(h, bytes, item, opts, transform, salt, orientation, store, tmp))
+        .unwrap_or(Ok(None));
+    if !matches!(result, Ok(Some(_))) {
+        // A failed header or decode can leave the decompressor mid-image; the next image gets a fresh one
+        // (errors are rare, and a new decompressor costs microseconds).
+        DECOMPRESSOR.with(|cell| cell.borrow_mut().take());
+    }
+    result
 }
 
 /// The EXIF payload (after `Exif\0\0`) of a JPEG's APP1 segment, found by walking the header segments.
@@ -422,6 +429,21 @@ mod region_tests {
                     assert!(p >= 40.0, "{w}x{h} {t:?} salt {salt}: {p:.1} dB");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn a_failed_decode_does_not_change_the_next_one() {
+        let good = jpeg(320, 240, 1, false);
+        let opts = ImageOptions { allow_truncated: true, ..ImageOptions::default() };
+        let run = |bytes: &[u8]| {
+            let (mut data, mut tmp) = (Vec::new(), Vec::new());
+            decode(bytes, "x.jpg", &opts, &Transform::resize(40, 30), 0, &mut data, &mut tmp).map(|_| data)
+        };
+        let first = run(&good).unwrap_or_else(|e| panic!("{e}"));
+        for cut in [24, 32, 44, 200, good.len() / 2] {
+            let _ = run(&good[..cut]);
+            assert!(run(&good).ok().as_ref() == Some(&first), "after a file cut at {cut}: the next decode changed");
         }
     }
 

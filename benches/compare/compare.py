@@ -387,7 +387,7 @@ def main() -> int:
     parser.add_argument("--jobs-png", type=Path, default=ROOT / "docs/img/compare-jobs.png")
     parser.add_argument("--no-comparison-section", action="store_true",
                         help=f"write only the \"{report.JOBS_SECTION}\" section, leaving \"## Comparison\" (the "
-                             "resize job with issue 3's targets) and compare.png as they are")
+                             "resize job and its targets) and compare.png as they are")
     parser.add_argument("--no-docs", action="store_true", help="print only; do not touch docs/")
     parser.add_argument("--results", type=Path, default=ROOT / "target/compare/results.json")
     parser.add_argument("--render-only", action="store_true",
@@ -459,7 +459,7 @@ def main() -> int:
         job_results[job] = {"transform": JOBS[job], "summary": job_summary,
                             "skipped": {n: w for n, w in skipped.items() if n in JOB_RUNNERS[job] and n in runners},
                             "targets": report.job_targets(job, job_summary)}
-    # "## Comparison" (issue 3) is the resize job's table.
+    # "## Comparison" is the resize job's table.
     summary = job_results["resize"]["summary"] if "resize" in job_results else {}
     results = {
         "date": started,

@@ -166,7 +166,9 @@ class Blob:
     alive = 0
     peak = 0
     made = 0
-    lock = threading.Lock()
+    # Re-entrant: on a free-threaded interpreter, a Blob dropped by another thread can be finalized on its
+    # owner thread at any point, including inside `with Blob.lock` in __init__ (a plain Lock deadlocked there).
+    lock = threading.RLock()
 
     def __init__(self, n: int, size: int = 0) -> None:
         self.n = n

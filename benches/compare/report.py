@@ -1,4 +1,4 @@
-"""Targets, the printed tables, docs/benchmarks.md's "## Comparison" section (the resize job, issue 3's targets) and
+"""Targets, the printed tables, docs/benchmarks.md's "## Comparison" section (the resize job and its targets) and
 "## Comparison by job" section (resize, eval, train), and their bar charts."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def _ok(summary: dict, name: str) -> dict | None:
 
 
 def targets(summary: dict) -> list[dict]:
-    """The three targets of issue 3, each judged against the strictest peer that ran."""
+    """The three targets of the resize job, each judged against the strictest peer that ran."""
     rs = _ok(summary, SPDL_RS)
     out = []
 
@@ -174,7 +174,7 @@ def _markdown_section(results: dict, png: Path, docs: Path) -> str:
         "that runner holds. `spdl-rs-t1` is the same binary with one decoding thread (`--threads 1`), the "
         "like-for-like peer of the single-process runners.",
         "",
-        "Targets (issue 3): first judged against the strictest peer whatever its thread count, then like for "
+        "Targets: first judged against the strictest peer whatever its thread count, then like for "
         "like (one decoding thread against 0 workers, two against 2 workers):",
         "",
         *(f"- {line}" for line in _target_lines(results)),

@@ -67,17 +67,10 @@ pub(crate) fn resize_intermediate_pixels(plan: &Plan) -> u64 {
     (u64::from(plan.out_w) * crop_h).max(crop_w * u64::from(plan.out_h))
 }
 
-fn over(item: &str, what: &str, value: u64, limit: u64) -> Result<()> {
-    if value > limit {
-        return Err(Error::LimitExceeded { item: item.to_owned(), what: what.to_owned(), value, limit });
-    }
-    Ok(())
-}
-
 /// Bounds what decoding a `w` x `h` image (`native` bytes per decoded pixel, including the decoder's own
-/// planes) and then running `plan` will cost, before anything is allocated: the output and the resize's
-/// intermediate are held to the pixel limit like the image itself, and the working set is reserved from
-/// the process-wide decode memory budget.
+/// planes) and then running `plan` will cost, before anything is allocated: the resize's intermediate is held
+/// to the pixel limit like the image itself (the output already is, by [`ImageOptions::validate_with`]), and
+/// the working set is reserved from the process-wide decode memory budget.
 pub(crate) fn admit(
     item: &str,
     (w, h): (u32, u32),
@@ -91,9 +84,15 @@ pub(crate) fn admit(
     let mut bytes = pixels.saturating_mul(native.saturating_add(cout));
     if let Some(plan) = plan {
         let out = u64::from(plan.out_w) * u64::from(plan.out_h);
-        over(item, "output pixels", out, max_pixels)?;
         let mid = resize_intermediate_pixels(plan);
-        over(item, "resize intermediate pixels", mid, max_pixels)?;
+        if mid > max_pixels {
+            return Err(Error::LimitExceeded {
+                item: item.to_owned(),
+                what: "resize intermediate pixels".into(),
+                value: mid,
+                limit: max_pixels,
+            });
+        }
         bytes = bytes.saturating_add(mid.saturating_add(out).saturating_mul(cout));
     }
     budget::reserve(item, bytes)
@@ -278,8 +277,8 @@ pub(crate) fn reduction_factor(plan: &Plan) -> u32 {
     [4u32, 2].into_iter().find(|&f| shrink >= f64::from(f) * REDUCED_SCALE_MIN_GAP).unwrap_or(1)
 }
 
-/// Decodes at 1/`factor` scale with jpeg-decoder, giving the decoded size and the scaled plan. `Ok(None)` when the image is of a kind this path does
-/// not handle (CMYK, 16-bit), so the caller falls back to the full decode.
+/// Decodes at 1/`factor` scale with jpeg-decoder, giving the decoded size and the scaled plan. `Ok(None)` when
+/// the image is of a kind this path does not handle (CMYK, 16-bit), so the caller falls back to the full decode.
 #[allow(clippy::too_many_arguments)]
 fn decode_jpeg_reduced<S: PixelStore>(
     bytes: &[u8],

@@ -212,17 +212,17 @@ fn decode_with<S: PixelStore>(
     let (ow, oh) = oriented_dims(orientation, w, hgt);
     let plan = transform.plan(ow, oh, salt);
     let reservation = admit(item, (w, hgt), 2 * u64::from(cout), cout, plan.as_ref(), opts.max_pixels)?;
-    if orientation != Orientation::NoTransforms {
-        // Rare in training data (EXIF orientation is off by default): the whole image, then rotated.
-        return decode_oriented(h, bytes, item, opts, (w, hgt), orientation, plan, store, tmp).map(
-            |(width, height, plan)| Some(Decoded { width, height, channels: cout, plan, _reservation: reservation }),
-        );
-    }
-
     let denom = match &plan {
         Some(p) if opts.reduced_scale_jpeg => reduction_factor(p),
         _ => 1,
     };
+    if orientation != Orientation::NoTransforms {
+        // Rare in training data (EXIF orientation is off by default): the whole image, then rotated.
+        return decode_oriented(h, bytes, item, opts, (w, hgt), denom, orientation, plan, store, tmp).map(
+            |(width, height, plan)| Some(Decoded { width, height, channels: cout, plan, _reservation: reservation }),
+        );
+    }
+
     let imcu = mcu_width(get(tj::TJPARAM_TJPARAM_SUBSAMP)).map(|m| scaled(m, denom));
     let (sw, sh) = (scaled(w, denom), scaled(hgt, denom));
     let (region, plan) = match (&plan, imcu) {
@@ -239,21 +239,26 @@ fn decode_with<S: PixelStore>(
         }
     };
     let cropped = region != Region { x: 0, y: 0, w: sw, h: sh };
-    let sf = tj::tjscalingfactor { num: 1, denom: denom as i32 };
-    let crop = if cropped {
-        tj::tjregion { x: region.x as i32, y: region.y as i32, w: region.w as i32, h: region.h as i32 }
-    } else {
-        tj::tjregion { x: 0, y: 0, w: 0, h: 0 }
-    };
-    // SAFETY: a valid handle after the header; the factor is one TurboJPEG supports and the region lies in
-    // the scaled image with its left edge on the scaled iMCU grid.
-    let set = unsafe { tj::tj3SetScalingFactor(h, sf) == 0 && tj::tj3SetCroppingRegion(h, crop) == 0 };
-    if !set {
-        return Err(decode_error(item, F, error_string(h)));
-    }
+    set_scale_and_region(h, item, denom, cropped.then_some(region))?;
     let out = store.slice(region.w, region.h, cout)?;
     decompress(h, bytes, item, out, region.w, region.h, opts.format)?;
     Ok(Some(Decoded { width: region.w, height: region.h, channels: cout, plan, _reservation: reservation }))
+}
+
+/// Sets the 1/`denom` scale and the region of the scaled image to decode (`None`: all of it) on `h`, after its
+/// header was read. The region must lie in the scaled image with its left edge on the scaled iMCU grid.
+fn set_scale_and_region(h: tj::tjhandle, item: &str, denom: u32, region: Option<Region>) -> Result<()> {
+    let sf = tj::tjscalingfactor { num: 1, denom: denom as i32 };
+    let crop = match region {
+        Some(r) => tj::tjregion { x: r.x as i32, y: r.y as i32, w: r.w as i32, h: r.h as i32 },
+        None => tj::tjregion { x: 0, y: 0, w: 0, h: 0 },
+    };
+    // SAFETY: a valid handle after the header; 1/1, 1/2 and 1/4 are factors TurboJPEG supports, and the
+    // caller places the region as TurboJPEG requires.
+    if unsafe { tj::tj3SetScalingFactor(h, sf) != 0 || tj::tj3SetCroppingRegion(h, crop) != 0 } {
+        return Err(decode_error(item, ImageFormat::Jpeg, error_string(h)));
+    }
+    Ok(())
 }
 
 /// Runs the decompression set up on `h` into `out` (`w` x `h` pixels of `format`).
@@ -287,7 +292,7 @@ fn decompress(
     Ok(())
 }
 
-/// The whole image at the plan's reduction, rotated/flipped into `store` as `orientation` says; returns the
+/// The whole image at 1/`denom` scale, rotated/flipped into `store` as `orientation` says; returns the
 /// oriented size and the plan scaled onto it.
 #[allow(clippy::too_many_arguments)]
 fn decode_oriented<S: PixelStore>(
@@ -296,21 +301,13 @@ fn decode_oriented<S: PixelStore>(
     item: &str,
     opts: &ImageOptions,
     (w, hgt): (u32, u32),
+    denom: u32,
     orientation: Orientation,
     plan: Option<Plan>,
     store: &mut S,
     tmp: &mut Vec<u8>,
 ) -> Result<(u32, u32, Option<Plan>)> {
-    let denom = match &plan {
-        Some(p) if opts.reduced_scale_jpeg => reduction_factor(p),
-        _ => 1,
-    };
-    let sf = tj::tjscalingfactor { num: 1, denom: denom as i32 };
-    let whole = tj::tjregion { x: 0, y: 0, w: 0, h: 0 };
-    // SAFETY: a valid handle after the header; a supported factor; no cropping.
-    if unsafe { tj::tj3SetScalingFactor(h, sf) != 0 || tj::tj3SetCroppingRegion(h, whole) != 0 } {
-        return Err(decode_error(item, ImageFormat::Jpeg, error_string(h)));
-    }
+    set_scale_and_region(h, item, denom, None)?;
     let (sw, sh) = (scaled(w, denom), scaled(hgt, denom));
     let cout = opts.format.channels();
     let t = sized(tmp, byte_len(sw, sh, cout)?)?;

@@ -20,6 +20,7 @@ use spdl_io::image::{BatchDecoder, BatchOptions, ImageOptions, Normalize, PixelF
 use crate::buffer::PyBuffer;
 use crate::error::Error;
 use crate::pipeline::{NativeOp, PyNativeOp};
+use crate::signals::{SIGNAL_POLL, wait_with_signals};
 use crate::value::Value;
 
 /// An image source as Rust holds it: a path or encoded bytes.
@@ -172,9 +173,6 @@ fn io_err(e: spdl_io::Error) -> PyErr {
 /// milliseconds, less than a thread hop's share would be worth.
 const INLINE_BYTES: usize = 1 << 20;
 
-/// How often a waiting call checks for Ctrl-C.
-const SIGNAL_POLL: std::time::Duration = std::time::Duration::from_millis(50);
-
 /// Runs `f` with the GIL released on a thread of its own and waits for it in slices, checking for signals
 /// between them: Ctrl-C raises `KeyboardInterrupt` within about 50 ms even while a long decode runs (a
 /// decode in Rust never returns to the interpreter's signal check on its own). After an interrupt the
@@ -189,19 +187,13 @@ pub(crate) fn interruptible<T: Send + 'static>(py: Python<'_>, f: impl FnOnce() 
             let _ = tx.send(f());
         })
         .map_err(|e| PyRuntimeError::new_err(format!("cannot start a decoding thread: {e}")))?;
-    let mut rx = rx;
-    loop {
-        // The receiver is not `Sync`: it goes into the GIL-free section and comes back out.
-        let (got, back) = py.detach(move || (rx.recv_timeout(SIGNAL_POLL), rx));
-        rx = back;
-        match got {
-            Ok(v) => return Ok(v),
-            Err(RecvTimeoutError::Timeout) => py.check_signals()?,
-            Err(RecvTimeoutError::Disconnected) => {
-                return Err(PyRuntimeError::new_err("the decoding thread panicked (see the log for its message)"));
-            }
-        }
-    }
+    // `None`: the thread ended without a result (it panicked).
+    let got = wait_with_signals(py, move || match rx.recv_timeout(SIGNAL_POLL) {
+        Ok(v) => Some(Some(v)),
+        Err(RecvTimeoutError::Timeout) => None,
+        Err(RecvTimeoutError::Disconnected) => Some(None),
+    })?;
+    got.ok_or_else(|| PyRuntimeError::new_err("the decoding thread panicked (see the log for its message)"))
 }
 
 /// Decode memory: `decode_memory_budget()` gives the process-wide budget in bytes.

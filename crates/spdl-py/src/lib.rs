@@ -51,6 +51,8 @@ mod error;
 #[cfg(feature = "io")]
 mod io;
 mod pipeline;
+#[cfg(any(feature = "io", feature = "source"))]
+mod signals;
 #[cfg(feature = "source")]
 mod source;
 mod value;

@@ -14,6 +14,7 @@ use spdl_source::{Dataset, SourceError};
 
 use crate::error::Error;
 use crate::pipeline::{NativeOp, PyNativeOp};
+use crate::signals::{SIGNAL_POLL, wait_with_signals};
 use crate::value::Value;
 
 /// A missing object is `FileNotFoundError`, a refused one (permissions, or a link out of a local store's root)
@@ -44,9 +45,6 @@ fn source_err(e: SourceError) -> PyErr {
     }
 }
 
-/// How often a blocking wait on a store wakes to let Python handle signals (Ctrl-C).
-const SIGNAL_POLL: std::time::Duration = std::time::Duration::from_millis(50);
-
 /// Runs `future` on the store's runtime without the GIL, waking every [`SIGNAL_POLL`] to run Python's signal
 /// handlers: Ctrl-C raises `KeyboardInterrupt` within about that long, and the request is cancelled (dropped).
 fn wait<T, F>(py: Python<'_>, store: &spdl_source::DedicatedStore, future: F) -> PyResult<T>
@@ -55,14 +53,9 @@ where
     T: Send,
 {
     let mut future = std::pin::pin!(future);
-    loop {
-        // The timer is made inside `block_on`, where the runtime's time driver is in reach.
-        let step = py.detach(|| store.block_on(async { tokio::time::timeout(SIGNAL_POLL, future.as_mut()).await }));
-        match step {
-            Ok(out) => return out.map_err(source_err),
-            Err(_elapsed) => py.check_signals()?,
-        }
-    }
+    // The timer is made inside `block_on`, where the runtime's time driver is in reach.
+    wait_with_signals(py, || store.block_on(async { tokio::time::timeout(SIGNAL_POLL, future.as_mut()).await }).ok())?
+        .map_err(source_err)
 }
 
 /// A deterministic order of indices per epoch: the same (configuration, epoch) gives the same order on

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
-from collections.abc import AsyncIterable, Callable, Iterable
-from concurrent.futures import Executor
+import logging
+import queue
+import threading
+from collections.abc import AsyncIterable, Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
 from fractions import Fraction
 from typing import Any, Generic, TypeVar
 
@@ -13,6 +17,8 @@ from .. import _native
 from ._pipeline import Pipeline, _EventLoop
 
 __all__ = ["PipelineBuilder", "build_pipeline"]
+
+_LG = logging.getLogger("spdl_rs.pipeline")
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -99,6 +105,270 @@ def _op_name(op: Any) -> str:
     return type(op).__name__
 
 
+def _source_tuple(source: Any, continuous: bool) -> tuple[tuple[Any, ...], bool]:
+    """The engine's source tuple for an iterable or async iterable, and whether it needs the event loop."""
+    if hasattr(source, "__aiter__"):
+        if continuous:
+            raise ValueError("continuous=True needs a sync iterable (an async iterator cannot be restarted)")
+        return ("aiter", source), True
+    if isinstance(source, range) and not continuous and all(
+        _I64[0] <= v <= _I64[1] for v in (source.start, source.stop, source.step)
+    ):
+        return ("range", source.start, source.stop, source.step), False
+    if isinstance(source, (list, tuple)) and not continuous:
+        return ("list", source), False
+    if hasattr(source, "__iter__"):
+        return ("iter", source, bool(continuous)), False
+    raise TypeError(f"source must be an iterable or an async iterable, got {type(source).__name__}")
+
+
+def _pipe_step(cfg: Any) -> tuple[tuple[Any, ...], bool]:
+    """The engine step of a ``PipeConfig``, and whether it needs the event loop."""
+    concurrency = cfg.concurrency
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
+    if cfg.output_order not in ("completion", "input"):
+        raise ValueError(f'output_order must be "completion" or "input", got {cfg.output_order!r}')
+    kind, fn = _op_kind(cfg.op)
+    if cfg.executor is not None:
+        kind, fn = _in_executor(kind, fn, cfg.executor)
+    step = ("pipe", cfg.name, kind, fn, concurrency, cfg.output_order, _budget(cfg.max_failures, "max_failures"))
+    return step, kind in ("async", "asyncgen")
+
+
+class _Conversion:
+    """What turning configs into engine tuples collects: whether an event loop is needed, and the objects
+    (``.to()`` regions, custom merges) the pipeline must stop and close with it."""
+
+    def __init__(
+        self, *, num_threads: int, max_failures: Any, report_stats_interval: float, stage_buffer_size: int
+    ) -> None:
+        self.needs_loop = False
+        self.resources: list[Any] = []
+        self.num_threads = num_threads
+        self.max_failures = max_failures
+        self.report_stats_interval = report_stats_interval
+        self.stage_buffer_size = stage_buffer_size
+
+    @property
+    def fail_fast(self) -> bool:
+        m = self.max_failures
+        return isinstance(m, int) and not isinstance(m, bool) and m == 0
+
+
+def _source_continuity(src: Any) -> set[bool]:
+    from . import defs
+
+    if isinstance(src, defs.MergeConfig):
+        return set().union(*(_source_continuity(c.src) for c in src.pipeline_configs))
+    return {bool(getattr(src, "continuous", False))}
+
+
+def _convert_source(src: Any, conv: _Conversion) -> tuple[Any, ...]:
+    from . import defs
+
+    if isinstance(src, defs.SourceConfig):
+        tup, loop = _source_tuple(src.source, src.continuous)
+        conv.needs_loop |= loop
+        if tup[0] == "aiter":
+            tup = ("aiter", tup[1].__aiter__())
+        return tup
+    if isinstance(src, defs.MergeConfig):
+        continuity = _source_continuity(src)
+        if len(continuity) > 1:
+            raise ValueError(
+                "Mixed continuous mode is not supported. All sources in a pipeline (including merged "
+                "sub-pipelines) must have the same continuous setting."
+            )
+        for cfg in src.pipeline_configs:
+            if not isinstance(cfg, defs.PipelineConfig):
+                raise TypeError(f"Merge takes PipelineConfig inputs, got {type(cfg).__name__}")
+        if src.op is None:
+            inputs = [(_convert_source(c.src, conv), _convert_steps(c.pipes, conv)) for c in src.pipeline_configs]
+            return ("merge", "merge", inputs, "as_available", None, 0, 0)
+        merge = _CustomMerge(src.op, src.pipeline_configs, continuous=continuity == {True}, conv=conv)
+        conv.resources.append(merge)
+        return ("iter", merge, continuity == {True})
+    raise TypeError(f"the source must be a SourceConfig or a MergeConfig, got {type(src).__name__}")
+
+
+def _convert_step(cfg: Any, conv: _Conversion) -> tuple[Any, ...]:
+    """The engine step of one stage config (not a placement marker)."""
+    from . import defs
+
+    if isinstance(cfg, defs.PipeConfig):
+        step, loop = _pipe_step(cfg)
+        conv.needs_loop |= loop
+        return step
+    if isinstance(cfg, defs.AggregateConfig):
+        return defs._aggregator_step(cfg.op, bool(cfg.drop_last))
+    if isinstance(cfg, defs.DisaggregateConfig):
+        return ("disaggregate",)
+    if isinstance(cfg, defs.PathVariantsConfig):
+        kind, router = _op_kind(cfg.router)
+        if kind not in ("sync", "async"):
+            raise TypeError(f"a path_variants router must be a function or an async function, got a {kind} op")
+        if kind == "async":
+            conv.needs_loop = True
+        paths = []
+        for i, path in enumerate(cfg.paths):
+            for j, stage in enumerate(path):
+                if isinstance(stage, defs.PlacementConfig):
+                    raise ValueError(f"Path {i}, position {j}: a to() placement marker is not allowed inside PathVariants paths.")
+            paths.append([_convert_step(stage, conv) for stage in path])
+        return ("path_variants", cfg.name, kind, router, paths, bool(cfg.batched), cfg.output_order)
+    raise TypeError(
+        f"a {type(cfg).__name__} step is not supported (Pipe, Aggregate, Disaggregate, PathVariants and "
+        "PlacementConfig markers are)"
+    )
+
+
+def _convert_steps(pipes: Sequence[Any], conv: _Conversion) -> list[tuple[Any, ...]]:
+    """The engine steps of a pipeline's ``pipes``: each ``.to()`` region (the stages between a marker with a
+    worker-pool target and the next marker, or the end) becomes one ``through`` step running them in the pool."""
+    from . import defs
+
+    steps: list[tuple[Any, ...]] = []
+    target: Any = defs.MAIN_PROCESS
+    input_buffer_size = 1
+    region: list[Any] = []
+
+    def close_region(output_buffer_size: int) -> None:
+        if region:
+            steps.append(_region_step(list(region), target, input_buffer_size, output_buffer_size, conv))
+            region.clear()
+
+    for p in pipes:
+        if isinstance(p, defs.PlacementConfig):
+            _check_buffer_size(p.buffer_size)
+            close_region(p.buffer_size)
+            target = p.target
+            input_buffer_size = p.buffer_size
+        elif isinstance(target, defs._MainProcess):
+            steps.append(_convert_step(p, conv))
+        else:
+            region.append(p)
+    close_region(1)
+    return steps
+
+
+def _region_step(
+    stages: list[Any], target: Any, input_buffer_size: int, output_buffer_size: int, conv: _Conversion
+) -> tuple[Any, ...]:
+    from . import _region, defs
+
+    if isinstance(target, defs.InterpreterPoolExecutorConfig):
+        _region.check_interpreters_available()
+    elif not isinstance(target, defs.ProcessPoolExecutorConfig):
+        raise TypeError(f"unexpected to() target: {target!r}")
+    stages = [_region.strip_executor(s) for s in stages]
+    # Checked here, in the main process, so that a bad stage fails the build rather than every worker.
+    _convert_steps(stages, _Conversion(num_threads=1, max_failures=-1, report_stats_interval=-1, stage_buffer_size=2))
+    region = _region.Region(
+        stages,
+        target,
+        input_buffer_size=input_buffer_size,
+        output_buffer_size=output_buffer_size,
+        fail_fast=conv.fail_fast,
+        report_stats_interval=conv.report_stats_interval,
+        stage_buffer_size=conv.stage_buffer_size,
+    )
+    conv.resources.append(region)
+    return ("through", region.name, region)
+
+
+def _check_buffer_size(buffer_size: Any) -> None:
+    if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or buffer_size < 1:
+        raise ValueError(f"`buffer_size` must be a positive integer. Got: {buffer_size}.")
+
+
+def _has_ordered_pipe(cfg: Any) -> bool:
+    from . import defs
+
+    if isinstance(cfg, defs.PipeConfig):
+        return cfg.output_order == "input"
+    if isinstance(cfg, defs.PathVariantsConfig):
+        return any(_has_ordered_pipe(s) for path in cfg.paths for s in path)
+    return False
+
+
+def _validate_regions(pipes: Sequence[Any]) -> None:
+    """SPDL's checks of the ``.to()`` markers (made by ``get_config``/``build``): no empty region, no
+    ``output_order="input"`` stage inside one, every region closed before the sink, subinterpreters on 3.14+."""
+    from . import _region, defs
+
+    in_region = False
+    has_stage = False
+    for p in pipes:
+        if isinstance(p, defs.PlacementConfig):
+            if in_region and not has_stage:
+                raise ValueError(
+                    "An empty `to(...)` region has no stages. Add stages before the next `.to(...)`, or remove the "
+                    "redundant marker."
+                )
+            in_region = not isinstance(p.target, defs._MainProcess)
+            has_stage = False
+            _check_buffer_size(p.buffer_size)
+            if isinstance(p.target, defs.InterpreterPoolExecutorConfig):
+                _region.check_interpreters_available()
+        elif in_region:
+            has_stage = True
+            if _has_ordered_pipe(p):
+                raise ValueError(
+                    "A stage with `output_order='input'` cannot run inside a `to()` region: input order cannot be "
+                    "preserved across the region's independent workers."
+                )
+    if in_region and not has_stage:
+        raise ValueError(
+            "An empty `to(...)` region has no stages. Add stages before closing it, or remove the redundant marker."
+        )
+    if in_region:
+        raise ValueError(
+            "A `to()` execution region must be closed with `to(MAIN_PROCESS)` before `add_sink()`. The sink always "
+            "runs in the main process."
+        )
+
+
+def _build(
+    src: Any,
+    pipes: Sequence[Any],
+    *,
+    buffer_size: int,
+    num_threads: int,
+    max_failures: Any,
+    report_stats_interval: float,
+    stage_buffer_size: int,
+) -> Pipeline[Any]:
+    if not isinstance(num_threads, int) or num_threads < 1:
+        raise ValueError(f"num_threads must be a positive integer, got {num_threads!r}")
+    _check_size("stage_buffer_size", stage_buffer_size, minimum=1)
+    _check_size("buffer_size", buffer_size, minimum=0)
+    conv = _Conversion(
+        num_threads=num_threads,
+        max_failures=max_failures,
+        report_stats_interval=report_stats_interval,
+        stage_buffer_size=stage_buffer_size,
+    )
+    try:
+        source = _convert_source(src, conv)
+        steps = _convert_steps(pipes, conv)
+        loop = _EventLoop() if conv.needs_loop else None
+        core = _native.PipelineCore(
+            source,
+            steps,
+            buffer_size=buffer_size,
+            num_threads=num_threads,
+            max_failures=_budget(max_failures, "max_failures"),
+            bridge=loop.bridge if loop is not None else None,
+            stage_buffer_size=stage_buffer_size,
+        )
+    except BaseException:
+        for r in conv.resources:
+            r.close()
+        raise
+    return Pipeline(core, event_loop=loop, report_stats_interval=report_stats_interval, resources=conv.resources)
+
+
 class PipelineBuilder(Generic[T, U]):
     """Builds a :py:class:`Pipeline`: a source, stages, and a sink.
 
@@ -125,10 +395,9 @@ class PipelineBuilder(Generic[T, U]):
     """
 
     def __init__(self) -> None:
-        self._source: tuple[Any, ...] | None = None
-        self._steps: list[tuple[Any, ...]] = []
+        self._src: Any = None
+        self._pipes: list[Any] = []
         self._sink: int | None = None
-        self._needs_loop = False
 
     def add_source(self, source: Iterable[T] | AsyncIterable[T], *, continuous: bool = False) -> PipelineBuilder[T, U]:
         """Sets the source: an iterable or an async iterable.
@@ -142,23 +411,12 @@ class PipelineBuilder(Generic[T, U]):
                 current :py:meth:`Pipeline.get_iterator` (``get_item`` raises ``EOFError``). Not for async
                 iterables.
         """
-        if self._source is not None:
+        from . import defs
+
+        if self._src is not None:
             raise ValueError("Source is already set.")
-        if hasattr(source, "__aiter__"):
-            if continuous:
-                raise ValueError("continuous=True needs a sync iterable (an async iterator cannot be restarted)")
-            self._source = ("aiter", source)
-            self._needs_loop = True
-        elif isinstance(source, range) and not continuous and all(
-            _I64[0] <= v <= _I64[1] for v in (source.start, source.stop, source.step)
-        ):
-            self._source = ("range", source.start, source.stop, source.step)
-        elif isinstance(source, (list, tuple)) and not continuous:
-            self._source = ("list", source)
-        elif hasattr(source, "__iter__"):
-            self._source = ("iter", source, bool(continuous))
-        else:
-            raise TypeError(f"source must be an iterable or an async iterable, got {type(source).__name__}")
+        _source_tuple(source, continuous)  # validates
+        self._src = defs.SourceConfig(source, continuous=bool(continuous))
         return self
 
     def pipe(
@@ -179,27 +437,31 @@ class PipelineBuilder(Generic[T, U]):
                 yielded value is an output), a container with ``__getitem__``, or a native op from
                 :py:mod:`spdl_rs.io.ops`. A result of ``None`` is dropped. An exception drops that item and
                 is logged with its traceback.
-            concurrency: Items processed at the same time.
+            concurrency: Items processed at the same time (in a ``.to()`` region: within each worker).
             executor: ``None`` (sync ops run on the pipeline's own thread pool, without an event loop), or a
                 ``concurrent.futures`` executor to run a sync ``op`` in instead, as SPDL does (e.g. a
                 ``ProcessPoolExecutor`` for GIL-bound Python code; ``op`` and items must then pickle). Each call
-                is awaited on the pipeline's event loop, ``concurrency`` at a time.
+                is awaited on the pipeline's event loop, ``concurrency`` at a time. Ignored inside a ``.to()``
+                region (the op runs on the worker's own threads).
             name: The stage's name in stats, logs and errors (default: the op's name).
             output_order: ``"completion"`` (as soon as each is done) or ``"input"`` (in input order).
             max_failures: This stage's failure budget: an int (count) or a ``Fraction`` in (0, 1] (rate, judged
                 after 100 calls); ``None`` for none of its own.
         """
-        if not isinstance(concurrency, int) or concurrency < 1:
-            raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
-        if output_order not in ("completion", "input"):
-            raise ValueError(f'output_order must be "completion" or "input", got {output_order!r}')
-        kind, fn = _op_kind(op)
-        if executor is not None:
-            kind, fn = _in_executor(kind, fn, executor)
-        if kind in ("async", "asyncgen"):
-            self._needs_loop = True
-        stage = name if name is not None else _op_name(op)
-        self._steps.append(("pipe", stage, kind, fn, concurrency, output_order, _budget(max_failures, "max_failures")))
+        from . import defs
+
+        if not callable(op) and hasattr(op, "__getitem__"):
+            op = op.__getitem__
+        cfg = defs.PipeConfig(
+            name=name if name is not None else _op_name(op),
+            op=op,
+            concurrency=concurrency,
+            executor=executor,
+            output_order=output_order,
+            max_failures=max_failures,
+        )
+        _pipe_step(cfg)  # validates
+        self._pipes.append(cfg)
         return self
 
     def aggregate(self, num_items: int | Any, /, *, drop_last: bool = False) -> PipelineBuilder[T, U]:
@@ -215,31 +477,93 @@ class PipelineBuilder(Generic[T, U]):
             drop_last: Drop the incomplete last batch; for an aggregator, ``flush``'s result at an epoch end
                 is discarded and ``flush`` is not called at the end of the input.
         """
-        from .defs import _aggregator_step
+        from . import defs
 
-        self._steps.append(_aggregator_step(num_items, bool(drop_last)))
+        defs._aggregator_step(num_items, bool(drop_last))  # validates
+        op = defs.Collate(num_items) if isinstance(num_items, int) and not isinstance(num_items, bool) else num_items
+        self._pipes.append(
+            defs.AggregateConfig(name=f"aggregate({op!r}, drop_last={bool(drop_last)})", op=op, drop_last=bool(drop_last))
+        )
         return self
 
     def disaggregate(self) -> PipelineBuilder[T, U]:
         """Splits each item (a list, tuple or other iterable) into its elements."""
-        self._steps.append(("disaggregate",))
+        from . import defs
+
+        self._pipes.append(defs.Disaggregate())
         return self
 
-    def path_variants(self, *_args: Any, **_kwargs: Any) -> PipelineBuilder[T, U]:
-        """SPDL's routing of items between alternative paths: not supported by spdl_rs (raises
-        ``NotImplementedError``); branch inside one op instead."""
-        raise NotImplementedError(
-            "PipelineBuilder.path_variants is not supported by spdl_rs: branch inside one op (a function that "
-            "dispatches on the item) instead"
-        )
+    def path_variants(
+        self,
+        router: Callable[[Any], Any],
+        paths: Sequence[Sequence[Any]],
+        name: str | None = None,
+        batched: bool = False,
+        *,
+        output_order: str = "completion",
+    ) -> PipelineBuilder[T, U]:
+        """Sends each item down one of several paths, chosen by ``router``, and merges the paths' outputs.
 
-    def to(self, *_args: Any, **_kwargs: Any) -> PipelineBuilder[T, U]:
-        """SPDL's placement of the following stages in a subprocess or subinterpreter: not supported by spdl_rs
-        (raises ``NotImplementedError``)."""
-        raise NotImplementedError(
-            "PipelineBuilder.to is not supported by spdl_rs: native ops (spdl_rs.io.ops) already run without the "
-            "GIL; for GIL-bound Python code pass executor=ProcessPoolExecutor(...) to pipe()"
-        )
+        Args:
+            router: ``router(item) -> int``, the path's index (sync or async). With ``batched``,
+                ``router(batch) -> sequence of int``, one index per element. A router exception or an index out
+                of range fails that item (logged, counted against the failure budgets).
+            paths: Each path a non-empty sequence of :py:func:`~spdl_rs.pipeline.defs.Pipe`,
+                :py:func:`~spdl_rs.pipeline.defs.Aggregate`, :py:func:`~spdl_rs.pipeline.defs.Disaggregate` or
+                nested :py:func:`~spdl_rs.pipeline.defs.PathVariants` configs; their stages show in the stats as
+                ``"{name}[i]/{stage}"``.
+            name: The stage's name (default ``"path_variants"``).
+            batched: Route the elements of each incoming batch (a list): each path gets one (possibly empty)
+                sub-list per batch, and the paths' results are concatenated back, in path order, into one batch
+                (an empty one is dropped). See :py:func:`spdl_rs.pipeline.defs.PathVariants`.
+            output_order: (spdl_rs only) ``"completion"`` (default, SPDL's) or ``"input"``.
+        """
+        from . import defs
+
+        cfg = defs.PathVariants(router, paths, name=name, batched=batched, output_order=output_order)
+        _convert_step(
+            cfg, _Conversion(num_threads=1, max_failures=-1, report_stats_interval=-1, stage_buffer_size=2)
+        )  # validates
+        self._pipes.append(cfg)
+        return self
+
+    def to(self, target: Any, /, *, buffer_size: int = 1) -> PipelineBuilder[T, U]:
+        """Sets where the stages added after this call run, up to the next ``to``.
+
+        ``to(ProcessPoolExecutorConfig(...))`` (or ``InterpreterPoolExecutorConfig``, CPython 3.14+) opens a
+        region and ``to(MAIN_PROCESS)`` closes it. The region's stages (pipes, aggregates, disaggregates,
+        path variants) run together as one nested pipeline in each of the pool's workers: only the items
+        entering and leaving the region cross the boundary (pickled), what one stage hands the next stays in
+        the worker. Inputs are spread over the workers, so outputs come in completion order. Each stage's
+        ``concurrency`` applies within each worker. The pool is started on the first item, kept across
+        epochs, and shut down when the pipeline stops. A worker that dies fails the epoch (a failure of the
+        region's stage), and the pool is restarted for the next one; with ``build(max_failures=0)`` a
+        failure inside a worker fails the pipeline (otherwise it is logged by the worker, as in SPDL).
+
+        Args:
+            target: ``ProcessPoolExecutorConfig``, ``InterpreterPoolExecutorConfig`` or ``MAIN_PROCESS``.
+            buffer_size: At most this many items per transfer at this marker (into the workers for the
+                marker opening a region, back out for the one closing it). A partial transfer is sent at the
+                end of the input and of each epoch; stages still see single items.
+        """
+        from . import defs
+
+        if isinstance(target, Executor):
+            raise TypeError(
+                "`to()` takes a serializable execution target (ProcessPoolExecutorConfig, "
+                "InterpreterPoolExecutorConfig, or MAIN_PROCESS), not a live Executor. To run a single stage on a "
+                "custom executor, pass it to `pipe(executor=...)` instead."
+            )
+        if not isinstance(
+            target, (defs.ProcessPoolExecutorConfig, defs.InterpreterPoolExecutorConfig, defs._MainProcess)
+        ):
+            raise TypeError(
+                "`to()` target must be a ProcessPoolExecutorConfig, InterpreterPoolExecutorConfig, or MAIN_PROCESS. "
+                f"Got: {type(target).__name__}."
+            )
+        _check_buffer_size(buffer_size)
+        self._pipes.append(defs.PlacementConfig(target=target, buffer_size=buffer_size))
+        return self
 
     def add_sink(self, buffer_size: int = 3) -> PipelineBuilder[T, U]:
         """Sets the output buffer: how many finished items wait for the consumer (0: a large buffer)."""
@@ -248,6 +572,27 @@ class PipelineBuilder(Generic[T, U]):
         _check_size("buffer_size", buffer_size, minimum=0)
         self._sink = buffer_size
         return self
+
+    def get_config(self) -> Any:
+        """The pipeline as a :py:class:`spdl_rs.pipeline.defs.PipelineConfig` (for
+        :py:func:`build_pipeline`).
+
+        Raises:
+            RuntimeError: The source or the sink is not set, or a subinterpreter region is used before
+                CPython 3.14.
+            ValueError: A ``to()`` region is empty, holds an ``output_order="input"`` stage, or is not
+                closed with ``to(MAIN_PROCESS)``.
+        """
+        from . import defs
+
+        if self._src is None:
+            raise RuntimeError("Source is not set. Did you call `add_source`?")
+        if self._sink is None:
+            raise RuntimeError("Sink is not set. Did you call `add_sink`?")
+        _validate_regions(self._pipes)
+        # SinkConfig needs a positive size; 0 (a large buffer) is spdl_rs's own and kept as such.
+        sink = defs.SinkConfig(self._sink) if self._sink > 0 else _UnboundedSink()
+        return defs.PipelineConfig(src=self._src, pipes=list(self._pipes), sink=sink)
 
     def build(
         self,
@@ -263,7 +608,8 @@ class PipelineBuilder(Generic[T, U]):
         Args:
             num_threads: Threads of the pool that runs the source and the sync and native ops.
             max_failures: The whole pipeline's failure budget, over all stages: an int (count; -1 for none)
-                or a ``Fraction`` in (0, 1] (rate, judged after 100 calls).
+                or a ``Fraction`` in (0, 1] (rate, judged after 100 calls). 0 also applies inside ``to()``
+                regions' workers (as in SPDL).
             report_stats_interval: Log the stats table through ``logging`` (logger ``spdl_rs.pipeline``, level
                 INFO) this often, in seconds, and once at the end; -1 for never.
             stage_buffer_size: (spdl_rs only) Capacity of each queue between two stages, in items (batches
@@ -277,25 +623,27 @@ class PipelineBuilder(Generic[T, U]):
                 internals and raise ``TypeError`` unless ``None``.
         """
         _check_spdl_only("build", spdl_only)
-        if self._source is None:
+        if self._src is None:
             raise RuntimeError("Source is not set.")
-        if not isinstance(num_threads, int) or num_threads < 1:
-            raise ValueError(f"num_threads must be a positive integer, got {num_threads!r}")
-        _check_size("stage_buffer_size", stage_buffer_size, minimum=1)
-        source = self._source
-        if source[0] == "aiter":
-            source = ("aiter", source[1].__aiter__())
-        loop = _EventLoop() if self._needs_loop else None
-        core = _native.PipelineCore(
-            source,
-            list(self._steps),
+        _validate_regions(self._pipes)
+        return _build(
+            self._src,
+            self._pipes,
             buffer_size=3 if self._sink is None else self._sink,
             num_threads=num_threads,
-            max_failures=_budget(max_failures, "max_failures"),
-            bridge=loop.bridge if loop is not None else None,
+            max_failures=max_failures,
+            report_stats_interval=report_stats_interval,
             stage_buffer_size=stage_buffer_size,
         )
-        return Pipeline(core, event_loop=loop, report_stats_interval=report_stats_interval)
+
+
+class _UnboundedSink:
+    """The sink of ``add_sink(0)`` in a config: SPDL's ``SinkConfig`` refuses 0."""
+
+    buffer_size = 0
+
+    def __repr__(self) -> str:
+        return "SinkConfig(buffer_size=0)"
 
 
 _SPDL_IGNORED = ("stage_id", "use_thread_output_queue")
@@ -316,6 +664,224 @@ def _check_spdl_only(func: str, kwargs: dict[str, Any]) -> None:
         )
 
 
+################################################################################
+# Merge with a custom op (SPDL's `Merge(..., op=...)`), run in Python
+################################################################################
+
+_MERGE_QUEUE_SIZE = 2  # SPDL's queue size between stages
+_POLL = 0.1  # seconds between checks for a stop while waiting
+
+_ITEM, _EPOCH, _END, _ERROR = 0, 1, 2, 3
+
+
+class _MergeStageInfo(str):
+    """What a custom merge op gets as ``name``: ``"0:0:merge"`` as SPDL's ``StageInfo`` prints, with its
+    ``pipeline_id``, ``stage_id``, ``stage_name`` and ``concurrency`` attributes."""
+
+    pipeline_id = 0
+    stage_id = "0"
+    stage_name = "merge"
+    concurrency = None
+
+    def __new__(cls) -> _MergeStageInfo:
+        return super().__new__(cls, "0:0:merge")
+
+
+class _CustomMerge:
+    """The source of a pipeline whose ``src`` is ``Merge(configs, op=op)``.
+
+    Each input config is built as a pipeline of its own. On the first iteration a thread starts an event loop
+    that pumps each input pipeline's items into an ``asyncio.Queue`` (its end as ``EOF``, its epoch ends as
+    ``EPOCH_END``) and runs ``op(name, input_queues, output_queue)``; what the op puts in ``output_queue`` is
+    what this iterable yields (one epoch per ``iter()`` for continuous sources). When the op returns, the
+    input pipelines are stopped. An exception of the op or a failed input pipeline is raised by the
+    iteration (a source failure of the enclosing pipeline).
+    """
+
+    def __init__(self, op: Any, configs: Sequence[Any], *, continuous: bool, conv: _Conversion) -> None:
+        self._op = op
+        self._continuous = continuous
+        self._inputs = [
+            _build(
+                c.src,
+                c.pipes,
+                buffer_size=_MERGE_QUEUE_SIZE,
+                num_threads=conv.num_threads,
+                max_failures=conv.max_failures,
+                report_stats_interval=conv.report_stats_interval,
+                stage_buffer_size=conv.stage_buffer_size,
+            )
+            for c in configs
+        ]
+        self._out: queue.Queue[tuple[int, Any]] = queue.Queue(maxsize=_MERGE_QUEUE_SIZE)
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._main_task: asyncio.Task[Any] | None = None
+        self._ended = False
+
+    # The source side (engine threads).
+
+    def __iter__(self) -> Iterator[Any]:
+        with self._lock:
+            if self._thread is None and not self._stop.is_set():
+                self._thread = threading.Thread(target=self._run, name="spdl_rs-merge", daemon=True)
+                self._thread.start()
+        return self._epoch()
+
+    def _epoch(self) -> Iterator[Any]:
+        while not self._ended:
+            try:
+                kind, value = self._out.get(timeout=_POLL)
+            except queue.Empty:
+                if self._stop.is_set():
+                    return
+                continue
+            if kind == _ITEM:
+                yield value
+                del value
+            elif kind == _EPOCH:
+                if self._continuous:
+                    return
+            elif kind == _END:
+                self._ended = True
+            else:
+                self._ended = True
+                raise value
+
+    # The merge thread.
+
+    def _put(self, msg: tuple[int, Any]) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._out.put(msg, timeout=_POLL)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        try:
+            asyncio.set_event_loop(loop)
+            with self._lock:
+                self._loop = loop
+                if self._stop.is_set():
+                    return
+                self._main_task = loop.create_task(self._main())
+            loop.run_until_complete(self._main_task)
+            self._put((_END, None))
+        except asyncio.CancelledError:
+            pass
+        except BaseException as e:  # noqa: BLE001 (handed to the consumer)
+            self._put((_ERROR, e))
+        finally:
+            for p in self._inputs:
+                try:
+                    p.stop()
+                except Exception as e:  # noqa: BLE001 (already reported, or the pipeline is being stopped)
+                    _LG.debug("merge input stopped with %r", e)
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    async def _main(self) -> None:
+        from ._failure import EOF, EPOCH_END, is_eof, is_epoch_end
+
+        loop = asyncio.get_running_loop()
+        executor = ThreadPoolExecutor(max_workers=len(self._inputs) + 1, thread_name_prefix="spdl_rs-merge")
+        in_qs: list[asyncio.Queue[Any]] = [asyncio.Queue(_MERGE_QUEUE_SIZE) for _ in self._inputs]
+        out_q: asyncio.Queue[Any] = asyncio.Queue(_MERGE_QUEUE_SIZE)
+        failed: list[BaseException] = []
+
+        def next_of(p: Pipeline[Any]) -> tuple[int, Any]:
+            while True:
+                try:
+                    return p._core.get_item(_POLL)
+                except TimeoutError:
+                    if self._stop.is_set():
+                        return (2, None)
+
+        async def pump(p: Pipeline[Any], q: asyncio.Queue[Any]) -> None:
+            p.start()
+            while True:
+                kind, value = await loop.run_in_executor(executor, next_of, p)
+                if kind == 0:
+                    await q.put(value)
+                    del value
+                elif kind == 1:
+                    await q.put(EPOCH_END)
+                else:
+                    # The end: raise the input's failure, if any, here.
+                    await loop.run_in_executor(executor, p.stop)
+                    await q.put(EOF)
+                    return
+
+        async def forward() -> None:
+            while True:
+                item = await out_q.get()
+                try:
+                    if is_epoch_end(item):
+                        msg = (_EPOCH, None)
+                    elif is_eof(item):
+                        continue
+                    else:
+                        msg = (_ITEM, item)
+                    del item
+                    await loop.run_in_executor(executor, self._put, msg)
+                    del msg
+                finally:
+                    out_q.task_done()
+
+        def on_pump_done(task: asyncio.Task[Any]) -> None:
+            if not task.cancelled() and task.exception() is not None:
+                failed.append(task.exception())  # type: ignore[arg-type]
+                op_task.cancel()
+
+        pumps = [asyncio.ensure_future(pump(p, q)) for p, q in zip(self._inputs, in_qs)]
+        forwarder = asyncio.ensure_future(forward())
+        op_task = asyncio.ensure_future(self._op(_MergeStageInfo(), in_qs, out_q))
+        for t in pumps:
+            t.add_done_callback(on_pump_done)
+        try:
+            try:
+                await op_task
+            except asyncio.CancelledError:
+                if not failed:
+                    raise
+            if failed:
+                raise failed[0]
+            await out_q.join()
+        finally:
+            for t in (*pumps, forwarder, op_task):
+                t.cancel()
+            await asyncio.gather(*pumps, forwarder, op_task, return_exceptions=True)
+            executor.shutdown(wait=False, cancel_futures=True)
+
+    # The pipeline's stop.
+
+    def signal_stop(self) -> None:
+        self._stop.set()
+        with self._lock:
+            loop, task = self._loop, self._main_task
+        if loop is not None and task is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed already
+                loop.call_soon_threadsafe(task.cancel)
+
+    def close(self) -> None:
+        self.signal_stop()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(_FINALIZE_JOIN)
+        for p in self._inputs:
+            with contextlib.suppress(Exception):
+                p.stop(timeout=_FINALIZE_JOIN)
+
+
+_FINALIZE_JOIN = 5.0
+
+
 def build_pipeline(
     pipeline_cfg: Any,
     /,
@@ -329,39 +895,20 @@ def build_pipeline(
     """Builds a :py:class:`Pipeline` from a :py:class:`spdl_rs.pipeline.defs.PipelineConfig` (SPDL's
     ``spdl.pipeline.build_pipeline``); the keywords are those of :py:meth:`PipelineBuilder.build`.
 
-    SPDL's ``queue_class``, ``task_hook_factory`` and ``background_tasks`` hook into its asyncio internals and
-    have no counterpart here: passing one raises ``TypeError``; ``stage_id`` and ``use_thread_output_queue``
-    are accepted and ignored.
+    The source is a ``SourceConfig`` or a ``Merge`` of pipelines; the pipes may hold ``PathVariants`` and
+    ``PlacementConfig`` markers (``.to()`` regions). SPDL's ``queue_class``, ``task_hook_factory`` and
+    ``background_tasks`` hook into its asyncio internals and have no counterpart here: passing one raises
+    ``TypeError``; ``stage_id`` and ``use_thread_output_queue`` are accepted and ignored.
     """
     from . import defs
 
     _check_spdl_only("build_pipeline", spdl_only)
     if not isinstance(pipeline_cfg, defs.PipelineConfig):
         raise TypeError(f"build_pipeline needs a spdl_rs.pipeline.defs.PipelineConfig, got {type(pipeline_cfg).__name__}")
-    src = pipeline_cfg.src
-    if not isinstance(src, defs.SourceConfig):
-        raise NotImplementedError(f"build_pipeline: a {type(src).__name__} source is not supported; use SourceConfig")
-    builder: PipelineBuilder[Any, Any] = PipelineBuilder().add_source(src.source, continuous=src.continuous)
-    for step in pipeline_cfg.pipes:
-        if isinstance(step, defs.PipeConfig):
-            builder.pipe(
-                step.op,
-                concurrency=step.concurrency,
-                executor=step.executor,
-                name=step.name,
-                output_order=step.output_order,
-                max_failures=step.max_failures,
-            )
-        elif isinstance(step, defs.AggregateConfig):
-            builder.aggregate(step.op, drop_last=step.drop_last)
-        elif isinstance(step, defs.DisaggregateConfig):
-            builder.disaggregate()
-        else:
-            raise NotImplementedError(
-                f"build_pipeline: a {type(step).__name__} step is not supported (Pipe, Aggregate and Disaggregate are)"
-            )
-    builder.add_sink(pipeline_cfg.sink.buffer_size)
-    return builder.build(
+    return _build(
+        pipeline_cfg.src,
+        pipeline_cfg.pipes,
+        buffer_size=pipeline_cfg.sink.buffer_size,
         num_threads=num_threads,
         max_failures=max_failures,
         report_stats_interval=report_stats_interval,

@@ -8,7 +8,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
 from .. import _native
@@ -132,7 +132,11 @@ class _Reporter:
 
 
 def _shutdown(
-    core: _native.PipelineCore, loop: _EventLoop | None, reporter: _Reporter | None, timeout: float | None
+    core: _native.PipelineCore,
+    loop: _EventLoop | None,
+    reporter: _Reporter | None,
+    timeout: float | None,
+    resources: Sequence[Any] = (),
 ) -> None:
     """Stops everything a pipeline started, within ``timeout`` seconds in all (``None``: no limit).
 
@@ -141,6 +145,10 @@ def _shutdown(
     exit), so it must not refer to the ``Pipeline`` itself."""
     deadline = None if timeout is None or timeout != timeout or timeout > 1e9 else time.monotonic() + timeout
     stuck: list[str] = []
+    # `.to()` regions and custom merges: told to stop first (so that nothing of theirs the engine waits for
+    # keeps waiting), closed (worker pools shut down, threads joined) once the engine has stopped.
+    for r in resources:
+        r.signal_stop()
     try:
         core.stop(timeout)
     except TimeoutError:
@@ -152,6 +160,11 @@ def _shutdown(
             stuck.append("an async op blocking the pipeline's event loop")
         if reporter is not None:
             reporter.stop()
+        for r in resources:
+            try:
+                r.close()
+            except Exception:  # noqa: BLE001 (one resource's failure must not keep the others open)
+                _LG.warning("Failed to shut down %r", r, exc_info=True)
     if stuck:
         raise TimeoutError(
             f"the pipeline did not stop within {timeout} s: {' and '.join(stuck)} still running (the pipeline "
@@ -159,10 +172,12 @@ def _shutdown(
         )
 
 
-def _finalize(core: _native.PipelineCore, loop: _EventLoop | None, reporter: _Reporter | None) -> None:
+def _finalize(
+    core: _native.PipelineCore, loop: _EventLoop | None, reporter: _Reporter | None, resources: Sequence[Any] = ()
+) -> None:
     """The finalizer (garbage collection, interpreter exit): a bounded stop that never raises."""
     try:
-        _shutdown(core, loop, reporter, _FINALIZE_TIMEOUT)
+        _shutdown(core, loop, reporter, _FINALIZE_TIMEOUT, resources)
     except TimeoutError as e:
         _LG.warning("A pipeline was garbage-collected or left at exit while running: %s", e)
 
@@ -181,7 +196,12 @@ class Pipeline(Generic[T]):
     """
 
     def __init__(
-        self, core: _native.PipelineCore, *, event_loop: _EventLoop | None, report_stats_interval: float
+        self,
+        core: _native.PipelineCore,
+        *,
+        event_loop: _EventLoop | None,
+        report_stats_interval: float,
+        resources: Sequence[Any] = (),
     ) -> None:
         self._core = core
         self._loop = event_loop
@@ -190,7 +210,8 @@ class Pipeline(Generic[T]):
         self._started = False
         self._stopped = False
         self._failure_raised = False
-        self._finalizer = weakref.finalize(self, _finalize, core, event_loop, self._reporter)
+        self._resources = tuple(resources)
+        self._finalizer = weakref.finalize(self, _finalize, core, event_loop, self._reporter, self._resources)
 
     def __repr__(self) -> str:
         state = "stopped" if self._stopped else "running" if self._started else "ready"
@@ -237,7 +258,7 @@ class Pipeline(Generic[T]):
             if not self._stopped:
                 self._stopped = True
                 self._finalizer.detach()
-                _shutdown(self._core, self._loop, self._reporter, timeout)
+                _shutdown(self._core, self._loop, self._reporter, timeout, self._resources)
         self._raise_failure()
 
     def _raise_failure(self) -> None:

@@ -1,0 +1,523 @@
+"""``.to()`` regions: stages run as one nested pipeline in each worker of a process (or subinterpreter) pool.
+
+The builder turns the stages between a worker-pool marker and the next marker into one engine step,
+``("through", name, region)``. The engine calls ``region(inputs)`` once per epoch (once for a one-pass
+source) on a thread of its own; ``inputs`` iterates that epoch's items, and what the returned iterator yields
+goes downstream.
+
+Per epoch, a feeder thread packs the inputs into transfers of up to the opening marker's ``buffer_size``
+items and deals them round-robin to the workers' input queues, then sends each worker the epoch's end. Each
+worker runs one session per epoch: a nested spdl_rs pipeline of the region's stages whose source reads its
+input queue until that end; its outputs go back on the shared output queue in transfers of up to the closing
+marker's ``buffer_size`` items, followed by a ``done`` message. The epoch is over when every worker is done.
+Only the region's inputs and outputs cross the boundary, pickled (with ``ForkingPickler``, so shared-memory
+reducers such as PyTorch's apply); the stage configs travel once per worker as the process's start arguments
+(pickled by ``spawn``/``forkserver``, inherited by ``fork``), as in SPDL.
+
+The pool starts on the first epoch and is kept for the next ones. A worker that dies, an error a worker
+reports (its initializer raised, or its pipeline failed: with ``build(max_failures=0)`` a failed item does),
+or an item that cannot be pickled ends the epoch with an exception (one failure of the region's stage) and
+the pool is shut down; the next epoch starts a new one. The pipeline's stop shuts the pool down.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import pickle
+import queue
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from multiprocessing.reduction import ForkingPickler
+from typing import Any
+
+__all__ = ["Region", "check_interpreters_available", "strip_executor"]
+
+_LG = logging.getLogger("spdl_rs.pipeline")
+
+# Messages into a worker.
+_IN_ITEMS = 0  # (_IN_ITEMS, pickled list of items)
+_IN_END = 1  # (_IN_END, epoch): the end of this epoch's items
+_IN_SHUTDOWN = 2  # (_IN_SHUTDOWN, None): exit
+
+# Messages out of a worker.
+_OUT_ITEMS = 0  # (_OUT_ITEMS, worker, pickled list of outputs)
+_OUT_DONE = 1  # (_OUT_DONE, worker, epoch): the worker finished the epoch
+_OUT_ERROR = 2  # (_OUT_ERROR, worker, text): the worker failed (initializer, pipeline, pickling)
+
+#: Seconds between checks (stop requested, worker alive, parent alive) while waiting on a queue.
+_POLL = 0.1
+#: How long a stopping worker process is given before it is terminated, then killed.
+_JOIN_TIMEOUT = 2.0
+#: How long a pool being shut down waits for its workers to exit before terminating them.
+_GRACE = 0.5
+#: The nested pipeline's sink: small, the worker sends its outputs on at once.
+_WORKER_SINK = 3
+
+
+def check_interpreters_available() -> None:
+    """Raises ``RuntimeError`` unless subinterpreters (``concurrent.interpreters``, CPython 3.14+) exist."""
+    if sys.version_info < (3, 14):
+        raise RuntimeError(
+            "A subinterpreter region (`to(InterpreterPoolExecutorConfig(...))`) requires Python 3.14 or later. "
+            f"Current version: {sys.version_info.major}.{sys.version_info.minor}"
+        )
+    try:
+        import concurrent.interpreters  # noqa: F401
+    except ImportError as e:
+        raise RuntimeError(
+            f"A subinterpreter region (`to(InterpreterPoolExecutorConfig(...))`) needs concurrent.interpreters: {e}"
+        ) from e
+
+
+def strip_executor(cfg: Any) -> Any:
+    """The stage config without its ``executor`` (recursively in path variants): in a region, ops run on the
+    worker's own threads, and a live executor does not cross the process boundary."""
+    from . import defs
+
+    if isinstance(cfg, defs.PipeConfig) and cfg.executor is not None:
+        return dataclasses.replace(cfg, executor=None)
+    if isinstance(cfg, defs.PathVariantsConfig):
+        return dataclasses.replace(cfg, paths=tuple(tuple(strip_executor(s) for s in p) for p in cfg.paths))
+    return cfg
+
+
+def _threads_needed(cfg: Any) -> int:
+    """Threads a stage keeps busy in the worker's pool (SPDL's sizing: sync pipes' concurrency, a sync router)."""
+    from . import defs
+    from ._builder import _op_kind
+
+    if isinstance(cfg, defs.PipeConfig):
+        kind, _ = _op_kind(cfg.op)
+        return 0 if kind in ("async", "asyncgen") else cfg.concurrency
+    if isinstance(cfg, defs.PathVariantsConfig):
+        kind, _ = _op_kind(cfg.router)
+        return (0 if kind == "async" else 1) + sum(_threads_needed(s) for p in cfg.paths for s in p)
+    return 0
+
+
+def _dumps(obj: Any) -> bytes:
+    return bytes(ForkingPickler.dumps(obj))
+
+
+def _describe(e: BaseException, what: str) -> str:
+    return f"{what} raised {type(e).__name__}: {e}\n" + "".join(traceback.format_exception(e)).rstrip()
+
+
+################################################################################
+# The worker side
+################################################################################
+
+
+def _get(in_q: Any, parent_pid: int | None) -> tuple[int, Any] | None:
+    """The next message, or ``None`` once the parent process is gone."""
+    while True:
+        try:
+            return in_q.get(timeout=_POLL)
+        except queue.Empty:
+            if parent_pid is not None and os.getppid() != parent_pid:
+                return None
+
+
+def _worker_main(
+    in_q: Any,
+    out_q: Any,
+    worker: int,
+    stages: Sequence[Any],
+    build_kwargs: dict[str, Any],
+    output_buffer_size: int,
+    initializer: Callable[..., object] | None,
+    initargs: tuple[Any, ...],
+    parent_pid: int | None,
+) -> None:
+    """A worker's body: the initializer, then one session per epoch until told to exit."""
+    if initializer is not None:
+        try:
+            initializer(*initargs)
+        except BaseException as e:  # noqa: BLE001 (relayed; the worker cannot serve)
+            out_q.put((_OUT_ERROR, worker, _describe(e, "the worker's initializer")))
+            return
+    while True:
+        msg = _get(in_q, parent_pid)
+        if msg is None or msg[0] == _IN_SHUTDOWN:
+            return
+        if not _session(msg, in_q, out_q, worker, stages, build_kwargs, output_buffer_size, parent_pid):
+            return
+
+
+def _session(
+    first: tuple[int, Any],
+    in_q: Any,
+    out_q: Any,
+    worker: int,
+    stages: Sequence[Any],
+    build_kwargs: dict[str, Any],
+    output_buffer_size: int,
+    parent_pid: int | None,
+) -> bool:
+    """One epoch: runs the stages over the items up to the epoch's end; ``False`` if the worker must exit."""
+    from ._builder import _build
+    from .defs import SourceConfig
+
+    state: dict[str, Any] = {"end": None}  # the message that ended the input: (_IN_END, epoch) or shutdown
+
+    def items() -> Iterator[Any]:
+        msg: tuple[int, Any] | None = first
+        while msg is not None and msg[0] == _IN_ITEMS:
+            yield from pickle.loads(msg[1])
+            msg = _get(in_q, parent_pid)
+        state["end"] = msg
+
+    if first[0] == _IN_ITEMS:
+        try:
+            pipeline = _build(SourceConfig(items()), stages, buffer_size=_WORKER_SINK, **build_kwargs)
+            with pipeline.auto_stop():
+                ended = False
+                while not ended:
+                    chunk = []
+                    try:
+                        chunk.append(pipeline.get_item())
+                        while len(chunk) < output_buffer_size:
+                            chunk.append(pipeline.get_item(timeout=0))
+                    except EOFError:
+                        ended = True
+                    except TimeoutError:
+                        pass
+                    if chunk:
+                        out_q.put((_OUT_ITEMS, worker, _dumps(chunk)))
+                        del chunk
+        except BaseException as e:  # noqa: BLE001 (relayed to the main process)
+            out_q.put((_OUT_ERROR, worker, _describe(e, "the region's pipeline")))
+            # Read on to the epoch's end, so that the next session starts at the next epoch.
+            while state["end"] is None or state["end"][0] == _IN_ITEMS:
+                state["end"] = _get(in_q, parent_pid)
+                if state["end"] is None:
+                    return False
+    else:
+        state["end"] = first
+    end = state["end"]
+    if end is None or end[0] == _IN_SHUTDOWN:
+        return False
+    out_q.put((_OUT_DONE, worker, end[1]))
+    return True
+
+
+################################################################################
+# The main side
+################################################################################
+
+
+class _ProcessBackend:
+    """Workers as processes of a ``multiprocessing`` context."""
+
+    kind = "process"
+
+    def __init__(self, mp_context: str | None) -> None:
+        import multiprocessing
+
+        self._ctx = multiprocessing.get_context(mp_context)
+
+    def make_queue(self, maxsize: int) -> Any:
+        return self._ctx.Queue(maxsize=maxsize)
+
+    def spawn(self, target: Callable[..., object], args: tuple[Any, ...]) -> Any:
+        proc = self._ctx.Process(target=target, args=(*args, os.getpid()), daemon=True, name="spdl_rs-region")
+        proc.start()
+        return proc
+
+    def dead(self, w: Any) -> str | None:
+        if w.exitcode is None:
+            return None
+        return f"worker process {w.pid} exited unexpectedly (exit code {w.exitcode})"
+
+    def exited(self, w: Any) -> bool:
+        return w.exitcode is not None
+
+    def stop(self, w: Any) -> None:
+        if w.exitcode is None:
+            w.terminate()
+            w.join(_JOIN_TIMEOUT)
+        if w.exitcode is None:
+            w.kill()
+            w.join(_JOIN_TIMEOUT)
+        w.close()
+
+    def close_queue(self, q: Any) -> None:
+        q.cancel_join_thread()
+        q.close()
+
+
+class _InterpreterBackend:
+    """Workers as subinterpreters (``concurrent.interpreters``, CPython 3.14+), each on a thread."""
+
+    kind = "subinterpreter"
+
+    def __init__(self) -> None:
+        check_interpreters_available()
+        import concurrent.interpreters as interpreters
+
+        self._interpreters = interpreters
+
+    def make_queue(self, maxsize: int) -> Any:
+        return self._interpreters.create_queue(maxsize=maxsize)
+
+    def spawn(self, target: Callable[..., object], args: tuple[Any, ...]) -> Any:
+        interp = self._interpreters.create()
+        try:
+            thread = interp.call_in_thread(target, *args, None)
+        except BaseException:
+            interp.close()
+            raise
+        return (interp, thread)
+
+    def dead(self, w: Any) -> str | None:
+        return None if w[1].is_alive() else "worker subinterpreter exited unexpectedly"
+
+    def exited(self, w: Any) -> bool:
+        return not w[1].is_alive()
+
+    def stop(self, w: Any) -> None:
+        interp, thread = w
+        thread.join(10 * _JOIN_TIMEOUT)
+        if thread.is_alive():
+            _LG.warning("A subinterpreter worker of a to() region did not exit; it is left running.")
+            return
+        try:
+            interp.close()
+        except Exception:  # noqa: BLE001
+            _LG.warning("Failed to close a subinterpreter worker", exc_info=True)
+
+    def close_queue(self, q: Any) -> None:
+        pass
+
+
+class _Pool:
+    """The workers of a region, with one input queue each and a shared output queue."""
+
+    def __init__(self, region: Region) -> None:
+        target = region.target
+        self.region_name = region.name
+        self.backend: Any = (
+            _ProcessBackend(getattr(target, "mp_context", None))
+            if region.backend_kind == "process"
+            else _InterpreterBackend()
+        )
+        n = target.max_workers or os.cpu_count() or 1
+        capacity = max(4, 2 * n)
+        self.in_qs = [self.backend.make_queue(capacity) for _ in range(n)]
+        self.out_q = self.backend.make_queue(capacity)
+        self.workers: list[Any] = []
+        self.closed = False
+        self.lock = threading.Lock()
+        try:
+            for i in range(n):
+                args = (
+                    self.in_qs[i],
+                    self.out_q,
+                    i,
+                    region.stages,
+                    region.build_kwargs,
+                    region.output_buffer_size,
+                    target.initializer,
+                    tuple(target.initargs),
+                )
+                self.workers.append(self.backend.spawn(_worker_main, args))
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def check_alive(self) -> None:
+        for w in self.workers:
+            why = self.backend.dead(w)
+            if why is not None:
+                raise RuntimeError(
+                    f"{self.region_name}: a {why}; this epoch's remaining items are dropped and the worker pool is "
+                    "restarted for the next epoch"
+                )
+
+    def put(self, i: int, msg: tuple[int, Any], abort: threading.Event) -> bool:
+        """Puts ``msg`` on worker ``i``'s queue; ``False`` if ``abort`` was set first."""
+        while not abort.is_set():
+            try:
+                self.in_qs[i].put(msg, timeout=_POLL)
+                return True
+            except queue.Full:
+                self.check_alive()
+        return False
+
+    def shutdown(self) -> None:
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+        for q in self.in_qs:
+            try:
+                q.put_nowait((_IN_SHUTDOWN, None))
+            except Exception:  # noqa: BLE001 (a full queue: the worker is terminated instead)
+                pass
+        # Give the workers a moment to exit on their own, taking what they may be blocked putting.
+        deadline = time.monotonic() + _GRACE
+        while time.monotonic() < deadline and not all(self.backend.exited(w) for w in self.workers):
+            try:
+                self.out_q.get(timeout=0.01)
+            except Exception:  # noqa: BLE001 (empty, or broken by a killed worker)
+                pass
+        for w in self.workers:
+            try:
+                self.backend.stop(w)
+            except Exception:  # noqa: BLE001
+                _LG.warning("Failed to stop a worker of %s", self.region_name, exc_info=True)
+        for q in (*self.in_qs, self.out_q):
+            try:
+                self.backend.close_queue(q)
+            except Exception:  # noqa: BLE001
+                pass
+        self.workers = []
+        self.in_qs = []
+
+
+class Region:
+    """The ``fn`` of a ``("through", name, fn)`` step: runs ``stages`` in a pool described by ``target``."""
+
+    def __init__(
+        self,
+        stages: Sequence[Any],
+        target: Any,
+        *,
+        input_buffer_size: int,
+        output_buffer_size: int,
+        fail_fast: bool,
+        report_stats_interval: float,
+        stage_buffer_size: int,
+    ) -> None:
+        from . import defs
+
+        self.stages = list(stages)
+        self.target = target
+        self.backend_kind = "subinterpreter" if isinstance(target, defs.InterpreterPoolExecutorConfig) else "process"
+        self.input_buffer_size = input_buffer_size
+        self.output_buffer_size = output_buffer_size
+        self.build_kwargs: dict[str, Any] = {
+            "num_threads": max(1, sum(_threads_needed(s) for s in self.stages)) + 1,
+            "max_failures": 0 if fail_fast else -1,
+            "report_stats_interval": report_stats_interval,
+            "stage_buffer_size": stage_buffer_size,
+        }
+        name = "subprocess_pipeline(" + "+".join(getattr(s, "name", type(s).__name__) for s in self.stages) + ")"
+        sizes = [f"{k}={v}" for k, v in (("in", input_buffer_size), ("out", output_buffer_size)) if v != 1]
+        if sizes:
+            name += "[buffer_size " + " ".join(sizes) + "]"
+        self.name = name
+        self._lock = threading.Lock()
+        self._pool: _Pool | None = None
+        self._stop = threading.Event()
+        self._epoch = 0
+
+    def __repr__(self) -> str:
+        return f"<to() region {self.name}>"
+
+    def __call__(self, inputs: Iterator[Any]) -> Iterator[Any]:
+        return self._run_epoch(inputs)
+
+    def _get_pool(self) -> _Pool:
+        with self._lock:
+            if self._stop.is_set():
+                raise RuntimeError(f"{self.name}: the pipeline is stopped")
+            if self._pool is None:
+                self._pool = _Pool(self)
+            return self._pool
+
+    def _discard_pool(self, pool: _Pool) -> None:
+        with self._lock:
+            if self._pool is pool:
+                self._pool = None
+        pool.shutdown()
+
+    def _feed(
+        self, pool: _Pool, inputs: Iterator[Any], epoch: int, abort: threading.Event, errors: list[BaseException]
+    ) -> None:
+        n = len(pool.in_qs)
+        sent = 0
+        buf: list[Any] = []
+        try:
+            for item in inputs:
+                buf.append(item)
+                del item
+                if len(buf) >= self.input_buffer_size:
+                    chunk, buf = _dumps(buf), []
+                    if not pool.put(sent % n, (_IN_ITEMS, chunk), abort):
+                        return
+                    sent += 1
+                if abort.is_set():
+                    return
+            if buf:
+                if not pool.put(sent % n, (_IN_ITEMS, _dumps(buf)), abort):
+                    return
+                buf = []
+            for i in range(n):
+                if not pool.put(i, (_IN_END, epoch), abort):
+                    return
+        except BaseException as e:  # noqa: BLE001 (raised by the epoch's iterator)
+            errors.append(e)
+
+    def _run_epoch(self, inputs: Iterator[Any]) -> Iterator[Any]:
+        pool = self._get_pool()
+        epoch = self._epoch
+        self._epoch += 1
+        abort = threading.Event()
+        errors: list[BaseException] = []
+        feeder = threading.Thread(
+            target=self._feed, args=(pool, inputs, epoch, abort, errors), name="spdl_rs-region-feed", daemon=True
+        )
+        feeder.start()
+        done: set[int] = set()
+        clean = False
+        try:
+            while len(done) < len(pool.workers):
+                try:
+                    msg = pool.out_q.get(timeout=_POLL)
+                except queue.Empty:
+                    if self._stop.is_set():
+                        return
+                    if errors:
+                        raise errors[0]
+                    pool.check_alive()
+                    continue
+                kind, worker, payload = msg
+                del msg
+                if kind == _OUT_ITEMS:
+                    outputs = pickle.loads(payload)
+                    del payload
+                    outputs.reverse()
+                    while outputs:
+                        yield outputs.pop()
+                elif kind == _OUT_DONE:
+                    if payload != epoch:
+                        raise RuntimeError(f"{self.name}: worker {worker} ended epoch {payload} during epoch {epoch}")
+                    done.add(worker)
+                else:
+                    raise RuntimeError(f"{self.name}: worker {worker}: {payload}")
+            feeder.join()
+            if errors:
+                raise errors[0]
+            clean = True
+        finally:
+            abort.set()
+            if not clean:
+                self._discard_pool(pool)
+
+    # The pipeline's stop.
+
+    def signal_stop(self) -> None:
+        self._stop.set()
+
+    def close(self) -> None:
+        self._stop.set()
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown()

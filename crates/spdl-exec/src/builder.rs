@@ -16,7 +16,7 @@ use crate::pool::{Pool, PoolHandle};
 use crate::queue::{QueueRx, queue};
 use crate::runs::{self, IterSource};
 use crate::stage::{Stage, StageFn};
-use crate::stats::{StageCell, StageKind};
+use crate::stats::{Feed, StageCell, StageKind};
 
 /// Builder states: they make a pipeline without a source, or one built before its sink,
 /// fail to compile.
@@ -36,48 +36,101 @@ use state::{NoSource, Open, Sunk};
 
 /// What the builder accumulates while the pipeline is wired (at `build`).
 pub(crate) struct Wiring {
-    opts: BuildOptions,
+    pub(crate) opts: BuildOptions,
     shared: Arc<Shared>,
     pool: PoolHandle,
     cells: Vec<Arc<StageCell>>,
     tasks: Vec<(String, BoxFuture<'static, ()>)>,
-    error: Option<PipelineError>,
+    pub(crate) error: Option<PipelineError>,
     /// Capacity of the queue most recently created (it feeds the next stage).
-    last_capacity: usize,
+    pub(crate) last_capacity: usize,
     /// The items now being wired are batches (after `aggregate`, before `disaggregate`).
-    batched: bool,
+    pub(crate) batched: bool,
+    /// Put before the names of the stages now being wired (`"merge[1]/"` inside a merge's
+    /// second input, `"route[0]/"` inside a route's first branch).
+    pub(crate) prefix: String,
+    /// What fills the queue most recently created (the next stage's input).
+    pub(crate) feed: Option<Feed>,
+    /// Thread pools of regions, started and joined with the pipeline's own.
+    pub(crate) pools: Vec<(Pool, usize)>,
 }
 
 impl Wiring {
-    fn invalid(&mut self, option: String, reason: String) {
+    pub(crate) fn invalid(&mut self, option: String, reason: String) {
         if self.error.is_none() {
             self.error = Some(PipelineError::InvalidOption { option, reason });
         }
     }
 
-    fn cell(&mut self, name: String, kind: StageKind, concurrency: usize) -> Arc<StageCell> {
+    pub(crate) fn cell(&mut self, name: String, kind: StageKind, concurrency: usize) -> Arc<StageCell> {
         let budget = crate::options::FailureBudget::Unlimited;
         self.cell_with(name, kind, concurrency, budget)
     }
 
-    fn cell_with(
+    pub(crate) fn cell_with(
         &mut self,
         name: String,
         kind: StageKind,
         concurrency: usize,
         budget: crate::options::FailureBudget,
     ) -> Arc<StageCell> {
-        let input_capacity = if kind == StageKind::Source { 0 } else { self.last_capacity };
-        let cell = Arc::new(StageCell::new(name, kind, concurrency, input_capacity, budget));
+        let (input_capacity, feed) = if kind == StageKind::Source {
+            (0, Feed::None)
+        } else {
+            (self.last_capacity, self.feed.take().unwrap_or_default())
+        };
+        let name = format!("{}{name}", self.prefix);
+        let cell = Arc::new(StageCell::new(name, kind, concurrency, input_capacity, budget, feed));
         self.cells.push(Arc::clone(&cell));
+        self.feed = Some(Feed::Cells(vec![Arc::clone(&cell)]));
         cell
     }
 
-    fn task(&mut self, name: &str, fut: impl Future<Output = ()> + Send + 'static) {
-        self.tasks.push((name.to_owned(), fut.boxed()));
+    pub(crate) fn task(&mut self, name: &str, fut: impl Future<Output = ()> + Send + 'static) {
+        let name = format!("{}{name}", self.prefix);
+        self.tasks.push((name, fut.boxed()));
     }
 
-    fn capacity(&mut self, wanted: Option<usize>, stage: &str) -> usize {
+    /// The stats row created last.
+    pub(crate) fn last_cell(&self) -> Arc<StageCell> {
+        match self.cells.last() {
+            Some(c) => Arc::clone(c),
+            // Only called right after a stage is wired; a detached row keeps it total.
+            None => Arc::new(StageCell::new(
+                String::new(),
+                StageKind::Blocking,
+                1,
+                0,
+                crate::options::FailureBudget::Unlimited,
+                Feed::None,
+            )),
+        }
+    }
+
+    pub(crate) fn shared(&self) -> Arc<Shared> {
+        Arc::clone(&self.shared)
+    }
+
+    /// Runs `f` with the stage names prefixed by `prefix` (after the current prefix).
+    pub(crate) fn nested<R>(&mut self, prefix: &str, f: impl FnOnce(&mut Self) -> R) -> R {
+        let saved = self.prefix.clone();
+        self.prefix.push_str(prefix);
+        let r = f(self);
+        self.prefix = saved;
+        r
+    }
+
+    /// Runs `f` with blocking work going to a pool of its own with `threads` threads.
+    pub(crate) fn with_pool<R>(&mut self, threads: usize, f: impl FnOnce(&mut Self) -> R) -> R {
+        let pool = Pool::new();
+        let saved = std::mem::replace(&mut self.pool, pool.handle());
+        self.pools.push((pool, threads));
+        let r = f(self);
+        self.pool = saved;
+        r
+    }
+
+    pub(crate) fn capacity(&mut self, wanted: Option<usize>, stage: &str) -> usize {
         let default = if self.batched { self.opts.batch_queue_capacity } else { self.opts.queue_capacity };
         let cap = wanted.unwrap_or(default);
         if cap == 0 {
@@ -90,7 +143,7 @@ impl Wiring {
 
 /// Wires one step: given the wiring and the capacity the sink wants for this step's output
 /// (only for the last step), returns the queue this step fills.
-type Wire<T> = Box<dyn FnOnce(&mut Wiring, Option<usize>) -> QueueRx<T> + Send + 'static>;
+pub(crate) type Wire<T> = Box<dyn FnOnce(&mut Wiring, Option<usize>) -> QueueRx<T> + Send + 'static>;
 
 /// Builds a [`Pipeline`]: a source, then stages, then a sink. Each step changes the item
 /// type, so a mis-wired pipeline does not compile.
@@ -117,7 +170,7 @@ type Wire<T> = Box<dyn FnOnce(&mut Wiring, Option<usize>) -> QueueRx<T> + Send +
 /// # }
 /// ```
 pub struct PipelineBuilder<T, S = Open> {
-    wire: Option<Wire<T>>,
+    pub(crate) wire: Option<Wire<T>>,
     sink_capacity: usize,
     _state: PhantomData<fn() -> S>,
 }
@@ -150,14 +203,7 @@ impl PipelineBuilder<(), NoSource> {
         I: Iterator + Send + 'static,
         I::Item: Send + 'static,
     {
-        PipelineBuilder::with_wire(Box::new(move |w: &mut Wiring, cap| {
-            let cap = w.capacity(cap, SOURCE);
-            let (tx, rx) = queue(cap);
-            let cell = w.cell(SOURCE.into(), StageKind::Source, 1);
-            let fut = runs::iter_source(src, tx, cell, Arc::clone(&w.shared), w.pool.clone());
-            w.task(SOURCE, fut);
-            rx
-        }))
+        PipelineBuilder::with_wire(Box::new(move |w: &mut Wiring, cap| wire_iter_source(w, cap, src)))
     }
 
     /// A one-pass source from any `IntoIterator`. `into_iter()` and every `next()` run on
@@ -211,11 +257,11 @@ impl PipelineBuilder<(), NoSource> {
 }
 
 impl<T: Send + 'static> PipelineBuilder<T, Open> {
-    fn with_wire(wire: Wire<T>) -> Self {
+    pub(crate) fn with_wire(wire: Wire<T>) -> Self {
         Self { wire: Some(wire), sink_capacity: 0, _state: PhantomData }
     }
 
-    fn then<U: Send + 'static>(
+    pub(crate) fn then<U: Send + 'static>(
         self,
         step: impl FnOnce(&mut Wiring, QueueRx<T>, Option<usize>) -> QueueRx<U> + Send + 'static,
     ) -> PipelineBuilder<U, Open> {
@@ -233,67 +279,18 @@ impl<T: Send + 'static> PipelineBuilder<T, Open> {
 
     /// Adds a stage `T → U`.
     pub fn pipe<U: Send + 'static>(self, stage: Stage<T, U>) -> PipelineBuilder<U, Open> {
-        self.then(move |w, input, cap| {
-            let Stage { name, func, options, describe } = stage;
-            if options.concurrency == 0 {
-                w.invalid(format!("stage `{name}`: concurrency"), "must be at least 1".into());
-            }
-            if let Err(e) = options.failure_budget.validate(&format!("stage `{name}`: failure_budget")) {
-                w.error.get_or_insert(e);
-            }
-            let c = options.concurrency.max(1);
-            let kind = match func {
-                StageFn::Blocking(_) => StageKind::Blocking,
-                StageFn::Async(_) => StageKind::Async,
-            };
-            let cell = w.cell_with(name.clone(), kind, c, options.failure_budget);
-            let cap = w.capacity(cap.or(options.output_capacity), &format!("stage `{name}`"));
-            let (tx, rx) = queue(cap);
-            let shared = Arc::clone(&w.shared);
-            let link = Link { input, output: tx, cell: Arc::clone(&cell), shared: Arc::clone(&shared) };
-            match func {
-                StageFn::Async(f) => {
-                    let launch = driver::async_launcher(f, describe, cell);
-                    w.task(&name, Concurrent::new(link, launch, c, options.order, w.pool.clone()).run());
-                }
-                StageFn::Blocking(f) if options.order == OutputOrder::Input && c > 1 => {
-                    let launch = driver::pool_launcher(f, describe, cell, w.pool.clone(), shared);
-                    w.task(&name, Concurrent::new(link, launch, c, options.order, w.pool.clone()).run());
-                }
-                StageFn::Blocking(f) => {
-                    let fut = runs::blocking_stage(link, f, describe, w.pool.clone(), c);
-                    w.task(&name, fut);
-                }
-            }
-            rx
-        })
-    }
-
-    fn batch(self, size: usize, drop_last: bool) -> PipelineBuilder<Vec<T>, Open> {
-        self.then(move |w, input, cap| {
-            let name = format!("aggregate({size})");
-            if size == 0 {
-                w.invalid(format!("{name}: size"), "must be at least 1".into());
-            }
-            let cell = w.cell(name.clone(), StageKind::Aggregate, 1);
-            w.batched = true;
-            let cap = w.capacity(cap, &name);
-            let (tx, rx) = queue(cap);
-            let link = Link { input, output: tx, cell, shared: Arc::clone(&w.shared) };
-            w.task(&name, driver::aggregate(link, size.max(1), drop_last));
-            rx
-        })
+        self.then(move |w, input, cap| wire_pipe(w, input, cap, stage))
     }
 
     /// Groups items into `Vec`s of `size`. The last batch of each epoch may be smaller.
     pub fn aggregate(self, size: usize) -> PipelineBuilder<Vec<T>, Open> {
-        self.batch(size, false)
+        self.then(move |w, input, cap| wire_batch(w, input, cap, size, false))
     }
 
     /// Groups items into `Vec`s of exactly `size`, dropping the incomplete last batch of
     /// each epoch.
     pub fn aggregate_drop_last(self, size: usize) -> PipelineBuilder<Vec<T>, Open> {
-        self.batch(size, true)
+        self.then(move |w, input, cap| wire_batch(w, input, cap, size, true))
     }
 
     /// Adds a custom aggregation step named `name`: an [`Aggregator`] fed every item, in
@@ -312,15 +309,7 @@ impl<T: Send + 'static> PipelineBuilder<T, Open> {
         A: Aggregator<T>,
     {
         let name = name.into();
-        self.then(move |w, input, cap| {
-            let cell = w.cell(name.clone(), StageKind::Aggregate, 1);
-            w.batched = true;
-            let cap = w.capacity(cap, &name);
-            let (tx, rx) = queue(cap);
-            let link = Link { input, output: tx, cell, shared: Arc::clone(&w.shared) };
-            w.task(&name, driver::aggregate_with(link, aggregator, drop_last, w.pool.clone()));
-            rx
-        })
+        self.then(move |w, input, cap| wire_aggregate_with(w, input, cap, name, aggregator, drop_last))
     }
 
     /// Sets the capacity of the queue the consumer reads from, and ends the wiring.
@@ -337,16 +326,7 @@ where
 {
     /// Flattens each item (a `Vec` from `aggregate`, or any `IntoIterator`) into its elements.
     pub fn disaggregate(self) -> PipelineBuilder<C::Item, Open> {
-        self.then(move |w, input, cap| {
-            let name = "disaggregate";
-            let cell = w.cell(name.into(), StageKind::Disaggregate, 1);
-            w.batched = false;
-            let cap = w.capacity(cap, name);
-            let (tx, rx) = queue(cap);
-            let link = Link { input, output: tx, cell, shared: Arc::clone(&w.shared) };
-            w.task(name, driver::disaggregate(link));
-            rx
-        })
+        self.then(wire_disaggregate)
     }
 }
 
@@ -390,6 +370,9 @@ impl<T: Send + 'static> PipelineBuilder<T, Sunk> {
             error: None,
             last_capacity: 0,
             batched: false,
+            prefix: String::new(),
+            feed: None,
+            pools: Vec::new(),
         };
         let Some(wire) = self.wire else {
             return Err(PipelineError::InvalidOption {
@@ -412,7 +395,118 @@ impl<T: Send + 'static> PipelineBuilder<T, Sunk> {
             sink_cell,
             shared,
             w.cells,
-            Startup { tasks: w.tasks, pool, num_threads: options.num_threads, report },
+            Startup { tasks: w.tasks, pool, num_threads: options.num_threads, pools: w.pools, report },
         ))
     }
+}
+
+/// Wires a stage reading `input`; returns its output queue.
+pub(crate) fn wire_pipe<T: Send + 'static, U: Send + 'static>(
+    w: &mut Wiring,
+    input: QueueRx<T>,
+    cap: Option<usize>,
+    stage: Stage<T, U>,
+) -> QueueRx<U> {
+    let Stage { name, func, options, describe } = stage;
+    if options.concurrency == 0 {
+        w.invalid(format!("stage `{name}`: concurrency"), "must be at least 1".into());
+    }
+    if let Err(e) = options.failure_budget.validate(&format!("stage `{name}`: failure_budget")) {
+        w.error.get_or_insert(e);
+    }
+    let c = options.concurrency.max(1);
+    let kind = match func {
+        StageFn::Blocking(_) => StageKind::Blocking,
+        StageFn::Async(_) => StageKind::Async,
+    };
+    let cell = w.cell_with(name.clone(), kind, c, options.failure_budget);
+    let cap = w.capacity(cap.or(options.output_capacity), &format!("stage `{name}`"));
+    let (tx, rx) = queue(cap);
+    let shared = Arc::clone(&w.shared);
+    let link = Link { input, output: tx, cell: Arc::clone(&cell), shared: Arc::clone(&shared) };
+    match func {
+        StageFn::Async(f) => {
+            let launch = driver::async_launcher(f, describe, cell);
+            w.task(&name, Concurrent::new(link, launch, c, options.order, w.pool.clone()).run());
+        }
+        StageFn::Blocking(f) if options.order == OutputOrder::Input && c > 1 => {
+            let launch = driver::pool_launcher(f, describe, cell, w.pool.clone(), shared);
+            w.task(&name, Concurrent::new(link, launch, c, options.order, w.pool.clone()).run());
+        }
+        StageFn::Blocking(f) => {
+            let fut = runs::blocking_stage(link, f, describe, w.pool.clone(), c);
+            w.task(&name, fut);
+        }
+    }
+    rx
+}
+
+/// Wires `aggregate(size)` (or its `drop_last` form) reading `input`.
+pub(crate) fn wire_batch<T: Send + 'static>(
+    w: &mut Wiring,
+    input: QueueRx<T>,
+    cap: Option<usize>,
+    size: usize,
+    drop_last: bool,
+) -> QueueRx<Vec<T>> {
+    let name = format!("aggregate({size})");
+    if size == 0 {
+        w.invalid(format!("{name}: size"), "must be at least 1".into());
+    }
+    let cell = w.cell(name.clone(), StageKind::Aggregate, 1);
+    w.batched = true;
+    let cap = w.capacity(cap, &name);
+    let (tx, rx) = queue(cap);
+    let link = Link { input, output: tx, cell, shared: Arc::clone(&w.shared) };
+    w.task(&name, driver::aggregate(link, size.max(1), drop_last));
+    rx
+}
+
+/// Wires a custom aggregation step reading `input`.
+pub(crate) fn wire_aggregate_with<T: Send + 'static, A: Aggregator<T>>(
+    w: &mut Wiring,
+    input: QueueRx<T>,
+    cap: Option<usize>,
+    name: String,
+    aggregator: A,
+    drop_last: bool,
+) -> QueueRx<A::Output> {
+    let cell = w.cell(name.clone(), StageKind::Aggregate, 1);
+    w.batched = true;
+    let cap = w.capacity(cap, &name);
+    let (tx, rx) = queue(cap);
+    let link = Link { input, output: tx, cell, shared: Arc::clone(&w.shared) };
+    w.task(&name, driver::aggregate_with(link, aggregator, drop_last, w.pool.clone()));
+    rx
+}
+
+/// Wires `disaggregate()` reading `input`.
+pub(crate) fn wire_disaggregate<C>(w: &mut Wiring, input: QueueRx<C>, cap: Option<usize>) -> QueueRx<C::Item>
+where
+    C: IntoIterator + Send + 'static,
+    C::IntoIter: Send,
+    C::Item: Send + 'static,
+{
+    let name = "disaggregate";
+    let cell = w.cell(name.into(), StageKind::Disaggregate, 1);
+    w.batched = false;
+    let cap = w.capacity(cap, name);
+    let (tx, rx) = queue(cap);
+    let link = Link { input, output: tx, cell, shared: Arc::clone(&w.shared) };
+    w.task(name, driver::disaggregate(link));
+    rx
+}
+
+/// Wires an iterator source; returns its output queue.
+pub(crate) fn wire_iter_source<I>(w: &mut Wiring, cap: Option<usize>, src: IterSource<I>) -> QueueRx<I::Item>
+where
+    I: Iterator + Send + 'static,
+    I::Item: Send + 'static,
+{
+    let cap = w.capacity(cap, SOURCE);
+    let (tx, rx) = queue(cap);
+    let cell = w.cell(SOURCE.into(), StageKind::Source, 1);
+    let fut = runs::iter_source(src, tx, cell, Arc::clone(&w.shared), w.pool.clone());
+    w.task(SOURCE, fut);
+    rx
 }

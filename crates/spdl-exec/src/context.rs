@@ -35,6 +35,8 @@ pub(crate) struct Shared {
     /// Set when the scheduler thread is about to end (every pool thread joined).
     exited: Mutex<bool>,
     exited_cv: Condvar,
+    /// Threads started by drivers (`through` stages), joined when the scheduler ends.
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
 impl Shared {
@@ -87,6 +89,15 @@ impl Shared {
             exited = self.exited_cv.wait_timeout(exited, wait).unwrap_or_else(PoisonError::into_inner).0;
         }
         true
+    }
+
+    /// Keeps a driver's thread, to be joined when the scheduler ends.
+    pub(crate) fn add_thread(&self, handle: std::thread::JoinHandle<()>) {
+        self.threads.lock().unwrap_or_else(PoisonError::into_inner).push(handle);
+    }
+
+    pub(crate) fn take_threads(&self) -> Vec<std::thread::JoinHandle<()>> {
+        std::mem::take(&mut *self.threads.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// Records the error that ends the pipeline; the first one wins.

@@ -113,6 +113,9 @@ pub enum PipelineError {
     /// The scheduler's async runtime could not be created.
     #[error("could not create the scheduler's runtime")]
     Runtime(#[source] std::io::Error),
+    /// The pipeline this one reads from ([`crate::PipelineBuilder::source_pipeline`]) failed.
+    #[error("the upstream pipeline failed: {0}")]
+    Upstream(#[source] Box<PipelineError>),
     /// A driver of the pipeline itself failed (a bug in spdl-exec, not in a stage function).
     #[error("internal failure of the pipeline's driver for `{stage}`: {message}")]
     Internal {

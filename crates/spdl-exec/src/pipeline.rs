@@ -40,6 +40,8 @@ pub(crate) struct Startup {
     pub(crate) tasks: Vec<(String, BoxFuture<'static, ()>)>,
     pub(crate) pool: Pool,
     pub(crate) num_threads: usize,
+    /// The pools of regions and their thread counts.
+    pub(crate) pools: Vec<(Pool, usize)>,
     pub(crate) report: Option<(Duration, ReportHook)>,
 }
 
@@ -338,10 +340,16 @@ impl<T: Send + 'static> Iterator for PipelineIter<'_, T> {
 /// The scheduler thread: starts the pool, runs every driver on a current-thread tokio
 /// runtime until they finish or the pipeline is stopped, then tears everything down.
 fn schedule(startup: Startup, shared: &Arc<Shared>, cells: Vec<Arc<StageCell>>) {
-    let Startup { tasks, mut pool, num_threads, report } = startup;
+    let Startup { tasks, mut pool, num_threads, mut pools, report } = startup;
     if let Err(err) = pool.start(num_threads) {
         shared.fail(err);
         return;
+    }
+    for (p, n) in &mut pools {
+        if let Err(err) = p.start(*n) {
+            shared.fail(err);
+            return;
+        }
     }
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -373,6 +381,15 @@ fn schedule(startup: Startup, shared: &Arc<Shared>, cells: Vec<Arc<StageCell>>) 
     // see the cancel flag or their closed queues and return; then the pool is joined.
     drop(rt);
     pool.shutdown();
+    for (p, _) in &mut pools {
+        p.shutdown();
+    }
+    // Threads of `through` stages see the cancel flag or their closed queues and return.
+    for t in shared.take_threads() {
+        if t.join().is_err() {
+            tracing::error!(target: "spdl_exec", "a through-stage thread panicked");
+        }
+    }
 }
 
 async fn report_loop(every: Duration, hook: ReportHook, cells: Vec<Arc<StageCell>>, shared: Arc<Shared>) {

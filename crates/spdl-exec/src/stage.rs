@@ -72,6 +72,21 @@ pub(crate) enum StageFn<T, U> {
     Async(AsyncFn<T, U>),
 }
 
+impl<T, U> Clone for StageFn<T, U> {
+    fn clone(&self) -> Self {
+        match self {
+            Self::Blocking(f) => Self::Blocking(Arc::clone(f)),
+            Self::Async(f) => Self::Async(Arc::clone(f)),
+        }
+    }
+}
+
+impl<T, U> Clone for Stage<T, U> {
+    fn clone(&self) -> Self {
+        Self { name: self.name.clone(), func: self.func.clone(), options: self.options, describe: self.describe.clone() }
+    }
+}
+
 /// One step of a pipeline: a named function from `T` to zero, one or many `U`, with
 /// [`StageOptions`].
 ///

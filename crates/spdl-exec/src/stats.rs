@@ -1,7 +1,7 @@
 //! Per-stage statistics: always on, updated with relaxed atomics (no lock per item).
 
 use std::fmt;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
@@ -86,6 +86,36 @@ pub enum StageKind {
     Disaggregate,
     /// The sink queue, read by the consumer.
     Sink,
+    /// A merge of several inputs (a merge's own row, or the join after a route).
+    Merge,
+    /// A stage run by a function that takes the stage's whole input stream
+    /// ([`crate::PipelineBuilder::through`]).
+    Through,
+}
+
+/// What fills the queue in front of a stage, for its occupancy in the stats.
+#[derive(Default)]
+pub(crate) enum Feed {
+    /// Nothing is queued in front (a source).
+    #[default]
+    None,
+    /// The queue is filled by these stages (their items out).
+    Cells(Vec<Arc<StageCell>>),
+    /// The queue is filled by a router, which counts what it put in.
+    Counter(Arc<AtomicU64>),
+    /// The queue is filled by several of the above (a merge, a route's join).
+    Many(Vec<Feed>),
+}
+
+impl Feed {
+    fn fed(&self) -> u64 {
+        match self {
+            Self::None => 0,
+            Self::Cells(cells) => cells.iter().map(|c| c.items_out.load(Relaxed)).sum(),
+            Self::Counter(n) => n.load(Relaxed),
+            Self::Many(feeds) => feeds.iter().map(Self::fed).sum(),
+        }
+    }
 }
 
 /// The live counters of one stage, shared by its driver, its workers and the snapshots.
@@ -107,6 +137,8 @@ pub(crate) struct StageCell {
     pub(crate) stop_feeding: AtomicBool,
     /// The first few failures, kept for the error message (locked only on failure).
     pub(crate) causes: Mutex<Vec<ItemFailure>>,
+    /// What fills this stage's input queue.
+    pub(crate) feed: Feed,
 }
 
 impl StageCell {
@@ -116,8 +148,10 @@ impl StageCell {
         concurrency: usize,
         input_capacity: usize,
         budget: FailureBudget,
+        feed: Feed,
     ) -> Self {
         Self {
+            feed,
             name,
             kind,
             concurrency,
@@ -180,18 +214,13 @@ pub(crate) fn nanos(d: Duration) -> u64 {
 /// Builds a snapshot from the cells, in pipeline order (source first, sink last).
 pub(crate) fn snapshot(cells: &[std::sync::Arc<StageCell>], elapsed: Duration) -> PipelineStats {
     let mut stages = Vec::with_capacity(cells.len());
-    let mut upstream_out = 0u64;
     for cell in cells {
         // Occupancy of the queue feeding this stage: pushed upstream minus popped here.
         let items_in = cell.items_in.load(Relaxed);
-        let queue_len = if cell.kind == StageKind::Source {
-            0
-        } else {
-            usize::try_from(upstream_out.saturating_sub(items_in)).unwrap_or(usize::MAX).min(cell.input_capacity)
-        };
-        let s = cell.snapshot(elapsed, queue_len);
-        upstream_out = s.items_out;
-        stages.push(s);
+        let queue_len = usize::try_from(cell.feed.fed().saturating_sub(items_in))
+            .unwrap_or(usize::MAX)
+            .min(cell.input_capacity);
+        stages.push(cell.snapshot(elapsed, queue_len));
     }
     PipelineStats { elapsed, stages }
 }

@@ -482,7 +482,7 @@ class PipelineBuilder(Generic[T, U]):
         defs._aggregator_step(num_items, bool(drop_last))  # validates
         op = defs.Collate(num_items) if isinstance(num_items, int) and not isinstance(num_items, bool) else num_items
         self._pipes.append(
-            defs.AggregateConfig(name=f"aggregate({op!r}, drop_last={bool(drop_last)})", op=op, drop_last=bool(drop_last))
+            defs.AggregateConfig(name=f"aggregate(op={op!r}, drop_last={bool(drop_last)})", op=op, drop_last=bool(drop_last))
         )
         return self
 

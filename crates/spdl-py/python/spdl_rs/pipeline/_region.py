@@ -478,6 +478,8 @@ class Region:
         clean = False
         try:
             while len(done) < len(pool.workers):
+                if errors:
+                    raise errors[0]
                 try:
                     msg = pool.out_q.get(timeout=_POLL)
                 except queue.Empty:

@@ -89,6 +89,16 @@ class PipeConfig(Generic[T, U]):
     output_order: str = "completion"
     max_failures: int | Fraction | None = None
 
+    def __repr__(self) -> str:
+        args = [f"concurrency={self.concurrency}"]
+        if self.executor is not None:
+            args.append(f"executor={self.executor!r}")
+        if self.output_order == "input":
+            args.append("output_order='input'")
+        if getattr(self.op, "__code__", None) is not None:
+            args.append(f"op={_describe_callable(self.op)}")
+        return f"{self.name}({', '.join(args)})"
+
 
 def Pipe(
     op: Callable[[T], U] | Any,
@@ -173,6 +183,9 @@ class AggregateConfig(Generic[T]):
     op: Aggregator | Any
     drop_last: bool = False
 
+    def __repr__(self) -> str:
+        return self.name
+
 
 def _aggregator_step(op: Any, drop_last: bool) -> tuple[Any, ...]:
     """The engine step for a batch size, a plain :py:class:`Collate`, or any object with
@@ -199,7 +212,7 @@ def Aggregate(input: int | Aggregator, /, *, drop_last: bool = False) -> Aggrega
     :py:class:`Aggregator`."""
     op = Collate(input) if isinstance(input, int) and not isinstance(input, bool) else input
     _aggregator_step(op, drop_last)  # validates
-    return AggregateConfig(name=f"aggregate({op!r}, drop_last={drop_last})", op=op, drop_last=drop_last)
+    return AggregateConfig(name=f"aggregate(op={op!r}, drop_last={drop_last})", op=op, drop_last=drop_last)
 
 
 @dataclass(frozen=True)
@@ -207,6 +220,9 @@ class DisaggregateConfig(Generic[T]):
     """A disaggregation step; made by :py:func:`Disaggregate`."""
 
     name: str = "disaggregate"
+
+    def __repr__(self) -> str:
+        return self.name or "disaggregate"
 
 
 def Disaggregate() -> DisaggregateConfig[Any]:

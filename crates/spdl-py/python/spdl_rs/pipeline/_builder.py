@@ -214,7 +214,9 @@ def _convert_step(cfg: Any, conv: _Conversion) -> tuple[Any, ...]:
         for i, path in enumerate(cfg.paths):
             for j, stage in enumerate(path):
                 if isinstance(stage, defs.PlacementConfig):
-                    raise ValueError(f"Path {i}, position {j}: a to() placement marker is not allowed inside PathVariants paths.")
+                    raise ValueError(
+                        f"Path {i}, position {j}: a to() placement marker is not allowed inside PathVariants paths."
+                    )
             paths.append([_convert_step(stage, conv) for stage in path])
         return ("path_variants", cfg.name, kind, router, paths, bool(cfg.batched), cfg.output_order)
     raise TypeError(
@@ -482,7 +484,9 @@ class PipelineBuilder(Generic[T, U]):
         defs._aggregator_step(num_items, bool(drop_last))  # validates
         op = defs.Collate(num_items) if isinstance(num_items, int) and not isinstance(num_items, bool) else num_items
         self._pipes.append(
-            defs.AggregateConfig(name=f"aggregate(op={op!r}, drop_last={bool(drop_last)})", op=op, drop_last=bool(drop_last))
+            defs.AggregateConfig(
+                name=f"aggregate(op={op!r}, drop_last={bool(drop_last)})", op=op, drop_last=bool(drop_last)
+            )
         )
         return self
 
@@ -715,7 +719,7 @@ class _CustomMerge:
         ]
         self._out: queue.Queue[tuple[int, Any]] = queue.Queue(maxsize=_MERGE_QUEUE_SIZE)
         self._stop = threading.Event()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: a finalizer (GC) may close this on a thread holding it
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._main_task: asyncio.Task[Any] | None = None

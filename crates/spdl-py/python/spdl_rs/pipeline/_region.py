@@ -32,7 +32,6 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 __all__ = ["Region", "check_interpreters_available", "strip_executor"]
@@ -101,6 +100,8 @@ def _threads_needed(cfg: Any) -> int:
 
 
 def _dumps(obj: Any) -> bytes:
+    from multiprocessing.reduction import ForkingPickler  # its reducers: shared memory for tensors
+
     return bytes(ForkingPickler.dumps(obj))
 
 
@@ -252,7 +253,13 @@ class _ProcessBackend:
 
 
 class _InterpreterBackend:
-    """Workers as subinterpreters (``concurrent.interpreters``, CPython 3.14+), each on a thread."""
+    """Workers as subinterpreters (``concurrent.interpreters``, CPython 3.14+), each run on a thread.
+
+    spdl_rs's native module cannot be loaded in a subinterpreter (PyO3 does not support them), so these
+    workers run the region's stages with the pure-Python runner below (:py:func:`_interp_worker_main`): this
+    file is loaded there by path, without the ``spdl_rs`` package, and the stages travel as plain tuples
+    (:py:func:`_plain_stages`).
+    """
 
     kind = "subinterpreter"
 
@@ -265,10 +272,27 @@ class _InterpreterBackend:
     def make_queue(self, maxsize: int) -> Any:
         return self._interpreters.create_queue(maxsize=maxsize)
 
+    @staticmethod
+    def worker_args(args: tuple[Any, ...]) -> tuple[Any, Any, int, bytes]:
+        """The arguments of :py:func:`_interp_worker_main` for the pool's arguments of :py:func:`_worker_main`."""
+        in_q, out_q, worker, stages, build_kwargs, output_buffer_size, initializer, initargs = args
+        fail_fast = build_kwargs.get("max_failures") == 0
+        payload = pickle.dumps((_plain_stages(stages), output_buffer_size, initializer, tuple(initargs), fail_fast))
+        return in_q, out_q, worker, payload
+
     def spawn(self, target: Callable[..., object], args: tuple[Any, ...]) -> Any:
+        in_q, out_q, worker, payload = self.worker_args(args)
         interp = self._interpreters.create()
         try:
-            thread = interp.call_in_thread(target, *args, None)
+            interp.exec(_INTERP_LOADER.format(path=os.path.abspath(__file__)))
+            interp.prepare_main(in_q=in_q, out_q=out_q, worker=worker, payload=payload)
+            thread = threading.Thread(
+                target=interp.exec,
+                args=("_spdl_rs_region._interp_worker_main(in_q, out_q, worker, payload)",),
+                name="spdl_rs-region-interp",
+                daemon=True,
+            )
+            thread.start()
         except BaseException:
             interp.close()
             raise
@@ -295,6 +319,272 @@ class _InterpreterBackend:
         pass
 
 
+_INTERP_LOADER = """
+import importlib.util, sys
+if "_spdl_rs_region" not in sys.modules:
+    _spec = importlib.util.spec_from_file_location("_spdl_rs_region", {path!r})
+    _mod = importlib.util.module_from_spec(_spec)
+    sys.modules["_spdl_rs_region"] = _mod
+    _spec.loader.exec_module(_mod)
+import _spdl_rs_region
+"""
+
+
+def _plain_stages(stages: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """The stage configs as tuples of plain Python objects, for a worker that cannot import spdl_rs."""
+    from . import defs
+    from ._builder import _op_kind
+
+    out: list[tuple[Any, ...]] = []
+    for cfg in stages:
+        if isinstance(cfg, defs.PipeConfig):
+            kind, fn = _op_kind(cfg.op)
+            if kind == "native":
+                raise ValueError(
+                    f"stage `{cfg.name}`: a native op (spdl_rs.io.ops) cannot run in a subinterpreter region; use "
+                    "ProcessPoolExecutorConfig"
+                )
+            out.append(("pipe", cfg.name, kind, fn))
+        elif isinstance(cfg, defs.AggregateConfig):
+            if isinstance(cfg.op, int) or type(cfg.op) is defs.Collate:
+                n = cfg.op if isinstance(cfg.op, int) else cfg.op.n
+                out.append(("aggregate", cfg.name, n, bool(cfg.drop_last)))
+            else:
+                out.append(("aggregator", cfg.name, cfg.op, bool(cfg.drop_last)))
+        elif isinstance(cfg, defs.DisaggregateConfig):
+            out.append(("disaggregate", cfg.name))
+        elif isinstance(cfg, defs.PathVariantsConfig):
+            kind, router = _op_kind(cfg.router)
+            paths = [_plain_stages(p) for p in cfg.paths]
+            out.append(("path_variants", cfg.name, kind, router, paths, bool(cfg.batched)))
+        else:
+            raise TypeError(f"a {type(cfg).__name__} step cannot run in a to() region")
+    return out
+
+
+################################################################################
+# The pure-Python runner of subinterpreter workers (no spdl_rs import: see _InterpreterBackend)
+################################################################################
+
+
+class _Env:
+    """What the runner's stages share: the event loop for async ops, failure handling."""
+
+    def __init__(self, fail_fast: bool) -> None:
+        self.fail_fast = fail_fast
+        self._loop: Any = None
+
+    def run(self, coro: Any) -> Any:
+        import asyncio
+
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(coro)
+
+    def call(self, kind: str, fn: Any, item: Any) -> list[Any]:
+        """``fn(item)``'s outputs."""
+        if kind == "sync":
+            return [fn(item)]
+        if kind == "gen":
+            return list(fn(item))
+        if kind == "async":
+            return [self.run(fn(item))]
+
+        async def collect() -> list[Any]:
+            return [x async for x in fn(item)]
+
+        return self.run(collect())
+
+    def failed(self, stage: str, e: BaseException) -> None:
+        if self.fail_fast:
+            raise RuntimeError(f"stage `{stage}` failed: {type(e).__name__}: {e}") from e
+        _LG.error("Stage `%s` failed on an item (the item is dropped): %s: %s", stage, type(e).__name__, e, exc_info=e)
+
+    def close(self) -> None:
+        if self._loop is not None:
+            self._loop.close()
+
+
+class _Collect:
+    """The end of a chain: keeps what reaches it."""
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+
+    def push(self, item: Any) -> None:
+        self.items.append(item)
+
+    def finish(self) -> None:
+        pass
+
+
+class _Forward:
+    """The end of a path: passes on to the stage after the path variants."""
+
+    def __init__(self, nxt: Any) -> None:
+        self.nxt = nxt
+
+    def push(self, item: Any) -> None:
+        self.nxt.push(item)
+
+    def finish(self) -> None:
+        pass
+
+
+class _Step:
+    """One stage of the runner: ``push`` an item, ``finish`` at the end of the session."""
+
+    def __init__(self, spec: tuple[Any, ...], nxt: Any, env: _Env) -> None:
+        self.spec, self.nxt, self.env = spec, nxt, env
+        self.kind = spec[0]
+        self.name = spec[1]
+        self.buf: list[Any] = []
+        if self.kind == "path_variants":
+            self.paths_out: list[Any] = []
+            self.paths = []
+            for path in spec[4]:
+                tail: Any = _Collect() if spec[5] else _Forward(nxt)
+                self.paths_out.append(tail)
+                self.paths.append(_chain(path, tail, env))
+
+    def push(self, item: Any) -> None:
+        kind, env = self.kind, self.env
+        if kind == "pipe":
+            try:
+                outputs = env.call(self.spec[2], self.spec[3], item)
+            except Exception as e:  # noqa: BLE001
+                env.failed(self.name, e)
+                return
+            for out in outputs:
+                if out is not None:
+                    self.nxt.push(out)
+        elif kind == "aggregate":
+            self.buf.append(item)
+            if len(self.buf) >= self.spec[2]:
+                batch, self.buf = self.buf, []
+                self.nxt.push(batch)
+        elif kind == "aggregator":
+            try:
+                out = self.spec[2].accumulate(item)
+            except Exception as e:  # noqa: BLE001
+                env.failed(self.name, e)
+                return
+            if out is not None:
+                self.nxt.push(out)
+        elif kind == "disaggregate":
+            for x in item:
+                self.nxt.push(x)
+        else:
+            self._route(item)
+
+    def _route(self, item: Any) -> None:
+        _, name, router_kind, router, _, batched = self.spec
+        n = len(self.paths)
+        try:
+            idx = self.env.call("async" if router_kind == "async" else "sync", router, item)[0]
+            if batched:
+                idx = list(idx)
+                if len(idx) != len(item):
+                    raise ValueError(f"the router returned {len(idx)} indices for a batch of {len(item)}")
+            for i in idx if batched else [idx]:
+                if not (isinstance(i, int) and 0 <= i < n):
+                    raise IndexError(
+                        f"Router returned index {i}, but there are only {n} paths (valid range: [0, {n}))."
+                    )
+        except Exception as e:  # noqa: BLE001
+            self.env.failed(name, e)
+            return
+        if not batched:
+            self.paths[idx].push(item)
+            return
+        parts: list[list[Any]] = [[] for _ in range(n)]
+        for i, x in zip(idx, item):
+            parts[i].append(x)
+        for path, part in zip(self.paths, parts):
+            path.push(part)
+        self._gather()
+
+    def _gather(self) -> None:
+        merged: list[Any] = []
+        for tail in self.paths_out:
+            for out in tail.items:
+                merged.extend(out)
+            tail.items.clear()
+        if merged:
+            self.nxt.push(merged)
+
+    def finish(self) -> None:
+        kind = self.kind
+        if kind == "aggregate":
+            if self.buf and not self.spec[3]:
+                self.nxt.push(self.buf)
+            self.buf = []
+        elif kind == "aggregator" and not self.spec[3]:
+            try:
+                out = self.spec[2].flush()
+            except Exception as e:  # noqa: BLE001
+                self.env.failed(self.name, e)
+                out = None
+            if out is not None:
+                self.nxt.push(out)
+        elif kind == "path_variants":
+            for path in self.paths:
+                path.finish()
+            if self.spec[5]:
+                self._gather()
+        self.nxt.finish()
+
+
+def _chain(specs: Sequence[tuple[Any, ...]], tail: Any, env: _Env) -> Any:
+    node = tail
+    for spec in reversed(specs):
+        node = _Step(spec, node, env)
+    return node
+
+
+def _interp_worker_main(in_q: Any, out_q: Any, worker: int, payload: bytes) -> None:
+    """A subinterpreter worker's body: as :py:func:`_worker_main`, with the pure-Python runner (the region's
+    stages one item at a time, in order; a stage's ``concurrency`` is not applied)."""
+    stages, output_buffer_size, initializer, initargs, fail_fast = pickle.loads(payload)
+    if initializer is not None:
+        try:
+            initializer(*initargs)
+        except BaseException as e:  # noqa: BLE001
+            out_q.put((_OUT_ERROR, worker, _describe(e, "the worker's initializer")))
+            return
+    while True:
+        msg = _get(in_q, None)
+        if msg is None or msg[0] == _IN_SHUTDOWN:
+            return
+        env = _Env(fail_fast)
+        sink = _Collect()
+        head = _chain(stages, sink, env)
+
+        def send(final: bool) -> None:
+            while len(sink.items) >= output_buffer_size or (final and sink.items):
+                chunk = sink.items[:output_buffer_size]
+                del sink.items[:output_buffer_size]
+                out_q.put((_OUT_ITEMS, worker, pickle.dumps(chunk)))
+
+        try:
+            while msg is not None and msg[0] == _IN_ITEMS:
+                for item in pickle.loads(msg[1]):
+                    head.push(item)
+                    send(False)
+                msg = _get(in_q, None)
+            head.finish()
+            send(True)
+        except BaseException as e:  # noqa: BLE001 (relayed to the main process)
+            out_q.put((_OUT_ERROR, worker, _describe(e, "the region's stages")))
+            while msg is not None and msg[0] == _IN_ITEMS:
+                msg = _get(in_q, None)
+        finally:
+            env.close()
+        if msg is None or msg[0] == _IN_SHUTDOWN:
+            return
+        out_q.put((_OUT_DONE, worker, msg[1]))
+
+
 class _Pool:
     """The workers of a region, with one input queue each and a shared output queue."""
 
@@ -312,7 +602,7 @@ class _Pool:
         self.out_q = self.backend.make_queue(capacity)
         self.workers: list[Any] = []
         self.closed = False
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # re-entrant: a finalizer (GC) may close this on a thread holding it
         try:
             for i in range(n):
                 args = (
@@ -412,7 +702,7 @@ class Region:
         if sizes:
             name += "[buffer_size " + " ".join(sizes) + "]"
         self.name = name
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: a finalizer (GC) may close this on a thread holding it
         self._pool: _Pool | None = None
         self._stop = threading.Event()
         self._epoch = 0

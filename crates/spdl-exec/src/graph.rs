@@ -331,6 +331,62 @@ impl<T: Send + 'static, U: Send + 'static> Branch<T, U> {
     }
 }
 
+impl<T: Send + 'static, U: Send + 'static> Branch<T, U> {
+    /// Adds a custom aggregation step (see [`PipelineBuilder::aggregate_with`]). Not in a
+    /// branch of an input-ordered or batched route.
+    pub fn aggregate_with<A>(self, name: impl Into<String>, aggregator: A, drop_last: bool) -> Branch<T, A::Output>
+    where
+        A: crate::Aggregator<U>,
+    {
+        let name = name.into();
+        let Self { plain, .. } = self;
+        Branch {
+            tagged: Err(format!("aggregate `{name}`")),
+            plain: Box::new(move |w, rx, cap| {
+                let mid = plain(w, rx, None);
+                crate::builder::wire_aggregate_with(w, mid, cap, name, aggregator, drop_last)
+            }),
+        }
+    }
+
+    /// A route nested in this branch (see [`PipelineBuilder::route_with`]). Not in a branch
+    /// of an input-ordered or batched route.
+    pub fn route_with<V: Send + 'static>(
+        self,
+        classifier: Stage<U, (usize, U)>,
+        branches: Vec<Branch<U, V>>,
+        order: OutputOrder,
+    ) -> Branch<T, V> {
+        let Self { plain, .. } = self;
+        Branch {
+            tagged: Err(format!("route `{}`", classifier.name)),
+            plain: Box::new(move |w, rx, cap| {
+                let mid = plain(w, rx, None);
+                wire_route(w, mid, cap, classifier, branches, order)
+            }),
+        }
+    }
+}
+
+impl<T: Send + 'static, U: Send + 'static> Branch<T, Vec<U>> {
+    /// A batched route nested in this branch (see [`PipelineBuilder::route_batched_with`]).
+    /// Not in a branch of an input-ordered or batched route.
+    pub fn route_batched_with<V: Send + 'static>(
+        self,
+        classifier: Stage<Vec<U>, (Vec<usize>, Vec<U>)>,
+        branches: Vec<Branch<Vec<U>, Vec<V>>>,
+    ) -> Branch<T, Vec<V>> {
+        let Self { plain, .. } = self;
+        Branch {
+            tagged: Err(format!("route `{}`", classifier.name)),
+            plain: Box::new(move |w, rx, cap| {
+                let mid = plain(w, rx, None);
+                wire_route_batched(w, mid, cap, classifier, branches)
+            }),
+        }
+    }
+}
+
 impl<T: Send + 'static, C> Branch<T, C>
 where
     C: IntoIterator + Send + 'static,
@@ -962,55 +1018,89 @@ enum Piece<U> {
     Done,
 }
 
-/// The next output of input `seq` in `branch`: outputs of one input come out of a tagged
-/// branch together, in input order, so it is the branch's next item, unless the tracker
-/// says the input ended. An epoch end met first is remembered in `epoch`.
+/// The output end of a tagged branch, as the ordered join reads it.
+struct BranchOut<U> {
+    rx: QueueRx<Tag<U>>,
+    /// An output of a later input, popped while looking for an earlier one.
+    held: Option<Tag<U>>,
+    /// The branch's epoch end, popped: nothing more of this epoch comes from it.
+    epoch: Option<u64>,
+}
+
+impl<U> BranchOut<U> {
+    fn new(rx: QueueRx<Tag<U>>) -> Self {
+        Self { rx, held: None, epoch: None }
+    }
+
+    /// The next message without waiting: the held output first, then the queue's.
+    fn try_next(&mut self) -> Result<Tag<U>, PopError> {
+        if let Some(t) = self.held.take() {
+            return Ok(t);
+        }
+        if self.epoch.is_some() {
+            return Err(PopError::Empty);
+        }
+        loop {
+            match self.rx.try_pop() {
+                Ok(Msg::Item(tag)) => return Ok(tag),
+                Ok(Msg::EpochEnd(e)) => {
+                    self.epoch = Some(e);
+                    return Err(PopError::Empty);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// The next output of input `seq` from branch `b`. Outputs of one input come out of a tagged
+/// branch together and in input order, so it is the branch's next output, unless that
+/// belongs to a later input (then `seq` ended without more outputs: it is held for later)
+/// or the tracker says `seq` ended (failed, filtered).
 async fn next_piece<U>(
-    rx: &QueueRx<Tag<U>>,
-    branch: usize,
+    out: &mut BranchOut<U>,
+    b: usize,
     seq: u64,
     tracker: &Tracker,
-    epoch: &mut Option<u64>,
-    out: &QueueTx<impl Sized>,
+    downstream: &QueueTx<impl Sized>,
     cell: &StageCell,
 ) -> Piece<U> {
     let mut waited: Option<Instant> = None;
     let piece = loop {
-        if epoch.is_none() {
-            match rx.try_pop() {
-                Ok(Msg::Item(mut tag)) => {
-                    let last = tag.seq == seq && tag.end.is_some();
-                    if let Some(g) = tag.end.take() {
-                        g.disarm();
-                    }
-                    break Piece::Part(tag.item, last);
-                }
-                Ok(Msg::EpochEnd(e)) => {
-                    *epoch = Some(e);
-                    continue;
-                }
-                Err(PopError::Closed) => {
-                    tracker.take(branch, seq);
-                    break Piece::Done;
-                }
-                Err(PopError::Empty) => {}
+        match out.try_next() {
+            Ok(tag) if tag.seq > seq => {
+                out.held = Some(tag);
+                tracker.take(b, seq);
+                break Piece::Done;
             }
+            Ok(mut tag) => {
+                let last = tag.seq == seq && tag.end.is_some();
+                if let Some(g) = tag.end.take() {
+                    g.disarm();
+                }
+                break Piece::Part(tag.item, last);
+            }
+            Err(PopError::Closed) => {
+                tracker.take(b, seq);
+                break Piece::Done;
+            }
+            Err(PopError::Empty) => {}
         }
         let mut notified = pin!(tracker.notify.notified());
         notified.as_mut().enable();
-        if tracker.take(branch, seq) {
+        if tracker.take(b, seq) {
             break Piece::Done;
         }
         if waited.is_none() {
-            out.flush();
+            downstream.flush();
             waited = Some(Instant::now());
         }
-        if epoch.is_some() {
+        if out.epoch.is_some() {
             // Nothing more of this epoch can come from this branch: only the tracker can answer.
             let _ = tokio::time::timeout(Duration::from_millis(50), notified).await;
         } else {
             tokio::select! {
-                () = rx.ready() => {}
+                () = out.rx.ready() => {}
                 () = notified => {}
             }
         }
@@ -1021,20 +1111,28 @@ async fn next_piece<U>(
     piece
 }
 
-/// Pops from a branch until its epoch end (items still there are passed to `stray`).
-async fn finish_epoch<U>(rx: &QueueRx<Tag<U>>, epoch: &mut Option<u64>, mut stray: impl FnMut(U)) {
-    while epoch.is_none() {
-        match rx.pop().await {
+/// Reads a branch up to its epoch end; outputs still there (of inputs already joined) go to
+/// `stray`, so that none is lost.
+async fn finish_epoch<U>(out: &mut BranchOut<U>, mut stray: impl FnMut(U)) {
+    if let Some(mut t) = out.held.take() {
+        if let Some(g) = t.end.take() {
+            g.disarm();
+        }
+        stray(t.item);
+    }
+    while out.epoch.is_none() {
+        match out.rx.pop().await {
             Some(Msg::Item(mut tag)) => {
                 if let Some(g) = tag.end.take() {
                     g.disarm();
                 }
                 stray(tag.item);
             }
-            Some(Msg::EpochEnd(e)) => *epoch = Some(e),
+            Some(Msg::EpochEnd(e)) => out.epoch = Some(e),
             None => return,
         }
     }
+    out.epoch = None;
 }
 
 async fn next_order(order: &mut mpsc::UnboundedReceiver<Order>, out: &QueueTx<impl Sized>) -> Option<Order> {
@@ -1056,14 +1154,14 @@ async fn join_ordered<U: Send + 'static>(
     cell: Arc<StageCell>,
     shared: Arc<Shared>,
 ) {
-    let mut epochs: Vec<Option<u64>> = vec![None; rxs.len()];
+    let mut branches: Vec<BranchOut<U>> = rxs.into_iter().map(BranchOut::new).collect();
     while let Some(entry) = next_order(&mut order, &out).await {
         if shared.cancelled() {
             return;
         }
         match entry {
             Order::Item { seq, branch } => loop {
-                match next_piece(&rxs[branch], branch, seq, &tracker, &mut epochs[branch], &out, &cell).await {
+                match next_piece(&mut branches[branch], branch, seq, &tracker, &out, &cell).await {
                     Piece::Part(u, last) => {
                         cell.items_in.fetch_add(1, Relaxed);
                         if !emit(&out, &cell, Msg::Item(u)).await {
@@ -1079,9 +1177,8 @@ async fn join_ordered<U: Send + 'static>(
             Order::Batch { .. } => {}
             Order::Epoch(e) => {
                 let mut strays = Vec::new();
-                for (rx, epoch) in rxs.iter().zip(epochs.iter_mut()) {
-                    finish_epoch(rx, epoch, |u| strays.push(u)).await;
-                    *epoch = None;
+                for b in &mut branches {
+                    finish_epoch(b, |u| strays.push(u)).await;
                 }
                 for u in strays {
                     cell.items_in.fetch_add(1, Relaxed);
@@ -1105,7 +1202,7 @@ async fn join_batched<U: Send + 'static>(
     cell: Arc<StageCell>,
     shared: Arc<Shared>,
 ) {
-    let mut epochs: Vec<Option<u64>> = vec![None; rxs.len()];
+    let mut branches: Vec<BranchOut<Vec<U>>> = rxs.into_iter().map(BranchOut::new).collect();
     while let Some(entry) = next_order(&mut order, &out).await {
         if shared.cancelled() {
             return;
@@ -1113,9 +1210,9 @@ async fn join_batched<U: Send + 'static>(
         match entry {
             Order::Batch { seq } => {
                 let mut batch = Vec::new();
-                for (b, rx) in rxs.iter().enumerate() {
+                for (b, branch) in branches.iter_mut().enumerate() {
                     loop {
-                        match next_piece(rx, b, seq, &tracker, &mut epochs[b], &out, &cell).await {
+                        match next_piece(branch, b, seq, &tracker, &out, &cell).await {
                             Piece::Part(part, last) => {
                                 batch.extend(part);
                                 if last {
@@ -1134,9 +1231,8 @@ async fn join_batched<U: Send + 'static>(
             Order::Item { .. } => {}
             Order::Epoch(e) => {
                 let mut strays = Vec::new();
-                for (rx, epoch) in rxs.iter().zip(epochs.iter_mut()) {
-                    finish_epoch(rx, epoch, |u: Vec<U>| strays.extend(u)).await;
-                    *epoch = None;
+                for b in &mut branches {
+                    finish_epoch(b, |u: Vec<U>| strays.extend(u)).await;
                 }
                 if !strays.is_empty() && !emit(&out, &cell, Msg::Item(strays)).await {
                     return;

@@ -59,7 +59,7 @@ mod value;
 
 pub use buffer::PyBuffer;
 pub use error::Error;
-pub use pipeline::{AsyncBridge, NativeOp, PipelineCore, PyNativeOp, Reply};
+pub use pipeline::{AsyncBridge, NativeOp, PipelineCore, PyNativeOp, RegionInputs, Reply};
 pub use value::Value;
 
 use pyo3::prelude::*;
@@ -72,6 +72,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pipeline::PipelineCore>()?;
     m.add_class::<pipeline::AsyncBridge>()?;
     m.add_class::<pipeline::Reply>()?;
+    m.add_class::<pipeline::RegionInputs>()?;
     m.add_class::<pipeline::PyNativeOp>()?;
     pipeline::tstate::register(m)?;
     #[cfg(feature = "io")]

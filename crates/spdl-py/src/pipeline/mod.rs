@@ -5,6 +5,7 @@
 mod bridge;
 mod ops;
 pub(crate) mod tstate;
+mod wiring;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,7 +18,9 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 use spdl_exec::{BuildOptions, FailureBudget, Item, OutputOrder, Pipeline, PipelineBuilder, PipelineError, state};
 
 pub use bridge::{AsyncBridge, Reply};
-use ops::{Failures, OpImpl, PipeSpec, PyAggregator, PyIter, PyIterable, PyOpKind, RangeIter, make_stage};
+use ops::{Failures, PyOpKind};
+use wiring::Chain;
+pub use wiring::RegionInputs;
 pub use ops::{NativeOp, PyNativeOp};
 
 use crate::error::Error;
@@ -67,12 +70,6 @@ fn deadline(timeout: Option<Duration>) -> Option<Instant> {
     timeout.and_then(|t| Instant::now().checked_add(t))
 }
 
-/// The builder state while steps are added: items are single values, or batches after `aggregate`.
-enum Chain {
-    One(PipelineBuilder<Value>),
-    Batch(PipelineBuilder<Vec<Value>>),
-}
-
 /// The built engine pipeline; a batch sink yields `list`s.
 enum Sink {
     One(Pipeline<Value>),
@@ -115,7 +112,7 @@ impl Sink {
 }
 
 /// Parses a failure budget from the Python layer: `None`, `("count", n)` or `("fraction", x)`.
-fn budget(spec: Option<Bound<'_, PyAny>>) -> PyResult<FailureBudget> {
+pub(crate) fn budget(spec: Option<Bound<'_, PyAny>>) -> PyResult<FailureBudget> {
     let Some(spec) = spec.filter(|s| !s.is_none()) else {
         return Ok(FailureBudget::Unlimited);
     };
@@ -127,7 +124,7 @@ fn budget(spec: Option<Bound<'_, PyAny>>) -> PyResult<FailureBudget> {
     }
 }
 
-fn order(name: &str) -> PyResult<OutputOrder> {
+pub(crate) fn order(name: &str) -> PyResult<OutputOrder> {
     match name {
         "completion" => Ok(OutputOrder::Completion),
         "input" => Ok(OutputOrder::Input),
@@ -135,7 +132,7 @@ fn order(name: &str) -> PyResult<OutputOrder> {
     }
 }
 
-fn op_kind(name: &str) -> PyResult<Option<PyOpKind>> {
+pub(crate) fn op_kind(name: &str) -> PyResult<Option<PyOpKind>> {
     Ok(Some(match name {
         "sync" => PyOpKind::Sync,
         "gen" => PyOpKind::Gen,
@@ -144,15 +141,6 @@ fn op_kind(name: &str) -> PyResult<Option<PyOpKind>> {
         "native" => return Ok(None),
         other => return Err(PyValueError::new_err(format!("unknown op kind {other:?}"))),
     }))
-}
-
-/// Whether the step after step `i` is a `what` step.
-fn next_is(steps: &[Bound<'_, PyTuple>], i: usize, what: &str) -> bool {
-    steps
-        .get(i + 1)
-        .and_then(|s| s.get_item(0).ok())
-        .and_then(|s| s.extract::<String>().ok())
-        .is_some_and(|s| s == what)
 }
 
 /// A built pipeline, driven by the Python `spdl_rs.pipeline.Pipeline` (which adds the Python-facing
@@ -198,105 +186,8 @@ impl PipelineCore {
     ) -> PyResult<Self> {
         let failures = Arc::new(Failures::new(py)?);
         let submitter = bridge.as_ref().map(|b| b.get().submitter());
-
-        let kind: String = source.get_item(0)?.extract()?;
-        let start = PipelineBuilder::new();
-        let mut chain = match kind.as_str() {
-            "iter" => {
-                let iterable = Arc::new(source.get_item(1)?.unbind());
-                let continuous: bool = source.get_item(2)?.extract()?;
-                if continuous {
-                    Chain::One(start.continuous_source(PyIterable {
-                        iterable,
-                        failures: Arc::clone(&failures),
-                        chunk: stage_buffer_size,
-                    }))
-                } else {
-                    Chain::One(start.source(PyIter::new(iterable, Arc::clone(&failures), stage_buffer_size)))
-                }
-            }
-            "range" => {
-                let (next, stop, step): (i64, i64, i64) =
-                    (source.get_item(1)?.extract()?, source.get_item(2)?.extract()?, source.get_item(3)?.extract()?);
-                if step == 0 {
-                    return Err(PyValueError::new_err("range() step must not be zero"));
-                }
-                Chain::One(start.source(RangeIter { next, stop, step }))
-            }
-            "list" => {
-                // Snapshot: taken into Rust values now, so the source runs without the GIL.
-                let seq = source.get_item(1)?;
-                let values: Vec<Value> = seq.try_iter()?.map(|o| o.map(Value::from_py)).collect::<PyResult<_>>()?;
-                Chain::One(start.source(values))
-            }
-            "aiter" => {
-                let submitter = submitter
-                    .clone()
-                    .ok_or_else(|| PyValueError::new_err("an async source needs the pipeline's event loop"))?;
-                let aiter = Arc::new(source.get_item(1)?.unbind());
-                Chain::One(start.source_stream(ops::async_source(aiter, submitter, Arc::clone(&failures))))
-            }
-            other => return Err(PyValueError::new_err(format!("unknown source kind {other:?}"))),
-        };
-
-        for (i, step) in steps.iter().enumerate() {
-            let what: String = step.get_item(0)?.extract()?;
-            chain = match what.as_str() {
-                "pipe" => {
-                    let name: String = step.get_item(1)?.extract()?;
-                    let kind: String = step.get_item(2)?.extract()?;
-                    let op = step.get_item(3)?;
-                    let op = match op_kind(&kind)? {
-                        Some(kind) => OpImpl::Python { kind, op: Arc::new(op.unbind()) },
-                        None => OpImpl::Native(Arc::clone(&op.cast::<PyNativeOp>()?.get().op)),
-                    };
-                    let spec = PipeSpec {
-                        name,
-                        op,
-                        concurrency: step.get_item(4)?.extract()?,
-                        order: order(&step.get_item(5)?.extract::<String>()?)?,
-                        budget: budget(Some(step.get_item(6)?))?,
-                        split_output: next_is(&steps, i, "disaggregate"),
-                    };
-                    match chain {
-                        Chain::One(b) => Chain::One(b.pipe(make_stage(spec, &failures, submitter.as_ref())?)),
-                        Chain::Batch(b) => Chain::One(b.pipe(make_stage(spec, &failures, submitter.as_ref())?)),
-                    }
-                }
-                "aggregate" => {
-                    let n: usize = step.get_item(1)?.extract()?;
-                    let drop_last: bool = step.get_item(2)?.extract()?;
-                    let b = match chain {
-                        Chain::One(b) => b,
-                        // A batch of batches: each inner batch becomes one `list` item first.
-                        Chain::Batch(b) => {
-                            b.pipe(spdl_exec::Stage::map("collate", |v: Vec<Value>| Ok::<_, Error>(Value::List(v))))
-                        }
-                    };
-                    Chain::Batch(if drop_last { b.aggregate_drop_last(n) } else { b.aggregate(n) })
-                }
-                "aggregator" => {
-                    let stage: String = step.get_item(1)?.extract()?;
-                    let agg = step.get_item(2)?.unbind();
-                    let drop_last: bool = step.get_item(3)?.extract()?;
-                    let agg = PyAggregator {
-                        stage: stage.clone(),
-                        agg,
-                        failures: Arc::clone(&failures),
-                        split_output: next_is(&steps, i, "disaggregate"),
-                    };
-                    match chain {
-                        Chain::One(b) => Chain::One(b.aggregate_with(stage, agg, drop_last)),
-                        Chain::Batch(b) => Chain::One(b.aggregate_with(stage, agg, drop_last)),
-                    }
-                }
-                "disaggregate" => match chain {
-                    Chain::One(b) => Chain::One(b.disaggregate()),
-                    Chain::Batch(b) => Chain::One(b.disaggregate()),
-                },
-                other => return Err(PyValueError::new_err(format!("unknown pipeline step {other:?}"))),
-            };
-        }
+        let ctx = wiring::Ctx { failures: &failures, submitter: submitter.as_ref(), chunk: stage_buffer_size };
+        let chain = wiring::steps_on(Chain::One(wiring::source(&source, &ctx)?), &steps, &ctx)?;
 
         let buffer_size = if buffer_size == 0 { UNBOUNDED_SINK } else { buffer_size };
         if stage_buffer_size == 0 {

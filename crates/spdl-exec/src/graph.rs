@@ -742,7 +742,10 @@ fn wire_route<T: Send + 'static, U: Send + 'static>(
             txs.push((tx, counter));
             rxs.push(out);
         }
-        w.task(&format!("{name}/dispatch"), dispatch_tagged(routed, txs, order_tx, Arc::clone(&tracker), cls, Arc::clone(&shared)));
+        w.task(
+            &format!("{name}/dispatch"),
+            dispatch_tagged(routed, txs, order_tx, Arc::clone(&tracker), cls, Arc::clone(&shared)),
+        );
         Join::Ordered { rxs, order: order_rx, tracker }
     } else {
         let mut txs = Vec::new();
@@ -767,7 +770,10 @@ fn wire_route<T: Send + 'static, U: Send + 'static>(
     let (tx, rx) = queue(cap);
     match join {
         Join::Completion(rxs) => {
-            w.task(&format!("{name}/join"), merge_driver(rxs, tx, cell, shared, MergePolicy::AsAvailable, MergeStop::AllExhausted));
+            w.task(
+                &format!("{name}/join"),
+                merge_driver(rxs, tx, cell, shared, MergePolicy::AsAvailable, MergeStop::AllExhausted),
+            );
         }
         Join::Ordered { rxs, order, tracker } => {
             w.task(&format!("{name}/join"), join_ordered(rxs, order, tracker, tx, cell, shared));
@@ -818,7 +824,10 @@ fn wire_route_batched<T: Send + 'static, U: Send + 'static>(
         txs.push((tx, counter));
         rxs.push(out);
     }
-    w.task(&format!("{name}/dispatch"), dispatch_batched(routed, txs, order_tx, Arc::clone(&tracker), cls, Arc::clone(&shared)));
+    w.task(
+        &format!("{name}/dispatch"),
+        dispatch_batched(routed, txs, order_tx, Arc::clone(&tracker), cls, Arc::clone(&shared)),
+    );
     w.feed = Some(Feed::Many(feeds));
     let cell = w.cell(format!("{name}/join"), StageKind::Merge, 1);
     let cap = w.capacity(cap, &format!("route `{name}`"));
@@ -828,6 +837,9 @@ fn wire_route_batched<T: Send + 'static, U: Send + 'static>(
 }
 
 /// The queue in front of a branch, and the counter of what the router put in it.
+type Port<X> = (QueueTx<X>, Arc<AtomicU64>);
+
+/// Makes a [`Port`] and the branch's end of it.
 fn branch_queue<X>(w: &mut Wiring, name: &str) -> (QueueTx<X>, QueueRx<X>, Arc<AtomicU64>) {
     let cap = w.capacity(None, &format!("route `{name}`"));
     let (tx, rx) = queue(cap);
@@ -847,7 +859,7 @@ async fn send<X>(tx: &QueueTx<X>, msg: Msg<X>) -> bool {
 }
 
 /// Pops the router's next message, flushing the branch queues before waiting.
-async fn next_routed<R, X>(input: &QueueRx<R>, txs: &[(QueueTx<X>, Arc<AtomicU64>)]) -> Option<Msg<R>> {
+async fn next_routed<R, X>(input: &QueueRx<R>, txs: &[Port<X>]) -> Option<Msg<R>> {
     match input.try_pop() {
         Ok(m) => Some(m),
         Err(PopError::Closed) => None,
@@ -864,7 +876,7 @@ fn out_of_range(i: usize, n: usize) -> String {
     format!("the classifier chose branch {i}, but there are only {n} branches (valid range: [0, {n}))")
 }
 
-async fn broadcast_epoch<X>(txs: &[(QueueTx<X>, Arc<AtomicU64>)], e: u64) -> bool {
+async fn broadcast_epoch<X>(txs: &[Port<X>], e: u64) -> bool {
     for (tx, _) in txs {
         if !send(tx, Msg::EpochEnd(e)).await {
             return false;
@@ -874,12 +886,7 @@ async fn broadcast_epoch<X>(txs: &[(QueueTx<X>, Arc<AtomicU64>)], e: u64) -> boo
     true
 }
 
-async fn dispatch_plain<T>(
-    input: QueueRx<(usize, T)>,
-    txs: Vec<(QueueTx<T>, Arc<AtomicU64>)>,
-    cls: Arc<StageCell>,
-    shared: Arc<Shared>,
-) {
+async fn dispatch_plain<T>(input: QueueRx<(usize, T)>, txs: Vec<Port<T>>, cls: Arc<StageCell>, shared: Arc<Shared>) {
     let n = txs.len();
     let mut index = 0u64;
     while let Some(msg) = next_routed(&input, &txs).await {
@@ -919,7 +926,7 @@ pub(crate) enum Order {
 
 async fn dispatch_tagged<T>(
     input: QueueRx<(usize, T)>,
-    txs: Vec<(QueueTx<Tag<T>>, Arc<AtomicU64>)>,
+    txs: Vec<Port<Tag<T>>>,
     order: mpsc::UnboundedSender<Order>,
     tracker: Arc<Tracker>,
     cls: Arc<StageCell>,
@@ -958,7 +965,7 @@ async fn dispatch_tagged<T>(
 
 async fn dispatch_batched<T>(
     input: QueueRx<(Vec<usize>, Vec<T>)>,
-    txs: Vec<(QueueTx<Tag<Vec<T>>>, Arc<AtomicU64>)>,
+    txs: Vec<Port<Tag<Vec<T>>>>,
     order: mpsc::UnboundedSender<Order>,
     tracker: Arc<Tracker>,
     cls: Arc<StageCell>,
@@ -1040,15 +1047,13 @@ impl<U> BranchOut<U> {
         if self.epoch.is_some() {
             return Err(PopError::Empty);
         }
-        loop {
-            match self.rx.try_pop() {
-                Ok(Msg::Item(tag)) => return Ok(tag),
-                Ok(Msg::EpochEnd(e)) => {
-                    self.epoch = Some(e);
-                    return Err(PopError::Empty);
-                }
-                Err(e) => return Err(e),
+        match self.rx.try_pop() {
+            Ok(Msg::Item(tag)) => Ok(tag),
+            Ok(Msg::EpochEnd(e)) => {
+                self.epoch = Some(e);
+                Err(PopError::Empty)
             }
+            Err(e) => Err(e),
         }
     }
 }
@@ -1160,20 +1165,19 @@ async fn join_ordered<U: Send + 'static>(
             return;
         }
         match entry {
-            Order::Item { seq, branch } => loop {
-                match next_piece(&mut branches[branch], branch, seq, &tracker, &out, &cell).await {
-                    Piece::Part(u, last) => {
-                        cell.items_in.fetch_add(1, Relaxed);
-                        if !emit(&out, &cell, Msg::Item(u)).await {
-                            return;
-                        }
-                        if last {
-                            break;
-                        }
+            Order::Item { seq, branch } => {
+                while let Piece::Part(u, last) =
+                    next_piece(&mut branches[branch], branch, seq, &tracker, &out, &cell).await
+                {
+                    cell.items_in.fetch_add(1, Relaxed);
+                    if !emit(&out, &cell, Msg::Item(u)).await {
+                        return;
                     }
-                    Piece::Done => break,
+                    if last {
+                        break;
+                    }
                 }
-            },
+            }
             Order::Batch { .. } => {}
             Order::Epoch(e) => {
                 let mut strays = Vec::new();
@@ -1211,15 +1215,10 @@ async fn join_batched<U: Send + 'static>(
             Order::Batch { seq } => {
                 let mut batch = Vec::new();
                 for (b, branch) in branches.iter_mut().enumerate() {
-                    loop {
-                        match next_piece(branch, b, seq, &tracker, &out, &cell).await {
-                            Piece::Part(part, last) => {
-                                batch.extend(part);
-                                if last {
-                                    break;
-                                }
-                            }
-                            Piece::Done => break,
+                    while let Piece::Part(part, last) = next_piece(branch, b, seq, &tracker, &out, &cell).await {
+                        batch.extend(part);
+                        if last {
+                            break;
                         }
                     }
                 }
@@ -1272,7 +1271,12 @@ async fn pop_one<T, O>(input: &MergeIn<T>, out: &QueueTx<O>, cell: &StageCell) -
 }
 
 /// Pops from whichever open input has a message, starting at `start` (for fairness).
-async fn pop_any<T, O>(ins: &[MergeIn<T>], start: usize, out: &QueueTx<O>, cell: &StageCell) -> (usize, Option<Msg<T>>) {
+async fn pop_any<T, O>(
+    ins: &[MergeIn<T>],
+    start: usize,
+    out: &QueueTx<O>,
+    cell: &StageCell,
+) -> (usize, Option<Msg<T>>) {
     let n = ins.len();
     let mut waited: Option<Instant> = None;
     loop {

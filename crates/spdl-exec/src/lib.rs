@@ -66,10 +66,10 @@ mod through;
 
 pub use aggregator::Aggregator;
 pub use builder::{PipelineBuilder, state};
-pub use graph::{Branch, MergeOptions, MergePolicy, MergeStop};
 pub use error::{BoxError, ItemFailure, PipelineError, StopTimeout};
+pub use graph::{Branch, MergeOptions, MergePolicy, MergeStop};
 pub use options::{BuildOptions, FRACTION_PROBATION, FailureBudget, OutputOrder, ReportHook, StageOptions};
 pub use pipeline::{DROP_GRACE, Item, Pipeline, PipelineIter};
 pub use stage::Stage;
-pub use through::Inputs;
 pub use stats::{PipelineStats, StageKind, StageStats};
+pub use through::Inputs;

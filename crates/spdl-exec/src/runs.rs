@@ -356,8 +356,16 @@ async fn drive_runs<T: Send + 'static, U: Send + 'static>(
 
 /// The state of an iterator source, moved into each source run and back.
 pub(crate) enum IterSource<I: Iterator> {
-    OnePass { make: Option<Box<dyn FnOnce() -> I + Send>>, current: Option<I> },
-    Continuous { make: Box<dyn FnMut() -> I + Send>, current: Option<I>, epoch: u64, in_epoch: u64 },
+    OnePass {
+        make: Option<Box<dyn FnOnce() -> I + Send>>,
+        current: Option<I>,
+    },
+    Continuous {
+        make: Box<dyn FnMut() -> I + Send>,
+        current: Option<I>,
+        epoch: u64,
+        in_epoch: u64,
+    },
     /// Messages made by a function (another pipeline's items and epoch ends); `None` ends it.
     Upstream(Box<dyn FnMut() -> Option<Msg<I::Item>> + Send>),
     Done,

@@ -83,7 +83,12 @@ impl<T, U> Clone for StageFn<T, U> {
 
 impl<T, U> Clone for Stage<T, U> {
     fn clone(&self) -> Self {
-        Self { name: self.name.clone(), func: self.func.clone(), options: self.options, describe: self.describe.clone() }
+        Self {
+            name: self.name.clone(),
+            func: self.func.clone(),
+            options: self.options,
+            describe: self.describe.clone(),
+        }
     }
 }
 

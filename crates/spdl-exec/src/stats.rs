@@ -1,8 +1,8 @@
 //! Per-stage statistics: always on, updated with relaxed atomics (no lock per item).
 
 use std::fmt;
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::error::ItemFailure;
@@ -217,9 +217,8 @@ pub(crate) fn snapshot(cells: &[std::sync::Arc<StageCell>], elapsed: Duration) -
     for cell in cells {
         // Occupancy of the queue feeding this stage: pushed upstream minus popped here.
         let items_in = cell.items_in.load(Relaxed);
-        let queue_len = usize::try_from(cell.feed.fed().saturating_sub(items_in))
-            .unwrap_or(usize::MAX)
-            .min(cell.input_capacity);
+        let queue_len =
+            usize::try_from(cell.feed.fed().saturating_sub(items_in)).unwrap_or(usize::MAX).min(cell.input_capacity);
         stages.push(cell.snapshot(elapsed, queue_len));
     }
     PipelineStats { elapsed, stages }

@@ -173,10 +173,10 @@ fn branches() -> Vec<Branch<u64, u64>> {
             .pipe(
                 Stage::filter_map("odd_or_fail", |x: u64| {
                     delay(x);
-                    if x % 9 == 0 {
+                    if x.is_multiple_of(9) {
                         return Err(format!("{x} is a multiple of 9"));
                     }
-                    Ok((x % 5 != 0).then_some(x))
+                    Ok((!x.is_multiple_of(5)).then_some(x))
                 })
                 .concurrency(3),
             )
@@ -266,7 +266,12 @@ fn a_branch_stage_budget_ends_the_run_naming_the_branch_stage() {
         );
         let p = PipelineBuilder::new()
             .source(0..10_000u64)
-            .route("r", |x: &u64| Ok::<_, std::io::Error>((x % 2) as usize), vec![Branch::new(), failing], OutputOrder::Completion)
+            .route(
+                "r",
+                |x: &u64| Ok::<_, std::io::Error>((x % 2) as usize),
+                vec![Branch::new(), failing],
+                OutputOrder::Completion,
+            )
             .sink(4)
             .build(opts())
             .unwrap();
@@ -294,7 +299,11 @@ fn batched_routes_split_batches_by_element_and_rejoin_them_in_order() {
         let p = PipelineBuilder::new()
             .source(0..200u64)
             .aggregate(10)
-            .route_batched("split", |b: &[u64]| Ok::<_, std::io::Error>(b.iter().map(|&x| usize::from(x % 10 >= 5)).collect()), vec![small, big])
+            .route_batched(
+                "split",
+                |b: &[u64]| Ok::<_, std::io::Error>(b.iter().map(|&x| usize::from(x % 10 >= 5)).collect()),
+                vec![small, big],
+            )
             .sink(2)
             .build(opts())
             .unwrap();
@@ -315,7 +324,9 @@ fn batched_routes_split_batches_by_element_and_rejoin_them_in_order() {
 
 #[test]
 fn an_aggregate_in_an_input_ordered_route_is_a_build_error() {
-    let branch = Branch::new().aggregate(4).pipe(Stage::map("sum", |v: Vec<u64>| Ok::<_, std::io::Error>(v.iter().sum::<u64>())));
+    let branch = Branch::new()
+        .aggregate(4)
+        .pipe(Stage::map("sum", |v: Vec<u64>| Ok::<_, std::io::Error>(v.iter().sum::<u64>())));
     let err = PipelineBuilder::new()
         .source(0..10u64)
         .route("r", |_: &u64| Ok::<_, std::io::Error>(0), vec![branch], OutputOrder::Input)
@@ -324,7 +335,9 @@ fn an_aggregate_in_an_input_ordered_route_is_a_build_error() {
         .unwrap_err();
     assert!(err.to_string().contains("aggregate(4)"), "{err}");
     // In completion order it is fine.
-    let branch = Branch::new().aggregate(4).pipe(Stage::map("sum", |v: Vec<u64>| Ok::<_, std::io::Error>(v.iter().sum::<u64>())));
+    let branch = Branch::new()
+        .aggregate(4)
+        .pipe(Stage::map("sum", |v: Vec<u64>| Ok::<_, std::io::Error>(v.iter().sum::<u64>())));
     let p = PipelineBuilder::new()
         .source(0..10u64)
         .route("r", |_: &u64| Ok::<_, std::io::Error>(0), vec![branch], OutputOrder::Completion)
@@ -405,7 +418,10 @@ fn a_pipeline_is_a_source_of_another_with_its_epochs_and_its_failure() {
         drop(p);
         let failing = PipelineBuilder::new()
             .source(0..100u64)
-            .pipe(Stage::map("bad", |x: u64| if x >= 5 { Err("no") } else { Ok(x) }).failure_budget(FailureBudget::Count(0)))
+            .pipe(
+                Stage::map("bad", |x: u64| if x >= 5 { Err("no") } else { Ok(x) })
+                    .failure_budget(FailureBudget::Count(0)),
+            )
             .sink(1)
             .build(opts())
             .unwrap();
@@ -455,11 +471,16 @@ fn a_through_stage_sees_each_epoch_as_a_stream_and_its_failures_count() {
 /// A graph with every kind of node, for the lifecycle tests.
 fn big_graph(counter: Arc<AtomicU64>) -> Pipeline<u64> {
     let c = Arc::clone(&counter);
-    let a = PipelineBuilder::new().source(0..u64::MAX).pipe(Stage::map("a", move |x: u64| {
-        c.fetch_add(1, Ordering::Relaxed);
-        Ok::<_, std::io::Error>(x)
-    }).concurrency(2));
-    let b = PipelineBuilder::new().source(0..u64::MAX).pipe(Stage::map_async("b", |x: u64| async move { Ok::<_, std::io::Error>(x) }));
+    let a = PipelineBuilder::new().source(0..u64::MAX).pipe(
+        Stage::map("a", move |x: u64| {
+            c.fetch_add(1, Ordering::Relaxed);
+            Ok::<_, std::io::Error>(x)
+        })
+        .concurrency(2),
+    );
+    let b = PipelineBuilder::new()
+        .source(0..u64::MAX)
+        .pipe(Stage::map_async("b", |x: u64| async move { Ok::<_, std::io::Error>(x) }));
     let body = Branch::new().pipe(Stage::map("r", |x: u64| Ok::<_, std::io::Error>(x + 1)).concurrency(2));
     PipelineBuilder::new()
         .merge(vec![a, b], MergeOptions::new("m").policy(MergePolicy::Weighted { weights: vec![1.0, 2.0], seed: 1 }))
@@ -477,7 +498,19 @@ fn stats_name_every_node_of_the_graph() {
     let got: Vec<_> = p.iter().take(100).map(Result::unwrap).collect();
     assert_eq!(got.len(), 100);
     let names: Vec<String> = p.stats().stages.iter().map(|s| s.name.clone()).collect();
-    for want in ["m[0]/source", "m[0]/a", "m[1]/b", "m", "route", "route[0]/double", "route[1]/twice", "route/join", "region/r", "t", "sink"] {
+    for want in [
+        "m[0]/source",
+        "m[0]/a",
+        "m[1]/b",
+        "m",
+        "route",
+        "route[0]/double",
+        "route[1]/twice",
+        "route/join",
+        "region/r",
+        "t",
+        "sink",
+    ] {
         assert!(names.iter().any(|n| n == want), "{want} not in {names:?}");
     }
     let counts: HashMap<&str, usize> = names.iter().fold(HashMap::new(), |mut m, n| {

@@ -645,9 +645,16 @@ class _Pool:
                 return
             self.closed = True
         for q in self.in_qs:
+            # Nothing more is sent: what a worker has not taken yet is dropped, so that the shutdown message
+            # fits (a subinterpreter worker cannot be terminated, it must read it).
+            try:
+                while True:
+                    q.get_nowait()
+            except Exception:  # noqa: BLE001 (empty)
+                pass
             try:
                 q.put_nowait((_IN_SHUTDOWN, None))
-            except Exception:  # noqa: BLE001 (a full queue: the worker is terminated instead)
+            except Exception:  # noqa: BLE001 (full again, or closed: a process worker is terminated instead)
                 pass
         # Give the workers a moment to exit on their own, taking what they may be blocked putting.
         deadline = time.monotonic() + _GRACE

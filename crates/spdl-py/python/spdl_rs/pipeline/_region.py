@@ -124,6 +124,17 @@ def _get(in_q: Any, parent_pid: int | None) -> tuple[int, Any] | None:
                 return None
 
 
+def _put(out_q: Any, msg: tuple[Any, ...], parent_pid: int | None) -> None:
+    """Puts ``msg`` on the output queue; exits the worker once the parent process is gone."""
+    while True:
+        try:
+            out_q.put(msg, timeout=_POLL)
+            return
+        except queue.Full:
+            if parent_pid is not None and os.getppid() != parent_pid:
+                raise SystemExit(0) from None
+
+
 def _worker_main(
     in_q: Any,
     out_q: Any,
@@ -140,7 +151,7 @@ def _worker_main(
         try:
             initializer(*initargs)
         except BaseException as e:  # noqa: BLE001 (relayed; the worker cannot serve)
-            out_q.put((_OUT_ERROR, worker, _describe(e, "the worker's initializer")))
+            _put(out_q, (_OUT_ERROR, worker, _describe(e, "the worker's initializer")), parent_pid)
             return
     while True:
         msg = _get(in_q, parent_pid)
@@ -189,10 +200,10 @@ def _session(
                     except TimeoutError:
                         pass
                     if chunk:
-                        out_q.put((_OUT_ITEMS, worker, _dumps(chunk)))
+                        _put(out_q, (_OUT_ITEMS, worker, _dumps(chunk)), parent_pid)
                         del chunk
         except BaseException as e:  # noqa: BLE001 (relayed to the main process)
-            out_q.put((_OUT_ERROR, worker, _describe(e, "the region's pipeline")))
+            _put(out_q, (_OUT_ERROR, worker, _describe(e, "the region's pipeline")), parent_pid)
             # Read on to the epoch's end, so that the next session starts at the next epoch.
             while state["end"] is None or state["end"][0] == _IN_ITEMS:
                 state["end"] = _get(in_q, parent_pid)
@@ -203,7 +214,7 @@ def _session(
     end = state["end"]
     if end is None or end[0] == _IN_SHUTDOWN:
         return False
-    out_q.put((_OUT_DONE, worker, end[1]))
+    _put(out_q, (_OUT_DONE, worker, end[1]), parent_pid)
     return True
 
 

@@ -11,7 +11,11 @@ Benchmarks (each in a fresh subprocess, so that its peak RSS is its own):
   (a) ``trivial``: a 3-stage pipeline of trivial Python functions over --items items (default 100,000);
   (b) ``images``: decode + resize to 224x224 + batch of 32 through ``load_image_batch`` in a pipeline, over
       the JPEG/PNG files in --images (skipped when no directory is given or it has no images);
-  (c) the peak RSS of each run (``ru_maxrss``).
+  (c) ``graph``: a 3-input merge (as available), a 2-way ``PathVariants`` and a trivial stage, all trivial Python
+      functions, over --items items, built from ``spdl.pipeline.defs`` configs (the same in both);
+  (d) ``cpu``: a CPU-bound pure-Python stage (a tokenizer-like loop of about 1 ms per item) at concurrency
+      1, 2 and 4 (``num_threads`` = concurrency), over --cpu-items items: the free-threading scaling test;
+  (e) the peak RSS of each run (``ru_maxrss``).
 
 Prints one JSON object per line: bench, impl, python, gil, items, seconds, items_per_s, cpu_seconds,
 items_per_cpu_s (the process's CPU time over the timed loop, all threads), peak_rss_mb (the median of --repeat
@@ -70,6 +74,76 @@ def bench_trivial(impl: str, items: int, num_threads: int) -> dict:
     return {"items": n, "seconds": dt, "cpu_seconds": cpu}
 
 
+def bench_graph(impl: str, items: int, num_threads: int) -> dict:
+    if impl == "spdl_rs":
+        from spdl_rs.pipeline import build_pipeline
+        from spdl_rs.pipeline.defs import Merge, PathVariants, Pipe, PipelineConfig, SinkConfig, SourceConfig
+    else:
+        from spdl.pipeline import build_pipeline
+        from spdl.pipeline.defs import Merge, PathVariants, Pipe, PipelineConfig, SinkConfig, SourceConfig
+
+    def inc(x):
+        return x + 1
+
+    def double(x):
+        return x * 2
+
+    def dec(x):
+        return x - 1
+
+    def parity(x):
+        return x % 2
+
+    third = items // 3
+    bounds = [(0, third), (third, 2 * third), (2 * third, items)]
+    inputs = [PipelineConfig(src=SourceConfig(range(a, b)), pipes=[], sink=SinkConfig(3)) for a, b in bounds]
+    cfg = PipelineConfig(
+        src=Merge(inputs),
+        pipes=[PathVariants(parity, [[Pipe(inc)], [Pipe(double)]]), Pipe(dec)],
+        sink=SinkConfig(3),
+    )
+    pipeline = build_pipeline(cfg, num_threads=num_threads)
+    t0, c0 = time.perf_counter(), time.process_time()
+    n = 0
+    with pipeline.auto_stop():
+        for _ in pipeline:
+            n += 1
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+    assert n == items, (n, items)
+    return {"items": n, "seconds": dt, "cpu_seconds": cpu}
+
+
+def _tokenize(x: int) -> int:
+    """About 1 ms of pure-Python work (a tokenizer-like loop over a synthetic text)."""
+    text = "the quick brown fox jumps over the lazy dog " * 40
+    vocab: dict[str, int] = {}
+    h = x
+    for _ in range(3):
+        for word in text.split():
+            tok = vocab.setdefault(word, len(vocab))
+            h = (h * 31 + tok) & 0xFFFFFFFF
+    return h
+
+
+def bench_cpu(impl: str, items: int, concurrency: int) -> dict:
+    PipelineBuilder = _builder(impl)
+    pipeline = (
+        PipelineBuilder()
+        .add_source(range(items))
+        .pipe(_tokenize, concurrency=concurrency)
+        .add_sink(3)
+        .build(num_threads=concurrency)
+    )
+    t0, c0 = time.perf_counter(), time.process_time()
+    n = 0
+    with pipeline.auto_stop():
+        for _ in pipeline:
+            n += 1
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+    assert n == items, (n, items)
+    return {"items": n, "seconds": dt, "cpu_seconds": cpu}
+
+
 def _image_paths(directory: str) -> list[str]:
     exts = (".jpg", ".jpeg", ".png", ".webp")
     out = []
@@ -114,6 +188,10 @@ def bench_images(impl: str, directory: str, num_threads: int) -> dict:
 def _worker(args: argparse.Namespace) -> None:
     if args.bench == "trivial":
         r = bench_trivial(args.impl, args.items, args.num_threads)
+    elif args.bench == "graph":
+        r = bench_graph(args.impl, args.items, args.num_threads)
+    elif args.bench.startswith("cpu"):
+        r = bench_cpu(args.impl, args.cpu_items, int(args.bench[3:]))
     else:
         r = bench_images(args.impl, args.images, args.num_threads)
     r["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -127,7 +205,9 @@ def main() -> None:
     ap.add_argument("--images", default=None, help="a directory of JPEG/PNG files for the image benchmark")
     ap.add_argument("--num-threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--bench", choices=["trivial", "images"], help=argparse.SUPPRESS)
+    ap.add_argument("--cpu-items", type=int, default=400, help="items of the CPU-bound benchmark")
+    ap.add_argument("--only", default=None, help="comma-separated benchmarks to run (trivial, graph, cpu, images)")
+    ap.add_argument("--bench", choices=["trivial", "graph", "cpu1", "cpu2", "cpu4", "images"], help=argparse.SUPPRESS)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -135,7 +215,10 @@ def main() -> None:
         return
 
     gil = getattr(sys, "_is_gil_enabled", lambda: True)()
-    benches = ["trivial"]
+    benches = ["trivial", "graph", "cpu1", "cpu2", "cpu4"]
+    if args.only:
+        wanted = set(args.only.split(","))
+        benches = [b for b in benches if b in wanted or (b.startswith("cpu") and "cpu" in wanted)]
     if args.images and _image_paths(args.images):
         benches.append("images")
     elif args.images:
@@ -144,7 +227,8 @@ def main() -> None:
         runs = []
         for _ in range(args.repeat):
             cmd = [sys.executable, __file__, "--worker", "--bench", bench, "--impl", args.impl,
-                   "--items", str(args.items), "--num-threads", str(args.num_threads)]
+                   "--items", str(args.items), "--num-threads", str(args.num_threads),
+                   "--cpu-items", str(args.cpu_items)]
             if args.images:
                 cmd += ["--images", args.images]
             out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
@@ -156,7 +240,7 @@ def main() -> None:
             "impl": args.impl,
             "python": platform.python_version() + ("t" if not gil else ""),
             "gil": gil,
-            "num_threads": args.num_threads,
+            "num_threads": int(bench[3:]) if bench.startswith("cpu") else args.num_threads,
             "items": runs[0]["items"],
             "seconds": round(statistics.median(r["seconds"] for r in runs), 4),
             "items_per_s": round(statistics.median(rates), 1),

@@ -1,10 +1,48 @@
 """Type stubs of the native module ``spdl_rs._native`` (Rust, PyO3)."""
 
+import builtins
 from collections.abc import Sequence
 from os import PathLike
-from typing import Any, Literal
+from typing import Any, Literal, final
 
-from collections.abc import Buffer as _BufferLike  # Python 3.12+; type checkers only
+from typing_extensions import Buffer as _BufferLike  # collections.abc.Buffer from Python 3.12
+
+# Every class is final: PyO3 classes without `subclass` cannot be subclassed at run time.
+
+__all__ = [
+    "Buffer",
+    "PipelineCore",
+    "AsyncBridge",
+    "Reply",
+    "RegionInputs",
+    "NativeOp",
+    "load_image",
+    "decode_image",
+    "image_info",
+    "load_image_batch",
+    "decode_image_op",
+    "load_image_batch_op",
+    "decode_memory_budget",
+    "set_decode_memory_budget",
+    "load_audio",
+    "load_audio_batch",
+    "probe",
+    "load_audio_op",
+    "load_audio_batch_op",
+    "Packets",
+    "load_video",
+    "demux_video",
+    "decode_packets",
+    "load_video_op",
+    "demux_video_op",
+    "decode_packets_op",
+    "HAS_IO",
+    "HAS_VIDEO",
+    "Store",
+    "Sampler",
+    "list_dataset",
+    "HAS_SOURCE",
+]
 
 HAS_IO: bool
 """Whether this build has :py:mod:`spdl_rs.io` (the ``io`` cargo feature)."""
@@ -12,6 +50,7 @@ HAS_IO: bool
 HAS_VIDEO: bool
 """Whether this build decodes video (the ``ffmpeg`` cargo feature)."""
 
+@final
 class Buffer:
     """An array in host memory made by spdl-rs. ``numpy.asarray(buf)`` and ``buf.numpy()`` view it in place (the
     array keeps it alive); ``__dlpack__`` hands it to ``numpy.from_dlpack``/``torch.from_dlpack`` in place."""
@@ -64,6 +103,7 @@ class Buffer:
     def from_bytes(data: bytes, shape: Sequence[int], dtype: str = "uint8") -> Buffer:
         """A buffer holding a copy of ``data`` (native byte order)."""
 
+@final
 class NativeOp:
     """A Rust op to give to ``PipelineBuilder.pipe``; it runs without the GIL. Calling it applies it to one item."""
 
@@ -73,6 +113,7 @@ class NativeOp:
     def __call__(self, item: Any) -> Any:
         """Applies the op to one item (GIL released)."""
 
+@final
 class AsyncBridge:
     """Internal: how the engine's scheduler hands coroutines to a pipeline's asyncio loop."""
 
@@ -82,6 +123,7 @@ class AsyncBridge:
     def take_jobs(self) -> list[tuple[str, Any, Any, Reply]]:
         """The waiting jobs: ``(kind, op, arg, reply)``; kind is ``call``, ``gen``, ``next`` or ``start``."""
 
+@final
 class Reply:
     """Internal: the done-callback of one async job."""
 
@@ -90,11 +132,20 @@ class Reply:
     def fail(self, exc: BaseException) -> None:
         """Fails the job with ``exc``."""
 
+@final
+class RegionInputs:
+    """Internal: the inputs of one epoch of a region. Iterating waits without the GIL and ends at the epoch's
+    end, at the end of the input or when the pipeline stops."""
+
+    def __iter__(self) -> RegionInputs: ...
+    def __next__(self) -> Any: ...
+
+@final
 class PipelineCore:
     """Internal: the engine pipeline behind :py:class:`spdl_rs.pipeline.Pipeline`."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         source: tuple[Any, ...],
         steps: list[tuple[Any, ...]],
         *,
@@ -102,8 +153,8 @@ class PipelineCore:
         num_threads: int,
         max_failures: tuple[str, Any] | None = None,
         bridge: AsyncBridge | None = None,
-        stage_buffer_size: int = 2,
-    ) -> None: ...
+        stage_buffer_size: int = ...,  # 2
+    ) -> PipelineCore: ...
     def start(self) -> None:
         """Starts the scheduler and the pool."""
     def stop(self, timeout: float | None = None) -> None:
@@ -125,7 +176,7 @@ def load_image(
     path: str | PathLike[str],
     *,
     size: tuple[int, int] | None = None,
-    pixel_format: Literal["rgb", "rgba", "gray"] = "rgb",
+    pixel_format: str = "rgb",  # "rgb", "rgba" or "gray" (ValueError otherwise); SPDL spellings map to these
     filter: str = "bilinear",
     exif_orientation: bool = False,
 ) -> Buffer:
@@ -135,7 +186,7 @@ def decode_image(
     data: bytes | _BufferLike,
     *,
     size: tuple[int, int] | None = None,
-    pixel_format: Literal["rgb", "rgba", "gray"] = "rgb",
+    pixel_format: str = "rgb",  # "rgb", "rgba" or "gray" (ValueError otherwise); SPDL spellings map to these
     filter: str = "bilinear",
     exif_orientation: bool = False,
     name: str = "<bytes>",
@@ -158,7 +209,7 @@ def load_image_batch(
     *,
     layout: Literal["NHWC", "NCHW"] = "NHWC",
     normalize: str | tuple[Sequence[float], Sequence[float]] | None = None,
-    pixel_format: Literal["rgb", "rgba", "gray"] = "rgb",
+    pixel_format: str = "rgb",  # "rgb", "rgba" or "gray" (ValueError otherwise); SPDL spellings map to these
     filter: str = "bilinear",
     strict: bool = True,
     num_threads: int | None = None,
@@ -197,6 +248,7 @@ def load_image_batch_op(
 
 _Src = str | PathLike[str] | bytes | _BufferLike
 _Channels = Literal["mono", "all"] | Sequence[int] | None
+_OpChannels = str | Sequence[int] | None  # the ops take plain strings, like their other options
 
 def load_audio(
     src: _Src,
@@ -243,7 +295,7 @@ def load_audio_op(
     start: float | None = None,
     duration: float | None = None,
     sample_rate: int | None = None,
-    channels: _Channels = None,
+    channels: _OpChannels = None,
     dtype: str = "float32",
     layout: str = "channels_first",
     num_samples: int | None = None,
@@ -258,7 +310,7 @@ def load_audio_batch_op(
     start: float | None = None,
     duration: float | None = None,
     sample_rate: int | None = None,
-    channels: _Channels = None,
+    channels: _OpChannels = None,
     dtype: str = "float32",
     layout: str = "channels_first",
     backend: str = "auto",
@@ -268,6 +320,7 @@ def load_audio_batch_op(
 ) -> NativeOp:
     """The native op of :py:func:`load_audio_batch`."""
 
+@final
 class Packets:
     """The packets of one video stream from :py:func:`demux_video`, owned by Rust; :py:func:`decode_packets`
     consumes them (a second decode raises ``ValueError``). Only in builds with ``HAS_VIDEO``."""
@@ -381,6 +434,7 @@ def decode_packets_op(
 HAS_SOURCE: bool
 """Whether this build has :py:mod:`spdl_rs.source` (the ``source`` cargo feature)."""
 
+@final
 class Sampler:
     """A deterministic order of indices per epoch (same configuration and epoch, same order everywhere)."""
 
@@ -403,6 +457,7 @@ class Sampler:
     def __len__(self) -> int:
         """Indices per epoch."""
 
+@final
 class Store:
     """An object store (local directory, HTTP(S) base URL, ``s3://bucket/prefix``) read without the GIL.
 
@@ -423,11 +478,18 @@ class Store:
         access_key: str | None = None,
         secret_key: str | None = None,
         force_path_style: bool | None = None,
+        attempt_timeout: float | None = ...,  # 600.0
+        max_object_size: int | None = None,
+        follow_symlinks_outside_root: bool = False,
+        special_file_limit: int | None = None,
     ) -> Store:
         """Opens the store ``url`` names; raises if its backend is not in this build or it cannot be reached.
 
         ``endpoint``, ``region``, ``access_key``/``secret_key`` and ``force_path_style`` configure ``s3://``
-        stores (S3-compatible servers); unset, they come from the standard AWS chain.
+        stores (S3-compatible servers); unset, they come from the standard AWS chain. ``attempt_timeout`` caps
+        one whole request (``None``: no cap); ``max_object_size`` (default 2 GiB) refuses larger objects. Local
+        directories only: ``follow_symlinks_outside_root`` and ``special_file_limit`` (bytes read from FIFOs,
+        devices and sockets; ``None`` refuses them).
         """
     def get(self, key: str) -> bytes:
         """The whole object ``key``."""
@@ -437,7 +499,7 @@ class Store:
         """The size of ``key`` in bytes, without reading it."""
     def list(self, prefix: str = "") -> list[tuple[str, int]]:
         """``(key, size)`` of every object under ``prefix``, in key order."""
-    def get_many(self, keys: Sequence[str], *, concurrency: int = 16) -> list[bytes]:
+    def get_many(self, keys: Sequence[str], *, concurrency: int = 16) -> builtins.list[bytes]:
         """The objects ``keys``, fetched ``concurrency`` at a time, in the order of ``keys``."""
     def get_op(self) -> NativeOp:
         """A native pipeline op: each item (a key) becomes the object's ``bytes``, awaited in Rust without the
@@ -447,6 +509,6 @@ class Store:
         """The address the store was opened with."""
 
 def list_dataset(
-    root: str | PathLike[str], *, extensions: Sequence[str] = (), layout: Literal["class_folders", "flat"] = "class_folders"
+    root: str | PathLike[str], *, extensions: Sequence[str] = ..., layout: Literal["class_folders", "flat"] = "class_folders"
 ) -> tuple[list[str], list[int | None], list[str]]:
     """``(keys, labels, classes)`` of a dataset directory, keys sorted."""

@@ -1,6 +1,6 @@
 //! Custom aggregation: a stateful step that turns a stream of items into fewer, larger ones.
 
-use crate::error::BoxError;
+use crate::failure::BoxError;
 
 /// A stateful aggregation step, for batching rules that `aggregate(n)` cannot express
 /// (batches up to a byte budget, by bucket of sequence length, until a key changes, ...).

@@ -63,7 +63,7 @@ impl Wiring {
     }
 
     pub(crate) fn cell(&mut self, name: String, kind: StageKind, concurrency: usize) -> Arc<StageCell> {
-        let budget = crate::options::FailureBudget::Unlimited;
+        let budget = crate::failure::FailureBudget::Unlimited;
         self.cell_with(name, kind, concurrency, budget)
     }
 
@@ -72,7 +72,7 @@ impl Wiring {
         name: String,
         kind: StageKind,
         concurrency: usize,
-        budget: crate::options::FailureBudget,
+        budget: crate::failure::FailureBudget,
     ) -> Arc<StageCell> {
         let (input_capacity, feed) = if kind == StageKind::Source {
             (0, Feed::None)
@@ -101,7 +101,7 @@ impl Wiring {
                 StageKind::Blocking,
                 1,
                 0,
-                crate::options::FailureBudget::Unlimited,
+                crate::failure::FailureBudget::Unlimited,
                 Feed::None,
             )),
         }
@@ -358,7 +358,7 @@ impl<T: Send + 'static> PipelineBuilder<T, Sunk> {
                 reason: "must be at least 1".into(),
             });
         }
-        options.failure_budget.validate("failure_budget")?;
+        crate::budget::validate(&options.failure_budget, "failure_budget")?;
         let shared = Arc::new(Shared::new(options.failure_budget));
         let pool = Pool::new();
         let mut w = Wiring {
@@ -411,7 +411,7 @@ pub(crate) fn wire_pipe<T: Send + 'static, U: Send + 'static>(
     if options.concurrency == 0 {
         w.invalid(format!("stage `{name}`: concurrency"), "must be at least 1".into());
     }
-    if let Err(e) = options.failure_budget.validate(&format!("stage `{name}`: failure_budget")) {
+    if let Err(e) = crate::budget::validate(&options.failure_budget, &format!("stage `{name}`: failure_budget")) {
         w.error.get_or_insert(e);
     }
     let c = options.concurrency.max(1);

@@ -87,12 +87,15 @@ pub(crate) fn call_blocking<T, U>(
     described: Option<String>,
 ) -> Done<Outputs<U>> {
     let t0 = Instant::now();
-    let result = match catch_unwind(AssertUnwindSafe(|| f(item))) {
-        Ok(Ok(out)) => Ok(out),
-        Ok(Err(e)) => Err(error_chain(&*e)),
-        Err(p) => Err(panicked(&*p)),
+    let (result, parts) = match catch_unwind(AssertUnwindSafe(|| f(item))) {
+        Ok(Ok(out)) => {
+            let (out, parts) = out.take_parts();
+            (Ok(out), parts)
+        }
+        Ok(Err(e)) => (Err(error_chain(&*e)), None),
+        Err(p) => (Err(panicked(&*p)), None),
     };
-    Done { index, item: described, elapsed: t0.elapsed(), result }
+    Done { index, item: described, elapsed: t0.elapsed(), result, parts }
 }
 
 /// Starts one call and gives a future of its outcome.
@@ -124,7 +127,7 @@ fn advance<U: Send + 'static>(
     item: Option<String>,
     pool: &PoolHandle,
 ) -> BoxFuture<'static, Step<U>> {
-    fn outcome<U>(r: std::thread::Result<Option<Result<U, crate::error::BoxError>>>) -> Option<Result<U, String>> {
+    fn outcome<U>(r: std::thread::Result<Option<Result<U, crate::failure::BoxError>>>) -> Option<Result<U, String>> {
         match r {
             Ok(None) => None,
             Ok(Some(Ok(out))) => Some(Ok(out)),
@@ -170,15 +173,18 @@ pub(crate) fn async_launcher<T: Send + 'static, U: Send + 'static>(
         let t0 = Instant::now();
         let started = catch_unwind(AssertUnwindSafe(|| f(item)));
         async move {
-            let result = match started {
+            let (result, parts) = match started {
                 Ok(fut) => match AssertUnwindSafe(fut).catch_unwind().await {
-                    Ok(Ok(out)) => Ok(out),
-                    Ok(Err(e)) => Err(error_chain(&*e)),
-                    Err(p) => Err(panicked(&*p)),
+                    Ok(Ok(out)) => {
+                        let (out, parts) = out.take_parts();
+                        (Ok(out), parts)
+                    }
+                    Ok(Err(e)) => (Err(error_chain(&*e)), None),
+                    Err(p) => (Err(panicked(&*p)), None),
                 },
-                Err(p) => Err(panicked(&*p)),
+                Err(p) => (Err(panicked(&*p)), None),
             };
-            Step::Call(Done { index, item: described, elapsed: t0.elapsed(), result })
+            Step::Call(Done { index, item: described, elapsed: t0.elapsed(), result, parts })
         }
         .boxed()
     })
@@ -210,6 +216,7 @@ pub(crate) fn pool_launcher<T: Send + 'static, U: Send + 'static>(
                 item: None,
                 elapsed: Duration::ZERO,
                 result: Err("cancelled before it ran".to_owned()),
+                parts: None,
             }))
         }
         .boxed()
@@ -531,7 +538,7 @@ where
             Err(p) => Err(panicked(&*p)),
         };
         drop(agg);
-        let _ = tx.send(Done { index, item, elapsed: t0.elapsed(), result });
+        let _ = tx.send(Done { index, item, elapsed: t0.elapsed(), result, parts: None });
     });
     rx.await.ok()
 }

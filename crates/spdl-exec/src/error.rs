@@ -1,37 +1,8 @@
 //! The crate's error type.
 
-use std::fmt;
 use std::time::Duration;
 
-use crate::options::FailureBudget;
-
-/// The error type of stage functions: anything that converts into it works
-/// (`std::io::Error`, `String`, `&str`, any `std::error::Error + Send + Sync`).
-pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
-
-/// One failed item, as recorded by the pipeline (plain data, cheap to pass on).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ItemFailure {
-    /// The stage the item failed in.
-    pub stage: String,
-    /// The item's position among the stage's inputs (0-based).
-    pub index: u64,
-    /// The item's `Debug` text, when the stage was asked to log it
-    /// ([`crate::Stage::log_failed_items`]).
-    pub item: Option<String>,
-    /// The error and its `source()` chain, joined by `": "`, or the panic message.
-    pub cause: String,
-}
-
-impl fmt::Display for ItemFailure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "item #{}", self.index)?;
-        if let Some(item) = &self.item {
-            write!(f, " ({item})")?;
-        }
-        write!(f, ": {}", self.cause)
-    }
-}
+use crate::failure::{FailureBudget, ItemFailure};
 
 fn join_causes(causes: &[ItemFailure]) -> String {
     if causes.is_empty() {

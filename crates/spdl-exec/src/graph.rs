@@ -19,7 +19,8 @@ use crate::builder::state::{NoSource, Open};
 use crate::builder::{PipelineBuilder, Wiring, wire_batch, wire_disaggregate, wire_pipe};
 use crate::context::Shared;
 use crate::driver::emit;
-use crate::error::{BoxError, PipelineError};
+use crate::error::PipelineError;
+use crate::failure::BoxError;
 use crate::options::OutputOrder;
 use crate::pipeline::{Item, Pipeline};
 use crate::queue::{Msg, PopError, PushError, QueueRx, QueueTx, queue};
@@ -489,6 +490,7 @@ fn tag_outputs<Y: Send + 'static>(o: Outputs<Y>, seq: u64, end: Option<EndGuard>
     match o {
         Outputs::None => Outputs::None,
         Outputs::One(item) => Outputs::One(Tag { seq, item, end }),
+        Outputs::Partial(item, report) => Outputs::Partial(Tag { seq, item, end }, report),
         Outputs::Many(v) => {
             let n = v.len();
             let mut end = end;

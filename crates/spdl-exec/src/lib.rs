@@ -48,12 +48,15 @@
 //! # }
 //! ```
 #![deny(missing_docs)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod aggregator;
+mod budget;
 mod builder;
 mod context;
 mod driver;
 mod error;
+mod failure;
 mod graph;
 mod options;
 mod pipeline;
@@ -66,9 +69,10 @@ mod through;
 
 pub use aggregator::Aggregator;
 pub use builder::{PipelineBuilder, state};
-pub use error::{BoxError, ItemFailure, PipelineError, StopTimeout};
+pub use error::{PipelineError, StopTimeout};
+pub use failure::{BoxError, FRACTION_PROBATION, FailureBudget, ItemFailure, Partial};
 pub use graph::{Branch, MergeOptions, MergePolicy, MergeStop};
-pub use options::{BuildOptions, FRACTION_PROBATION, FailureBudget, OutputOrder, ReportHook, StageOptions};
+pub use options::{BuildOptions, OutputOrder, ReportHook, StageOptions};
 pub use pipeline::{DROP_GRACE, Item, Pipeline, PipelineIter};
 pub use stage::Stage;
 pub use stats::{PipelineStats, StageKind, StageStats};

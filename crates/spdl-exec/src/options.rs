@@ -4,10 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::failure::FailureBudget;
 use crate::stats::PipelineStats;
-
-/// Calls after which a [`FailureBudget::Fraction`] starts being judged.
-pub const FRACTION_PROBATION: u64 = 100;
 
 /// The order in which a stage emits its results.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -17,50 +15,6 @@ pub enum OutputOrder {
     Completion,
     /// In the order the items entered the stage. Failed items leave no gap to wait for.
     Input,
-}
-
-/// How many failed items a stage (or the whole pipeline) tolerates before it stops.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub enum FailureBudget {
-    /// Never stop because of failures (the default).
-    #[default]
-    Unlimited,
-    /// Stop when more than this many items have failed.
-    Count(u64),
-    /// Stop when more than this fraction (0.0..=1.0) of the calls have failed, judged
-    /// only after [`FRACTION_PROBATION`] calls.
-    Fraction(f64),
-}
-
-impl FailureBudget {
-    /// Whether `failed` failures out of `calls` calls exceed the budget.
-    pub fn is_exceeded(&self, failed: u64, calls: u64) -> bool {
-        match *self {
-            Self::Unlimited => false,
-            Self::Count(n) => failed > n,
-            Self::Fraction(f) => calls >= FRACTION_PROBATION && (failed as f64) / (calls as f64) > f,
-        }
-    }
-
-    pub(crate) fn validate(&self, option: &str) -> Result<(), crate::PipelineError> {
-        match *self {
-            Self::Fraction(f) if !(0.0..=1.0).contains(&f) => Err(crate::PipelineError::InvalidOption {
-                option: option.to_owned(),
-                reason: format!("a failure fraction must be within 0.0..=1.0, got {f}"),
-            }),
-            _ => Ok(()),
-        }
-    }
-}
-
-impl fmt::Display for FailureBudget {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Unlimited => f.write_str("unlimited"),
-            Self::Count(n) => write!(f, "at most {n} failures"),
-            Self::Fraction(x) => write!(f, "at most {:.2}% failures", x * 100.0),
-        }
-    }
 }
 
 /// Options of one stage. Build with struct update syntax or the [`crate::Stage`] methods.
@@ -163,6 +117,6 @@ mod tests {
         assert!(!FailureBudget::Fraction(0.1).is_exceeded(50, 99));
         assert!(FailureBudget::Fraction(0.1).is_exceeded(11, 100));
         assert!(!FailureBudget::Fraction(0.1).is_exceeded(10, 100));
-        assert!(FailureBudget::Fraction(1.5).validate("x").is_err());
+        assert!(crate::budget::validate(&FailureBudget::Fraction(1.5), "x").is_err());
     }
 }

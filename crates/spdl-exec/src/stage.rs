@@ -8,8 +8,9 @@ use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use futures::{FutureExt, Stream, StreamExt};
 
-use crate::error::BoxError;
-use crate::options::{FailureBudget, OutputOrder, StageOptions};
+use crate::failure::FailureBudget;
+use crate::failure::{BoxError, PartReport, Partial};
+use crate::options::{OutputOrder, StageOptions};
 
 /// Outputs made one at a time by a blocking iterator, advanced on the pool.
 pub(crate) type LazyIter<U> = Box<dyn Iterator<Item = Result<U, BoxError>> + Send + 'static>;
@@ -25,6 +26,8 @@ pub(crate) enum Outputs<U> {
     Iter(LazyIter<U>),
     /// Outputs still to be made ([`Stage::flat_map_stream`]).
     Stream(LazyStream<U>),
+    /// One output, and the failed parts of the call's input ([`Stage::map_partial`]).
+    Partial(U, PartReport),
 }
 
 /// The outputs of a lazy call that are still to be made.
@@ -42,6 +45,15 @@ impl<U> Outputs<U> {
             Self::Many(v) => (OutputsIter::Many(v.into_iter()), None),
             Self::Iter(i) => (OutputsIter::One(None), Some(Rest::Iter(i))),
             Self::Stream(s) => (OutputsIter::One(None), Some(Rest::Stream(s))),
+            Self::Partial(u, _) => (OutputsIter::One(Some(u)), None),
+        }
+    }
+
+    /// Takes the failed parts out of a [`Outputs::Partial`] result, for the accounting.
+    pub(crate) fn take_parts(self) -> (Self, Option<PartReport>) {
+        match self {
+            Self::Partial(u, report) => (Self::One(u), Some(report)),
+            other => (other, None),
         }
     }
 }
@@ -258,6 +270,52 @@ impl<T: Send + 'static, U: Send + 'static> Stage<T, U> {
             StageFn::Async(Arc::new(move |t| {
                 f(t).map(|r| r.map(|s| Outputs::Stream(s.map(|r| r.map_err(Into::into)).boxed())).map_err(Into::into))
                     .boxed()
+            })),
+        )
+    }
+
+    /// A blocking function over a group of parts (a batch of images, of clips) whose parts
+    /// may fail one by one: it returns a [`Partial`], the output of the parts that did not
+    /// fail and an [`ItemFailure`] per part that did. Each failed part is booked against this
+    /// stage, as a failed item: the `failed` column of the stats, the stage's
+    /// [`FailureBudget`] and the pipeline's. An `Err` (or a panic) fails the whole call, as for
+    /// [`Stage::map`].
+    ///
+    /// ```
+    /// use spdl_exec::{BuildOptions, ItemFailure, Partial, PipelineBuilder, Stage};
+    ///
+    /// // Parse a batch of strings; the ones that are not numbers fail, the batch goes on.
+    /// let pipeline = PipelineBuilder::new()
+    ///     .source(vec!["1", "x", "3", "4", "y", "6"])
+    ///     .aggregate(3)
+    ///     .pipe(Stage::map_partial("parse", |batch: Vec<&str>| {
+    ///         let mut ok = Vec::new();
+    ///         let mut failures = Vec::new();
+    ///         for s in &batch {
+    ///             match s.parse::<u32>() {
+    ///                 Ok(n) => ok.push(n),
+    ///                 Err(e) => failures.push(ItemFailure::part(*s, e.to_string())),
+    ///             }
+    ///         }
+    ///         Ok::<_, std::io::Error>(Partial { output: ok, parts: batch.len() as u64, failures })
+    ///     }))
+    ///     .sink(2)
+    ///     .build(BuildOptions::default())
+    ///     .unwrap();
+    /// let all: Vec<Vec<u32>> = pipeline.iter().map(Result::unwrap).collect();
+    /// assert_eq!(all, [vec![1, 3], vec![4, 6]]);
+    /// assert_eq!(pipeline.stats().stage("parse").map(|s| s.items_failed), Some(2));
+    /// ```
+    pub fn map_partial<F, E>(name: impl Into<String>, f: F) -> Self
+    where
+        F: Fn(T) -> Result<Partial<U>, E> + Send + Sync + 'static,
+        E: Into<BoxError>,
+    {
+        Self::with(
+            name,
+            StageFn::Blocking(Arc::new(move |t| {
+                f(t).map(|p| Outputs::Partial(p.output, PartReport { parts: p.parts, failures: p.failures }))
+                    .map_err(Into::into)
             })),
         )
     }

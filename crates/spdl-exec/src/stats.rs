@@ -5,8 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::error::ItemFailure;
-use crate::options::FailureBudget;
+use crate::failure::{FailureBudget, ItemFailure};
 
 const BUCKETS: usize = 256;
 

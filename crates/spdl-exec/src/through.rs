@@ -11,7 +11,8 @@ use crate::builder::state::Open;
 use crate::builder::{PipelineBuilder, Wiring};
 use crate::context::{Done, Shared};
 use crate::driver::panicked;
-use crate::error::{BoxError, PipelineError, error_chain};
+use crate::error::{PipelineError, error_chain};
+use crate::failure::BoxError;
 use crate::queue::{Msg, PopError, PushError, QueueRx, QueueTx, queue};
 use crate::stats::{StageCell, StageKind};
 
@@ -244,7 +245,7 @@ where
             Ok(Err(cause)) => Err(cause),
             Err(p) => Err(panicked(&*p)),
         };
-        shared.settle(&cell, Done { index, item: None, elapsed: t0.elapsed(), result });
+        shared.settle(&cell, Done { index, item: None, elapsed: t0.elapsed(), result, parts: None });
         // Inputs of this epoch the call did not take are failures of the stage.
         let mut left = 0u64;
         while let Some(_item) = state.next() {

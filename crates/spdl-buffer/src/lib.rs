@@ -1,5 +1,7 @@
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 //! Host memory for spdl-rs: one owned, aligned block per [`Buffer`], typed by a [`DType`], a shape and a
-//! [`Layout`], and allocated by any [`HostAllocator`].
+//! [`Layout`], and allocated by any [`HostAllocator`]; a [`CachingPool`] that recycles blocks of expensive
+//! memory; and (feature `dlpack`) the `dlpack` module's export that hands buffers to PyTorch, JAX and NumPy in place.
 //!
 //! Every decoder in spdl-rs writes its output straight into a `Buffer`, and a batch decoder writes each
 //! sample straight into its own slot of one contiguous batch buffer ([`Buffer::outer_slots_mut`]). The
@@ -7,7 +9,11 @@
 //! or page-locked memory from `spdl-cuda`'s pinned pool without an intermediate copy. Nothing in this crate
 //! assumes the system allocator; the buffer always frees its block through the allocator that made it.
 //!
-//! The crate has no dependencies.
+//! [`CachingPool`] is the size-class cache behind every pooled allocator: generic over a [`PoolBackend`]
+//! (`spdl-cuda` plugs in `cuMemHostAlloc`; [`HeapBackend`] uses the heap), so its logic is tested here,
+//! without a GPU.
+//!
+//! The crate has no dependencies (std only), with or without the `dlpack` feature.
 //!
 //! # Example
 //! ```
@@ -28,10 +34,14 @@
 
 mod alloc;
 mod buffer;
+#[cfg(feature = "dlpack")]
+pub mod dlpack;
 mod dtype;
 mod error;
+mod pool;
 
 pub use alloc::{Block, HostAllocator, MIN_ALIGN, SharedAllocator, SystemAllocator, system_allocator};
 pub use buffer::Buffer;
 pub use dtype::{DType, Element, Layout};
 pub use error::BufferError;
+pub use pool::{CachingPool, HeapBackend, PAGE, PoolBackend, PoolConfig, PoolStats, size_class};

@@ -1,8 +1,10 @@
-//! A caching host-memory pool over a [`PinnedBackend`]: size classes, reuse of freed blocks, a byte cap, stats.
+//! A caching host-memory pool over a [`PoolBackend`]: size classes, reuse of freed blocks, a byte cap, stats.
 //!
-//! Pinning memory (`cuMemHostAlloc`) costs milliseconds and takes the driver's locks; a training loop that pins
-//! each batch spends more time pinning than copying. The pool pins a block once and hands it out again for
-//! every later request of the same size class, so in steady state (batches of one shape) every request is a hit.
+//! The pool is for memory whose allocation is expensive. Pinning memory (`cuMemHostAlloc`, in `spdl-cuda`'s
+//! pinned backend) costs milliseconds and takes the driver's locks; a training loop that pins each batch spends
+//! more time pinning than copying. The pool gets a block from its backend once and hands it out again for every
+//! later request of the same size class, so in steady state (batches of one shape) every request is a hit.
+//! [`HeapBackend`] puts ordinary page-aligned heap memory behind the same cache (the CPU path, and tests).
 
 use std::alloc::Layout as MemLayout;
 use std::collections::BTreeMap;
@@ -10,26 +12,28 @@ use std::fmt;
 use std::ptr::NonNull;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use spdl_buffer::{Block, BufferError, HostAllocator, MIN_ALIGN};
-
-use crate::error::{Error, Result};
+use crate::{Block, BufferError, HostAllocator, MIN_ALIGN};
 
 /// Size of a page: every pooled block is a multiple of it and aligned to it.
 pub const PAGE: usize = 4096;
 
-/// Where a [`PinnedPool`] gets its memory from: page-locked memory from the CUDA driver for
-/// [`crate::PinnedAllocator`], ordinary heap pages for [`HeapBackend`], or a fake in tests.
+/// Where a [`CachingPool`] gets its memory from: ordinary heap pages for [`HeapBackend`], page-locked memory
+/// from the CUDA driver for `spdl_cuda::PinnedAllocator`, or a fake in tests.
 ///
 /// Calls are expensive by assumption (that is why the pool caches); the pool never holds its lock across them.
-pub trait PinnedBackend: Send + Sync + fmt::Debug + 'static {
+pub trait PoolBackend: Send + Sync + fmt::Debug + 'static {
+    /// What a failed call reports; the pool puts its message and causes into the `BufferError::OutOfMemory` it
+    /// returns.
+    type Error: std::error::Error;
+
     /// Allocates `size` bytes (`size` is a non-zero multiple of [`PAGE`]), aligned to at least [`PAGE`].
-    fn alloc_pinned(&self, size: usize) -> Result<NonNull<u8>>;
+    fn alloc_block(&self, size: usize) -> Result<NonNull<u8>, Self::Error>;
 
     /// Frees a block.
     ///
     /// # Safety
-    /// `ptr` was returned by `alloc_pinned(size)` of this backend, is freed once, and nothing uses it any more.
-    unsafe fn free_pinned(&self, ptr: NonNull<u8>, size: usize) -> Result<()>;
+    /// `ptr` was returned by `alloc_block(size)` of this backend, is freed once, and nothing uses it any more.
+    unsafe fn free_block(&self, ptr: NonNull<u8>, size: usize) -> Result<(), Self::Error>;
 
     /// A short name for errors and stats (`"cuda-pinned"`).
     fn name(&self) -> &str;
@@ -42,13 +46,11 @@ pub trait PinnedBackend: Send + Sync + fmt::Debug + 'static {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct HeapBackend;
 
-impl PinnedBackend for HeapBackend {
-    fn alloc_pinned(&self, size: usize) -> Result<NonNull<u8>> {
-        let oom = |cause: &str| Error::HostAlloc {
-            purpose: "heap pool block",
-            bytes: size,
-            source: BufferError::OutOfMemory { allocator: "heap".into(), bytes: size, cause: cause.into() },
-        };
+impl PoolBackend for HeapBackend {
+    type Error = BufferError;
+
+    fn alloc_block(&self, size: usize) -> Result<NonNull<u8>, BufferError> {
+        let oom = |cause: &str| BufferError::OutOfMemory { allocator: "heap".into(), bytes: size, cause: cause.into() };
         let layout = MemLayout::from_size_align(size, PAGE).map_err(|_| oom("size overflows a layout"))?;
         if size == 0 {
             return Err(oom("zero-size block"));
@@ -57,9 +59,9 @@ impl PinnedBackend for HeapBackend {
         NonNull::new(unsafe { std::alloc::alloc(layout) }).ok_or_else(|| oom("the global allocator returned null"))
     }
 
-    unsafe fn free_pinned(&self, ptr: NonNull<u8>, size: usize) -> Result<()> {
+    unsafe fn free_block(&self, ptr: NonNull<u8>, size: usize) -> Result<(), BufferError> {
         if let Ok(layout) = MemLayout::from_size_align(size, PAGE) {
-            // SAFETY: the caller guarantees `ptr` came from `alloc_pinned(size)`, i.e. `alloc` with this layout.
+            // SAFETY: the caller guarantees `ptr` came from `alloc_block(size)`, i.e. `alloc` with this layout.
             unsafe { std::alloc::dealloc(ptr.as_ptr(), layout) };
         }
         Ok(())
@@ -74,7 +76,7 @@ impl PinnedBackend for HeapBackend {
     }
 }
 
-/// Settings of a [`PinnedPool`].
+/// Settings of a [`CachingPool`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolConfig {
     /// The most bytes the pool holds from its backend at once, in use and cached together. An allocation that
@@ -108,7 +110,7 @@ pub struct PoolStats {
     pub blocks_in_use: usize,
     /// Free blocks kept for reuse.
     pub blocks_cached: usize,
-    /// Cached blocks returned to the backend (to make room under the cap, or by [`PinnedPool::trim`]).
+    /// Cached blocks returned to the backend (to make room under the cap, or by [`CachingPool::trim`]).
     pub evictions: u64,
     /// Requests that failed (cap reached, or the backend failed even after the cache was emptied).
     pub failures: u64,
@@ -154,7 +156,7 @@ struct State {
 /// Tag of blocks that came from the backend (zero-size blocks carry 0 and are never passed to it).
 const POOLED: usize = 1;
 
-/// A caching pool of host blocks over a [`PinnedBackend`]; implements [`HostAllocator`].
+/// A caching pool of host blocks over a [`PoolBackend`]; implements [`HostAllocator`].
 ///
 /// Requests are rounded up to a [`size_class`]; a released block goes to its class's free list and the next
 /// request of that class gets it back without a backend call. Backend calls happen outside the lock. When an
@@ -165,11 +167,10 @@ const POOLED: usize = 1;
 ///
 /// # Example
 /// ```
-/// use spdl_buffer::{Buffer, DType, Layout, SharedAllocator};
-/// use spdl_cuda::{HeapBackend, PinnedPool, PoolConfig};
+/// use spdl_buffer::{Buffer, CachingPool, DType, HeapBackend, Layout, PoolConfig, SharedAllocator};
 /// use std::sync::Arc;
 ///
-/// let pool = Arc::new(PinnedPool::new(HeapBackend, PoolConfig::default()));
+/// let pool = Arc::new(CachingPool::new(HeapBackend, PoolConfig::default()));
 /// let alloc: SharedAllocator = pool.clone();
 /// for _ in 0..10 {
 ///     let batch = Buffer::zeros(DType::U8, &[8, 64, 64, 3], Layout::Nhwc, &alloc)?;
@@ -179,15 +180,15 @@ const POOLED: usize = 1;
 /// assert_eq!((stats.misses, stats.hits), (1, 9));
 /// # Ok::<(), spdl_buffer::BufferError>(())
 /// ```
-pub struct PinnedPool<B: PinnedBackend> {
+pub struct CachingPool<B: PoolBackend> {
     backend: B,
     config: PoolConfig,
     state: Mutex<State>,
 }
 
-impl<B: PinnedBackend> fmt::Debug for PinnedPool<B> {
+impl<B: PoolBackend> fmt::Debug for CachingPool<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PinnedPool")
+        f.debug_struct("CachingPool")
             .field("backend", &self.backend)
             .field("config", &self.config)
             .field("stats", &self.stats())
@@ -195,10 +196,10 @@ impl<B: PinnedBackend> fmt::Debug for PinnedPool<B> {
     }
 }
 
-impl<B: PinnedBackend> PinnedPool<B> {
+impl<B: PoolBackend> CachingPool<B> {
     /// An empty pool: nothing is allocated until the first request.
-    pub fn new(backend: B, config: PoolConfig) -> PinnedPool<B> {
-        PinnedPool { backend, config, state: Mutex::new(State::default()) }
+    pub fn new(backend: B, config: PoolConfig) -> CachingPool<B> {
+        CachingPool { backend, config, state: Mutex::new(State::default()) }
     }
 
     /// The backend.
@@ -241,9 +242,9 @@ impl<B: PinnedBackend> PinnedPool<B> {
         self.free_blocks(&victims)
     }
 
-    /// Pins `count` blocks for requests of `size` bytes now and caches them, so the first batches of a run do
-    /// not pay for pinning.
-    pub fn reserve(&self, size: usize, count: usize) -> std::result::Result<(), BufferError> {
+    /// Allocates (pins, for a pinned backend) `count` blocks for requests of `size` bytes now and caches them, so
+    /// the first batches of a run do not pay for the backend calls.
+    pub fn reserve(&self, size: usize, count: usize) -> Result<(), BufferError> {
         let layout =
             MemLayout::from_size_align(size, MIN_ALIGN).map_err(|_| BufferError::SizeOverflow { shape: vec![size] })?;
         let mut blocks = Vec::with_capacity(count);
@@ -266,9 +267,9 @@ impl<B: PinnedBackend> PinnedPool<B> {
         let mut freed = 0;
         for &(class, addr) in blocks {
             if let Some(ptr) = NonNull::new(std::ptr::with_exposed_provenance_mut::<u8>(addr)) {
-                // SAFETY: every cached address came from `alloc_pinned(class)` and was removed from the cache
+                // SAFETY: every cached address came from `alloc_block(class)` and was removed from the cache
                 // under the lock, so it is freed exactly once and nobody holds it.
-                match unsafe { self.backend.free_pinned(ptr, class) } {
+                match unsafe { self.backend.free_block(ptr, class) } {
                     Ok(()) => freed += class,
                     Err(_) => self.lock().stats.failures += 1,
                 }
@@ -277,15 +278,15 @@ impl<B: PinnedBackend> PinnedPool<B> {
         freed
     }
 
-    fn backend_alloc(&self, class: usize) -> Result<NonNull<u8>> {
-        match self.backend.alloc_pinned(class) {
+    fn backend_alloc(&self, class: usize) -> Result<NonNull<u8>, B::Error> {
+        match self.backend.alloc_block(class) {
             Ok(p) => Ok(p),
             Err(first) => {
                 // The OS limit on locked memory counts our cached blocks too: give them back and try once more.
                 if self.trim() == 0 {
                     return Err(first);
                 }
-                self.backend.alloc_pinned(class)
+                self.backend.alloc_block(class)
             }
         }
     }
@@ -298,8 +299,8 @@ fn take_all(st: &mut State) -> Vec<(usize, usize)> {
         .collect()
 }
 
-impl<B: PinnedBackend> HostAllocator for PinnedPool<B> {
-    fn allocate(&self, layout: MemLayout) -> std::result::Result<Block, BufferError> {
+impl<B: PoolBackend> HostAllocator for CachingPool<B> {
+    fn allocate(&self, layout: MemLayout) -> Result<Block, BufferError> {
         let align = layout.align().max(MIN_ALIGN);
         if layout.size() == 0 {
             let ptr =
@@ -327,7 +328,7 @@ impl<B: PinnedBackend> HostAllocator for PinnedPool<B> {
                 drop(st);
                 let ptr = NonNull::new(std::ptr::with_exposed_provenance_mut::<u8>(addr))
                     .ok_or_else(|| self.oom(class, "cached block with a null address".into()))?;
-                // SAFETY: the block came from `alloc_pinned(class)` (page-aligned, >= align) and was just taken
+                // SAFETY: the block came from `alloc_block(class)` (page-aligned, >= align) and was just taken
                 // off the free list under the lock, so it is ours alone.
                 return Ok(unsafe { Block::from_raw_parts(ptr, block_layout, POOLED) });
             }
@@ -412,7 +413,7 @@ impl<B: PinnedBackend> HostAllocator for PinnedPool<B> {
     }
 }
 
-impl<B: PinnedBackend> Drop for PinnedPool<B> {
+impl<B: PoolBackend> Drop for CachingPool<B> {
     fn drop(&mut self) {
         // Blocks in use hold an `Arc` of their allocator, so when the pool drops only cached blocks remain.
         self.trim();
@@ -420,7 +421,7 @@ impl<B: PinnedBackend> Drop for PinnedPool<B> {
 }
 
 /// The error and its causes on one line (`BufferError` carries its cause as text).
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+fn error_chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut cur = e.source();
     while let Some(c) = cur {
@@ -434,7 +435,7 @@ pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use spdl_buffer::{Buffer, DType, Layout, SharedAllocator};
+    use crate::{Buffer, DType, Layout, SharedAllocator};
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -449,26 +450,28 @@ mod tests {
         limit: AtomicUsize,
     }
 
-    impl PinnedBackend for Fake {
-        fn alloc_pinned(&self, size: usize) -> Result<NonNull<u8>> {
+    impl PoolBackend for Fake {
+        type Error = BufferError;
+
+        fn alloc_block(&self, size: usize) -> Result<NonNull<u8>, BufferError> {
             assert!(size > 0 && size.is_multiple_of(PAGE), "the pool asks for whole pages");
             let limit = self.limit.load(Ordering::SeqCst);
             if self.fail.load(Ordering::SeqCst) || (limit > 0 && self.live.load(Ordering::SeqCst) + size > limit) {
-                return Err(Error::HostAlloc {
-                    purpose: "test",
+                return Err(BufferError::OutOfMemory {
+                    allocator: "fake".into(),
                     bytes: size,
-                    source: BufferError::OutOfMemory { allocator: "fake".into(), bytes: size, cause: "told to".into() },
+                    cause: "told to".into(),
                 });
             }
             self.allocs.fetch_add(1, Ordering::SeqCst);
             self.live.fetch_add(size, Ordering::SeqCst);
-            HeapBackend.alloc_pinned(size)
+            HeapBackend.alloc_block(size)
         }
-        unsafe fn free_pinned(&self, ptr: NonNull<u8>, size: usize) -> Result<()> {
+        unsafe fn free_block(&self, ptr: NonNull<u8>, size: usize) -> Result<(), BufferError> {
             self.frees.fetch_add(1, Ordering::SeqCst);
             self.live.fetch_sub(size, Ordering::SeqCst);
             // SAFETY: forwarded.
-            unsafe { HeapBackend.free_pinned(ptr, size) }
+            unsafe { HeapBackend.free_block(ptr, size) }
         }
         fn name(&self) -> &str {
             "fake-pinned"
@@ -478,20 +481,22 @@ mod tests {
         }
     }
 
-    fn pool(cap: usize) -> (Arc<PinnedPool<Arc<Fake>>>, Arc<Fake>, SharedAllocator) {
+    fn pool(cap: usize) -> (Arc<CachingPool<Arc<Fake>>>, Arc<Fake>, SharedAllocator) {
         let fake = Arc::new(Fake::default());
-        let pool = Arc::new(PinnedPool::new(fake.clone(), PoolConfig { max_bytes: cap }));
+        let pool = Arc::new(CachingPool::new(fake.clone(), PoolConfig { max_bytes: cap }));
         let alloc: SharedAllocator = pool.clone();
         (pool, fake, alloc)
     }
 
-    impl PinnedBackend for Arc<Fake> {
-        fn alloc_pinned(&self, size: usize) -> Result<NonNull<u8>> {
-            (**self).alloc_pinned(size)
+    impl PoolBackend for Arc<Fake> {
+        type Error = BufferError;
+
+        fn alloc_block(&self, size: usize) -> Result<NonNull<u8>, BufferError> {
+            (**self).alloc_block(size)
         }
-        unsafe fn free_pinned(&self, ptr: NonNull<u8>, size: usize) -> Result<()> {
+        unsafe fn free_block(&self, ptr: NonNull<u8>, size: usize) -> Result<(), BufferError> {
             // SAFETY: forwarded.
-            unsafe { (**self).free_pinned(ptr, size) }
+            unsafe { (**self).free_block(ptr, size) }
         }
         fn name(&self) -> &str {
             (**self).name()

@@ -16,8 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use spdl_buffer::{Layout, SharedAllocator};
-use spdl_cuda::{HeapBackend, PinnedPool, PoolConfig};
+use spdl_buffer::{CachingPool, HeapBackend, Layout, PoolConfig, SharedAllocator};
 use spdl_exec::{BuildOptions, OutputOrder, PipelineBuilder, Stage};
 use spdl_io::image::{BatchDecoder, BatchOptions, Normalize, ResizeFilter, Transform};
 
@@ -264,7 +263,7 @@ pub fn run(path: &Path, args: &LoaderArgs, mode: &str, remote: &Remote) -> Resul
     let (allocator, heap_pool): (SharedAllocator, _) = match &gpu {
         Some(t) => (t.allocator(), None),
         None => {
-            let pool = Arc::new(PinnedPool::new(HeapBackend, PoolConfig { max_bytes: 2 << 30 }));
+            let pool = Arc::new(CachingPool::new(HeapBackend, PoolConfig { max_bytes: 2 << 30 }));
             (pool.clone(), Some(pool))
         }
     };

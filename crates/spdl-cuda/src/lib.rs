@@ -1,5 +1,6 @@
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 //! GPU hand-off for spdl-rs: a pinned (page-locked) caching host allocator, asynchronous host-to-device copies
-//! that overlap compute, and zero-copy DLPack export to PyTorch/JAX/CuPy.
+//! that overlap compute, and zero-copy DLPack export of device buffers to PyTorch/JAX/CuPy.
 //!
 //! Start from [`Transfer`]: it opens a device, gives decoders a [`PinnedAllocator`] to build batches in (so a
 //! batch is born in memory the GPU can DMA from: decoder → batch → GPU with no intermediate copy), and queues
@@ -14,8 +15,12 @@
 //! never a panic. Without the `cuda` feature the same API exists and every constructor returns
 //! [`Error::NotCompiled`], so facades need no `cfg`.
 //!
-//! The [`dlpack`] module (DLPack v0.8 structs and export of host [`spdl_buffer::Buffer`]s) needs no CUDA.
-//! The caching logic ([`PinnedPool`]) is generic over a [`PinnedBackend`], so it is tested without a GPU.
+//! What is not CUDA-specific lives in `spdl-buffer`: the caching pool ([`spdl_buffer::CachingPool`], of which
+//! [`PinnedPool`] is the pinned specialisation over [`CudaHostBackend`]) and the one DLPack implementation
+//! ([`spdl_buffer::dlpack`], re-exported here as [`dlpack`]; device buffers export through it).
+//!
+//! Modules depend one way: `device` (devices, streams, device buffers) ← `pinned` (the pinned backend and
+//! allocator) ← `transfer` (the [`Transfer`] helper); `backend`, `tracker` and `error` sit below all three.
 //!
 //! # Example
 //! ```
@@ -39,7 +44,7 @@
 //!     None => {
 //!         // No GPU here: the CPU path. DLPack export of host buffers works everywhere.
 //!         let batch = Buffer::zeros(DType::U8, &[4, 64, 64, 3], Layout::Nhwc, &system_allocator())?;
-//!         let tensor = spdl_cuda::dlpack::DlpackTensor::from_buffer(batch)?;
+//!         let tensor = spdl_buffer::dlpack::DlpackTensor::from_buffer(batch)?;
 //!         assert_eq!(tensor.shape(), &[4, 64, 64, 3]);
 //!     }
 //! }
@@ -49,10 +54,8 @@
 
 mod backend;
 mod device;
-pub mod dlpack;
 mod error;
 mod pinned;
-mod pool;
 mod tracker;
 mod transfer;
 
@@ -60,9 +63,19 @@ mod transfer;
 mod gpu_tests;
 
 pub use device::{
-    CudaDevice, PageablePolicy, Stream, StreamOptions, available, compiled_with_cuda, device_count, transfer,
+    CudaDevice, DeviceBuffer, PageablePolicy, Stream, StreamOptions, TransferStats, available, compiled_with_cuda,
+    device_count, transfer,
 };
 pub use error::{DriverError, Error, Result};
-pub use pinned::PinnedAllocator;
-pub use pool::{HeapBackend, PAGE, PinnedBackend, PinnedPool, PoolConfig, PoolStats, size_class};
-pub use transfer::{DeviceBuffer, Transfer, TransferConfig, TransferStats};
+pub use pinned::{CudaHostBackend, PinnedAllocator, PinnedPool};
+pub use transfer::{Transfer, TransferConfig};
+
+/// DLPack structs and export: spdl-buffer's implementation (one for host and device buffers), re-exported.
+#[doc(no_inline)]
+pub use spdl_buffer::dlpack;
+/// The generic pool's parts, re-exported so paths from before the pool moved to spdl-buffer keep working.
+#[doc(no_inline)]
+pub use spdl_buffer::{CachingPool, HeapBackend, PAGE, PoolBackend, size_class};
+/// The pool's settings and counters (spdl-buffer's, re-exported: they appear in this crate's API).
+#[doc(no_inline)]
+pub use spdl_buffer::{PoolConfig, PoolStats};

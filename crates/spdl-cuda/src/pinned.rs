@@ -1,29 +1,40 @@
-//! The CUDA pinned-memory pool.
+//! The CUDA pinned-memory backend of spdl-buffer's [`CachingPool`], and the allocator built on it.
 
 use std::alloc::Layout as MemLayout;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use spdl_buffer::{Block, BufferError, HostAllocator};
+use spdl_buffer::{Block, BufferError, CachingPool, HostAllocator, PoolBackend, PoolConfig, PoolStats};
 
 use crate::backend;
 use crate::device::CudaDevice;
-use crate::error::Result;
-use crate::pool::{PinnedBackend, PinnedPool, PoolConfig, PoolStats};
+use crate::error::{Error, Result};
 
-/// `cuMemHostAlloc` / `cuMemFreeHost` on one device's context.
+/// Page-locked host memory from the CUDA driver (`cuMemHostAlloc` with `CU_MEMHOSTALLOC_PORTABLE` /
+/// `cuMemFreeHost`, through cudarc's run-time loaded driver) on one device's context: the [`PoolBackend`] of
+/// [`PinnedPool`] and [`PinnedAllocator`].
 #[derive(Debug)]
-pub(crate) struct CudaHostBackend {
+pub struct CudaHostBackend {
     ctx: backend::Context,
 }
 
-impl PinnedBackend for CudaHostBackend {
-    fn alloc_pinned(&self, size: usize) -> Result<NonNull<u8>> {
+impl CudaHostBackend {
+    /// A backend that pins memory in `device`'s context.
+    #[cfg_attr(not(feature = "cuda"), allow(unreachable_code, unused_variables))] // uninhabited stub types
+    pub fn new(device: &CudaDevice) -> CudaHostBackend {
+        CudaHostBackend { ctx: device.ctx.clone() }
+    }
+}
+
+impl PoolBackend for CudaHostBackend {
+    type Error = Error;
+
+    fn alloc_block(&self, size: usize) -> Result<NonNull<u8>> {
         self.ctx.alloc_host(size)
     }
 
-    unsafe fn free_pinned(&self, ptr: NonNull<u8>, _size: usize) -> Result<()> {
-        // SAFETY: forwarded to the caller (the pool frees each block it got from `alloc_pinned` once).
+    unsafe fn free_block(&self, ptr: NonNull<u8>, _size: usize) -> Result<()> {
+        // SAFETY: forwarded to the caller (the pool frees each block it got from `alloc_block` once).
         unsafe { self.ctx.free_host(ptr) }
     }
 
@@ -36,11 +47,16 @@ impl PinnedBackend for CudaHostBackend {
     }
 }
 
+/// spdl-buffer's [`CachingPool`] over pinned memory: the pool behind [`PinnedAllocator`]. Any other
+/// [`PoolBackend`] may be named (`PinnedPool<HeapBackend>` is the generic pool over heap memory, as before the
+/// pool moved to spdl-buffer); new code names [`CachingPool`] for those.
+pub type PinnedPool<B = CudaHostBackend> = CachingPool<B>;
+
 /// Page-locked host memory from the CUDA driver behind a caching pool: implements
 /// [`spdl_buffer::HostAllocator`], so decoders build batches directly in memory the GPU can DMA from.
 ///
 /// Pinning costs milliseconds per call; the pool pins each size class once and recycles freed blocks (see
-/// [`PinnedPool`] for the size classes, the cap and the eviction order), so a training loop does not pin per
+/// [`CachingPool`] for the size classes, the cap and the eviction order), so a training loop does not pin per
 /// batch. Blocks are allocated with `CU_MEMHOSTALLOC_PORTABLE`: any context in the process can use them.
 ///
 /// # Example
@@ -60,7 +76,7 @@ impl PinnedBackend for CudaHostBackend {
 /// ```
 #[derive(Debug)]
 pub struct PinnedAllocator {
-    pool: PinnedPool<CudaHostBackend>,
+    pool: PinnedPool,
     device: CudaDevice,
 }
 
@@ -68,8 +84,10 @@ impl PinnedAllocator {
     /// An empty pool on `device`'s context; memory is pinned on first use (or by [`Self::reserve`]).
     #[cfg_attr(not(feature = "cuda"), allow(unreachable_code, unused_variables))] // uninhabited stub types
     pub fn new(device: &CudaDevice, config: PoolConfig) -> Arc<PinnedAllocator> {
-        let backend = CudaHostBackend { ctx: device.ctx.clone() };
-        Arc::new(PinnedAllocator { pool: PinnedPool::new(backend, config), device: device.clone() })
+        Arc::new(PinnedAllocator {
+            pool: CachingPool::new(CudaHostBackend::new(device), config),
+            device: device.clone(),
+        })
     }
 
     /// The device whose context pins the memory.

@@ -207,7 +207,7 @@ impl<E: CopyEvent> Drop for CopyTracker<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pool::{HeapBackend, PinnedPool, PoolConfig, size_class};
+    use spdl_buffer::{CachingPool, HeapBackend, PoolConfig, size_class};
     use spdl_buffer::{DType, Layout};
     use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -247,8 +247,8 @@ mod tests {
         }
     }
 
-    fn pool() -> (Arc<PinnedPool<HeapBackend>>, SharedAllocator) {
-        let pool = Arc::new(PinnedPool::new(HeapBackend, PoolConfig::default()));
+    fn pool() -> (Arc<CachingPool<HeapBackend>>, SharedAllocator) {
+        let pool = Arc::new(CachingPool::new(HeapBackend, PoolConfig::default()));
         let alloc: SharedAllocator = pool.clone();
         (pool, alloc)
     }

@@ -6,8 +6,8 @@
 
 use std::sync::Arc;
 
+use spdl_buffer::dlpack::{DLDeviceType, DlpackTensor};
 use spdl_buffer::{Buffer, DType, Layout, SharedAllocator, system_allocator};
-use spdl_cuda::dlpack::{DLDeviceType, DlpackTensor};
 use spdl_cuda::{
     CudaDevice, PageablePolicy, PinnedAllocator, PoolConfig, StreamOptions, Transfer, TransferConfig, available,
 };

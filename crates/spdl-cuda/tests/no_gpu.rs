@@ -1,8 +1,8 @@
 //! Behaviour on machines without a usable GPU (CI, this build machine): typed errors, never a panic.
 //! On a machine with a GPU these tests check the happy path of the same calls instead.
 
+use spdl_buffer::dlpack::{DLDevice, DlpackTensor};
 use spdl_buffer::{Buffer, Layout, system_allocator};
-use spdl_cuda::dlpack::{DLDevice, DlpackTensor};
 use spdl_cuda::{CudaDevice, Error, Transfer, TransferConfig, available, compiled_with_cuda, device_count};
 
 #[test]

@@ -59,9 +59,9 @@ impl Block {
 
 /// Allocates aligned host memory for [`crate::Buffer`]s.
 ///
-/// Implementations: [`SystemAllocator`] (the global heap), and `spdl_cuda::PinnedAllocator` (page-locked memory
-/// from a caching pool). Decoders take an allocator so that a batch can be built directly in the memory it
-/// will be copied to the GPU from.
+/// Implementations: [`SystemAllocator`] (the global heap), [`crate::CachingPool`] (recycled blocks from a
+/// [`crate::PoolBackend`]), and `spdl_cuda::PinnedAllocator` (page-locked memory from such a pool). Decoders
+/// take an allocator so that a batch can be built directly in the memory it will be copied to the GPU from.
 ///
 /// Contract: `allocate` returns a block of at least `layout.size()` bytes aligned to at least `layout.align()`
 /// (callers pass at least [`MIN_ALIGN`]); a zero-size request succeeds. `release` is called exactly once per

@@ -50,6 +50,19 @@ impl PoolBackend for CudaHostBackend {
 /// spdl-buffer's [`CachingPool`] over pinned memory: the pool behind [`PinnedAllocator`]. Any other
 /// [`PoolBackend`] may be named (`PinnedPool<HeapBackend>` is the generic pool over heap memory, as before the
 /// pool moved to spdl-buffer); new code names [`CachingPool`] for those.
+///
+/// # Example
+/// ```
+/// use spdl_cuda::{CudaDevice, CudaHostBackend, HeapBackend, PinnedPool, PoolConfig};
+///
+/// // The path code written against the old generic pool used still works.
+/// let heap = PinnedPool::new(HeapBackend, PoolConfig::default());
+/// assert_eq!(heap.stats().misses, 0);
+/// if let Ok(dev) = CudaDevice::open(0) {
+///     let pinned: PinnedPool = PinnedPool::new(CudaHostBackend::new(&dev), PoolConfig { max_bytes: 1 << 30 });
+///     assert!(spdl_buffer::HostAllocator::is_pinned(&pinned));
+/// }
+/// ```
 pub type PinnedPool<B = CudaHostBackend> = CachingPool<B>;
 
 /// Page-locked host memory from the CUDA driver behind a caching pool: implements

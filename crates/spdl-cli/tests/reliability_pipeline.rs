@@ -295,7 +295,9 @@ fn spdl_bench_over_good_and_broken_images_reports_each_failure_and_finishes() {
         assert_eq!(field("failed_batches"), 0);
         for p in &failing {
             let path = p.display().to_string();
-            assert!(stderr.lines().any(|l| l.contains(&path) && l.contains("image failed")), "{path} not reported");
+            // The engine's warning names the stage, the image and the cause.
+            let reported = stderr.lines().any(|l| l.contains(&path) && l.contains("decode") && l.contains("failed"));
+            assert!(reported, "{path} not reported");
         }
         println!(
             "spdl bench: {} files listed, {} delivered, {} reported on stderr with path and cause",

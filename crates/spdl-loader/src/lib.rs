@@ -38,8 +38,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use spdl_buffer::{Layout, SharedAllocator};
-use spdl_cuda::{HeapBackend, PinnedPool, PoolConfig};
+use spdl_buffer::{CachingPool, HeapBackend, Layout, PoolConfig, PoolStats, SharedAllocator};
 use spdl_exec::{BuildOptions, ItemFailure, OutputOrder, Partial, Pipeline, PipelineBuilder, PipelineError, Stage};
 use spdl_io::image::{BatchDecoder, BatchOptions, Normalize, ResizeFilter, Transform};
 use spdl_source::{DedicatedStore, FolderLayout, SourceError, StoreOptions};
@@ -395,7 +394,8 @@ pub enum GpuStatus {
 
 /// One bytes-on-the-way sample.
 struct Encoded {
-    key: String,
+    /// Where the bytes came from (the store's full address of the key), naming the image in failures.
+    location: String,
     label: i64,
     seed_key: u64,
     bytes: Vec<u8>,
@@ -413,7 +413,7 @@ pub struct ImageLoader {
     pipeline: Pipeline<Batch>,
     gpu: Option<Arc<spdl_cuda::Transfer>>,
     status: GpuStatus,
-    heap_pool: Option<Arc<PinnedPool<HeapBackend>>>,
+    heap_pool: Option<Arc<CachingPool<HeapBackend>>>,
     listing: Listing,
 }
 
@@ -448,7 +448,7 @@ impl ImageLoader {
         let (allocator, heap_pool): (SharedAllocator, _) = match &gpu {
             Some(t) => (t.allocator(), None),
             None => {
-                let pool = Arc::new(PinnedPool::new(HeapBackend, PoolConfig { max_bytes: opts.batch_pool_bytes }));
+                let pool = Arc::new(CachingPool::new(HeapBackend, PoolConfig { max_bytes: opts.batch_pool_bytes }));
                 (pool.clone(), Some(pool))
             }
         };
@@ -480,22 +480,25 @@ impl ImageLoader {
             let handle = handle.clone();
             async move {
                 let Sample { key, label } = samples[i].clone();
+                let location = store.location(&key);
                 // On the store's own runtime: its connections (or its blocking file reads) live there.
                 let task = {
                     let key = key.clone();
                     handle.spawn(async move { store.get(&key).await })
                 };
                 match task.await {
-                    Ok(Ok(bytes)) => Ok(Encoded { key, label, seed_key: item_key(epoch, i), bytes: Vec::from(bytes) }),
+                    Ok(Ok(bytes)) => {
+                        Ok(Encoded { location, label, seed_key: item_key(epoch, i), bytes: Vec::from(bytes) })
+                    }
                     // The error names the object's address and the cause.
                     Ok(Err(e)) => Err(e.to_string()),
-                    Err(e) => Err(format!("{key}: the read was cancelled: {e}")),
+                    Err(e) => Err(format!("{location}: the read was cancelled: {e}")),
                 }
             }
         })
         .concurrency(io_concurrency);
         let decode = Stage::map_partial("decode", move |batch: Vec<Encoded>| {
-            let named: Vec<(&str, &[u8])> = batch.iter().map(|e| (e.key.as_str(), e.bytes.as_slice())).collect();
+            let named: Vec<(&str, &[u8])> = batch.iter().map(|e| (e.location.as_str(), e.bytes.as_slice())).collect();
             let keys: Vec<u64> = batch.iter().map(|e| e.seed_key).collect();
             let out = decoder.decode_keyed(&named, &keys)?;
             let failures: Vec<ItemFailure> =
@@ -546,7 +549,7 @@ impl ImageLoader {
     }
 
     /// The host batch pool's stats, when batches are not pinned.
-    pub fn batch_pool_stats(&self) -> Option<spdl_cuda::PoolStats> {
+    pub fn batch_pool_stats(&self) -> Option<PoolStats> {
         self.heap_pool.as_ref().map(|p| p.stats())
     }
 

@@ -39,7 +39,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use spdl_buffer::{CachingPool, HeapBackend, Layout, PoolConfig, PoolStats, SharedAllocator};
-use spdl_exec::{BuildOptions, ItemFailure, OutputOrder, Partial, Pipeline, PipelineBuilder, PipelineError, Stage};
+use spdl_exec::{
+    BuildOptions, FailureBudget, ItemFailure, OutputOrder, Partial, Pipeline, PipelineBuilder, PipelineError, Stage,
+};
 use spdl_io::image::{BatchDecoder, BatchOptions, Normalize, ResizeFilter, Transform};
 use spdl_source::{DedicatedStore, FolderLayout, SourceError, StoreOptions};
 
@@ -114,7 +116,7 @@ pub struct Listing {
     pub samples: Vec<Sample>,
     /// Where they were listed (for messages).
     pub location: String,
-    store: DedicatedStore,
+    store: Arc<DedicatedStore>,
 }
 
 impl std::fmt::Debug for Listing {
@@ -228,7 +230,14 @@ impl Listing {
         if samples.is_empty() {
             return Err(LoaderError::Empty { location });
         }
-        Ok(Self { samples, location, store })
+        Ok(Self { samples, location, store: Arc::new(store) })
+    }
+
+    /// The samples at `indices`, in that order (a shuffled, sharded epoch from a sampler), over
+    /// the same store. Indices out of range are skipped.
+    pub fn select(&self, indices: &[usize]) -> Listing {
+        let samples = indices.iter().filter_map(|&i| self.samples.get(i).cloned()).collect();
+        Listing { samples, location: self.location.clone(), store: Arc::clone(&self.store) }
     }
 
     /// Keeps the first `n` samples.
@@ -273,6 +282,10 @@ pub struct LoaderOptions {
     pub gpu: GpuMode,
     /// Most bytes of batch buffers kept for reuse on the host (default 2 GiB).
     pub batch_pool_bytes: usize,
+    /// Order of the batches: as they are decoded (default), or in the listing's order.
+    pub order: OutputOrder,
+    /// The failures the whole pipeline tolerates (default: unlimited; each failure is logged).
+    pub failure_budget: FailureBudget,
 }
 
 impl Default for LoaderOptions {
@@ -287,6 +300,8 @@ impl Default for LoaderOptions {
             layout: Layout::Nhwc,
             gpu: GpuMode::Auto,
             batch_pool_bytes: 2 << 30,
+            order: OutputOrder::Completion,
+            failure_budget: FailureBudget::Unlimited,
         }
     }
 }
@@ -467,6 +482,7 @@ impl ImageLoader {
             .map_err(LoaderError::Decoder)?,
         );
         let io_concurrency = opts.io_concurrency.unwrap_or(if listing.is_remote() { 64 } else { 16 });
+        // The read stage keeps the store (its runtime) alive as long as the pipeline.
         let store = Arc::clone(listing.store.store());
         let handle = listing.store.handle().clone();
         let samples = Arc::new(listing.samples.clone());
@@ -511,7 +527,7 @@ impl ImageLoader {
             Ok::<_, spdl_io::Error>(Partial { output, parts: batch.len() as u64, failures })
         })
         .concurrency(opts.threads)
-        .order(OutputOrder::Completion);
+        .order(opts.order);
         let builder = PipelineBuilder::new().source(source).pipe(read).aggregate(opts.batch_size).pipe(decode);
         let builder = match &gpu {
             // One copy stream: copies queue in order on the copy engine and overlap decoding and compute.
@@ -528,7 +544,9 @@ impl ImageLoader {
             }
             None => builder,
         };
-        let pipeline = builder.sink(3).build(BuildOptions { num_threads: opts.threads, ..BuildOptions::default() })?;
+        let build =
+            BuildOptions { num_threads: opts.threads, failure_budget: opts.failure_budget, ..BuildOptions::default() };
+        let pipeline = builder.sink(3).build(build)?;
         Ok(Self { pipeline, gpu, status, heap_pool, listing })
     }
 

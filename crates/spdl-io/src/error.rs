@@ -1,3 +1,4 @@
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 
 /// Boxed cause carried by decode errors.
@@ -82,3 +83,20 @@ pub enum Error {
 
 /// Result alias for spdl-io.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Runs `f`, turning a panic inside a decoder into [`Error::Decode`].
+#[cfg_attr(not(feature = "audio"), allow(dead_code))]
+pub(crate) fn guarded<T>(item: &str, format: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| {
+        let msg = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "non-string panic payload".to_owned());
+        Err(Error::Decode {
+            item: item.to_owned(),
+            format: format.to_owned(),
+            cause: format!("decoder panicked: {msg}").into(),
+        })
+    })
+}

@@ -1,3 +1,4 @@
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 //! Media decoding for spdl-rs: images, audio and video decoded straight into [`spdl_buffer::Buffer`]s.
 //!
 //! A data loader's decode stage: encoded bytes (a file, or bytes fetched from object storage) in, one
@@ -23,7 +24,8 @@
 //!
 //! Features: `image` and `audio` (default, pure Rust); `ffmpeg` (video, and audio symphonia cannot read,
 //! through the system FFmpeg 5.1+ libraries with ffmpeg-next: needs the FFmpeg development packages and
-//! libclang); `synth` (synthetic photo-like test images, for tests, demos and `cargo xtask gen-data`).
+//! libclang); `synth` (synthetic photo-like test images, for tests, demos and `cargo xtask gen-data`);
+//! `corrupt` (a corpus of broken media for reliability tests, `corrupt::write_corpus`).
 //!
 //! # Example
 //! Decode a clip held in memory (here a WAV made on the spot; a loader passes file contents or a path):
@@ -57,12 +59,18 @@
 
 mod budget;
 mod error;
-mod read;
+pub mod input;
 
 #[cfg(feature = "audio")]
 pub mod audio;
+#[cfg(feature = "corrupt")]
+pub mod corrupt;
+#[cfg(feature = "ffmpeg")]
+mod ffmpeg;
 #[cfg(feature = "image")]
 pub mod image;
+#[cfg(feature = "audio")]
+mod probe;
 #[cfg(feature = "synth")]
 pub mod synth;
 #[cfg(feature = "ffmpeg")]
@@ -70,7 +78,7 @@ pub mod video;
 
 pub use budget::{UNMETERED_BYTES, decode_memory_budget, default_decode_memory_budget, set_decode_memory_budget};
 pub use error::{BoxError, Error, Result};
-pub use read::{DEFAULT_MAX_FILE_BYTES, ReadLimits, read_file};
+pub use input::{DEFAULT_MAX_FILE_BYTES, MediaInput, ReadLimits, TimeWindow, read_file};
 
 #[cfg(feature = "audio")]
-pub use audio::{MediaInfo, MediaInput, StreamInfo, StreamKind, TimeWindow, probe};
+pub use probe::{MediaInfo, StreamInfo, StreamKind, probe};

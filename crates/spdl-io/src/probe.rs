@@ -1,9 +1,11 @@
-//! `probe`: what a media file holds (streams, codecs, duration, size, rates) without decoding it.
+//! `probe`: what a media file holds (streams, codecs, duration, size, rates) without decoding it, for every
+//! medium: images by their magic bytes, then FFmpeg (feature `ffmpeg`), then symphonia (audio formats).
 
 use serde::Serialize;
 use symphonia::core::codecs::CodecParameters;
 
-use super::input::MediaInput;
+use crate::error::guarded;
+use crate::input::MediaInput;
 use crate::{Error, Result};
 
 /// What kind of data a stream carries.
@@ -141,13 +143,13 @@ pub fn probe<'a>(input: impl Into<MediaInput<'a>>) -> Result<MediaInfo> {
     }
     #[cfg(feature = "ffmpeg")]
     {
-        match super::guarded(&item, "ffmpeg", || crate::video::probe_ffmpeg(&input, &item, size_bytes)) {
+        match guarded(&item, "ffmpeg", || crate::ffmpeg::probe_ffmpeg(&input, &item, size_bytes)) {
             Ok(info) => return Ok(info),
             Err(Error::UnknownFormat { .. }) => {}
             Err(e) => return Err(e),
         }
     }
-    super::guarded(&item, "audio", || probe_symphonia(&input, &item, size_bytes))
+    guarded(&item, "audio", || probe_symphonia(&input, &item, size_bytes))
 }
 
 #[cfg(feature = "image")]
@@ -175,7 +177,7 @@ fn probe_image(input: &MediaInput<'_>, item: &str, size_bytes: u64) -> Result<Op
 }
 
 fn probe_symphonia(input: &MediaInput<'_>, item: &str, size_bytes: u64) -> Result<MediaInfo> {
-    let reader = super::symph::open_reader(input, item)?;
+    let reader = crate::audio::symphonia_reader(input, item)?;
     let codecs = symphonia::default::get_codecs();
     let mut streams = Vec::new();
     for (index, track) in reader.tracks().iter().enumerate() {

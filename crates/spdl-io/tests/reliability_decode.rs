@@ -1,25 +1,82 @@
-//! Bad input, one file at a time: every file of the broken-media corpus (`spdl gen-data --corrupt`, ~900
-//! files in 16 formats) through every decode entry point of spdl-io, each call under a watchdog.
+//! Bad input, one file at a time: every file of the broken-media corpus (`spdl_io::corrupt`, also written by
+//! `spdl gen-data --corrupt`; ~900 files in 16 formats with the `ffmpeg` command installed) through every
+//! decode entry point of spdl-io, each call under a watchdog.
 //!
 //! Asserted for every (file, entry point): no panic escapes, the call returns (a hang fails the test with the
 //! file's name), an error names the file and says why; files the corpus marks `error` are rejected by every
 //! decoder of their family, files marked `ok` decode; good neighbours in a batch come out bit-identical to
 //! a batch without the bad file.
 
-mod reliability_util;
+#![cfg(all(feature = "corrupt", feature = "audio"))]
 
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use reliability_util::{Entry, gen_data, peak_rss_kib};
 use spdl_buffer::{SharedAllocator, system_allocator};
 use spdl_io::MediaInput;
 use spdl_io::audio::{AudioBatchOptions, AudioOptions, ChannelSelect, decode_audio, decode_audio_batch, probe};
 use spdl_io::image::{BatchDecoder, BatchOptions, ImageOptions, Transform, decode_image, image_info, load_image};
+
+/// Seed of the corpus.
+const SEED: u64 = 8;
+
+/// One file of the broken-media corpus, as `manifest.jsonl` lists it.
+#[derive(Debug, Clone)]
+struct Entry {
+    /// Relative to the corpus directory (`png/trunc-0000100.png`).
+    file: String,
+    /// Absolute path.
+    path: PathBuf,
+    format: String,
+    /// `image`, `audio` or `video`.
+    family: String,
+    kind: String,
+    name: String,
+    detail: String,
+    /// `error`, `ok` or `any`.
+    expect: String,
+}
+
+/// Writes the corpus into `dir` and returns its entries.
+fn corpus(dir: &Path) -> Vec<Entry> {
+    let summary = spdl_io::corrupt::write_corpus(dir, SEED).expect("write the corpus");
+    for s in &summary.skipped {
+        println!("skipped {s}");
+    }
+    let text = std::fs::read_to_string(&summary.manifest).expect("read manifest.jsonl");
+    text.lines()
+        .map(|line| {
+            let v: serde_json::Value = serde_json::from_str(line).expect("manifest line is JSON");
+            let s = |k: &str| v.get(k).and_then(|x| x.as_str()).unwrap_or_else(|| panic!("{k} in {line}")).to_owned();
+            Entry {
+                path: dir.join(s("file")),
+                file: s("file"),
+                format: s("format"),
+                family: s("family"),
+                kind: s("kind"),
+                name: s("name"),
+                detail: s("detail"),
+                expect: s("expect"),
+            }
+        })
+        .collect()
+}
+
+/// Peak resident set size of this process, KiB.
+fn peak_rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmHWM in /proc/self/status")
+}
 
 /// Longest any one file may take through all entry points (a loaded 2-core debug build decodes each in
 /// well under a second; a hang is what this catches).
@@ -226,7 +283,7 @@ fn judge(e: &Entry, c: &Call) -> Option<String> {
 #[test]
 fn every_corrupt_file_through_every_decode_entry_point() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let entries = gen_data(dir.path(), 0, 1);
+    let entries = corpus(dir.path());
     let formats: std::collections::BTreeSet<&str> = entries.iter().map(|e| e.format.as_str()).collect();
     println!("corpus: {} files, {} formats: {formats:?}", entries.len(), formats.len());
     if formats.contains("mp4") {

@@ -1,7 +1,8 @@
 //! Planar `f32` scratch filled by the decoders (symphonia, FFmpeg), restricted to the time window.
 
-use super::options::{AudioLimits, TimeWindow};
+use super::options::AudioLimits;
 use super::render::Planes;
+use crate::input::TimeWindow;
 use crate::{Error, Result};
 
 /// Gaps between packets (a damaged packet was skipped) up to this long are filled with silence so later

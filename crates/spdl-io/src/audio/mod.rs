@@ -51,28 +51,26 @@
 
 mod batch;
 mod decoded;
-mod input;
 mod mp4;
 mod options;
-mod probe;
 mod render;
 mod resample;
 mod symph;
 mod wav;
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
-
 use spdl_buffer::{Buffer, DType, SharedAllocator};
 
+pub use crate::input::{MediaInput, TimeWindow};
+pub use crate::probe::{MediaInfo, StreamInfo, StreamKind, probe};
 pub use batch::{AudioBatch, AudioBatchOptions, ItemFailure, decode_audio_batch};
-pub use input::MediaInput;
-pub use options::{AudioBackend, AudioLayout, AudioLimits, AudioOptions, ChannelSelect, SampleType, TimeWindow};
-pub use probe::{MediaInfo, StreamInfo, StreamKind, probe};
+pub use options::{AudioBackend, AudioLayout, AudioLimits, AudioOptions, ChannelSelect, SampleType};
 pub use wav::encode_wav_i16;
 
 #[cfg_attr(not(feature = "ffmpeg"), allow(unused_imports))]
 pub(crate) use decoded::{Decoded, WindowCollector, check_channels, check_rate};
+pub(crate) use symph::open_reader as symphonia_reader;
 
+use crate::error::guarded;
 use crate::{Error, Result};
 use render::{ClipSource, Mapping, OutSample, Planes};
 
@@ -160,25 +158,9 @@ impl Clip<'_> {
     }
 }
 
-/// Runs `f`, turning a panic inside a decoder into [`Error::Decode`].
-pub(crate) fn guarded<T>(item: &str, format: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| {
-        let msg = payload
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "non-string panic payload".to_owned());
-        Err(Error::Decode {
-            item: item.to_owned(),
-            format: format.to_owned(),
-            cause: format!("decoder panicked: {msg}").into(),
-        })
-    })
-}
-
 #[cfg(feature = "ffmpeg")]
 fn ffmpeg_decode(input: &MediaInput<'_>, item: &str, opts: &AudioOptions) -> Result<Decoded> {
-    guarded(item, "ffmpeg", || crate::video::decode_audio_track(input, item, opts.window.as_ref(), &opts.limits))
+    guarded(item, "ffmpeg", || crate::ffmpeg::decode_audio_track(input, item, opts.window.as_ref(), &opts.limits))
 }
 
 /// True when `head` (the first bytes of an input) starts a stream that FFmpeg decodes faster than

@@ -8,7 +8,7 @@
 
 use std::fs::File;
 
-use super::input::MediaInput;
+use crate::input::MediaInput;
 
 /// Top-level boxes looked at before giving up on finding `moov`.
 const MAX_TOP_LEVEL_BOXES: usize = 4096;

@@ -13,8 +13,9 @@ use symphonia::core::meta::MetadataOptions;
 use symphonia::core::units::{Time, TimeBase};
 
 use super::decoded::{Decoded, WindowCollector};
-use super::input::MediaInput;
-use super::options::{AudioLimits, TimeWindow};
+use super::options::AudioLimits;
+use crate::input::MediaInput;
+use crate::input::TimeWindow;
 use crate::{Error, Result};
 
 fn decode_error(item: &str, format: &str, cause: SymError) -> Error {

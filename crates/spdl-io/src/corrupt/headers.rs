@@ -6,7 +6,7 @@
 use super::{Expect, Variant};
 
 /// Header variants of the seed `bytes` in `format`.
-pub fn variants(format: &str, bytes: &[u8]) -> Vec<Variant> {
+pub(crate) fn variants(format: &str, bytes: &[u8]) -> Vec<Variant> {
     let mut v = Vec::new();
     match format {
         "jpeg" | "jpeg-progressive" => jpeg(bytes, &mut v),
@@ -28,7 +28,7 @@ pub fn variants(format: &str, bytes: &[u8]) -> Vec<Variant> {
 }
 
 /// Decompression bombs that are not patches of a seed (PNG only: deflate makes them tiny).
-pub fn bombs() -> Vec<Variant> {
+pub(crate) fn bombs() -> Vec<Variant> {
     vec![
         Variant::new(
             "bomb",
@@ -873,13 +873,13 @@ mod tests {
     fn deflated_zeros_inflate_to_zeros() {
         // Decoded by the PNG decoder of spdl-io itself: a valid image of zeros.
         let png = png_zero_image(300, 200, 200);
-        let info = spdl_io::image::image_info(&png, "zeros.png").expect("header");
+        let info = crate::image::image_info(&png, "zeros.png").expect("header");
         assert_eq!((info.width, info.height), (300, 200));
-        let buf = spdl_io::image::decode_image(
+        let buf = crate::image::decode_image(
             &png,
             "zeros.png",
-            &spdl_io::image::ImageOptions::default(),
-            &spdl_io::image::Transform::None,
+            &crate::image::ImageOptions::default(),
+            &crate::image::Transform::None,
             &spdl_buffer::system_allocator(),
         )
         .expect("decodes");

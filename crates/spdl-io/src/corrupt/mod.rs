@@ -1,6 +1,7 @@
-//! `spdl gen-data DIR --corrupt`: a corpus of broken media for the reliability tests.
+//! A corpus of broken media for reliability tests (feature `corrupt`): what `spdl gen-data DIR --corrupt`
+//! and `cargo xtask gen-data --corrupt` write, and what the decoder reliability tests of this crate read.
 //!
-//! From one intact seed per format (images drawn by `spdl_io::synth`; a WAV written here; FLAC, MP3,
+//! From one intact seed per format (images drawn by [`crate::synth`]; a WAV written here; FLAC, MP3,
 //! Ogg Vorbis, AAC, M4A, MP4, MKV and WebM encoded from it by the `ffmpeg` command when it is installed), the
 //! generator writes files truncated at many offsets, with flipped and zeroed bytes, empty, under a wrong
 //! extension, random garbage, with trailing junk, with absurd header fields (dimensions, sample rates,
@@ -15,11 +16,51 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
 use serde::Serialize;
 
 mod headers;
 mod seeds;
+
+/// Why the corpus could not be written. The seeds that need the `ffmpeg` command are never a cause: when
+/// it is missing or fails, their formats are left out and listed in [`Summary::skipped`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CorpusError {
+    /// Creating a directory or writing a file failed.
+    #[error("cannot {what} {path}: {source}")]
+    Io {
+        /// `"create"` or `"write"`.
+        what: &'static str,
+        /// The directory or file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Encoding a seed image failed.
+    #[error("cannot encode the {format} seed: {source}")]
+    Seed {
+        /// The seed's format.
+        format: &'static str,
+        /// Why.
+        #[source]
+        source: crate::Error,
+    },
+    /// Writing a manifest line failed.
+    #[error("cannot write a manifest line: {0}")]
+    Manifest(#[from] serde_json::Error),
+}
+
+/// Result of the corpus generator.
+pub type Result<T, E = CorpusError> = std::result::Result<T, E>;
+
+fn create_dir(path: &Path) -> Result<()> {
+    std::fs::create_dir_all(path).map_err(|source| CorpusError::Io { what: "create", path: path.to_owned(), source })
+}
+
+fn write(path: &Path, bytes: impl AsRef<[u8]>) -> Result<()> {
+    std::fs::write(path, bytes).map_err(|source| CorpusError::Io { what: "write", path: path.to_owned(), source })
+}
 
 /// Which decoders read a format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -27,9 +68,9 @@ mod seeds;
 pub enum Family {
     /// `spdl_io::image`.
     Image,
-    /// `spdl_io::audio`.
+    /// `spdl_io::audio` (feature `audio`).
     Audio,
-    /// Video containers (their audio track is read by `spdl_io::audio`).
+    /// Video containers (their audio track is read by `spdl_io::audio`, the video by `spdl_io::video`).
     Video,
 }
 
@@ -47,7 +88,7 @@ pub enum Expect {
 
 /// One corruption of a seed, before it is written.
 #[derive(Debug)]
-pub struct Variant {
+pub(crate) struct Variant {
     kind: &'static str,
     name: String,
     detail: String,
@@ -122,15 +163,15 @@ impl Rng {
 
 /// Writes the corpus into `dir` (created if needed) and its manifest; returns what was written.
 pub fn write_corpus(dir: &Path, seed: u64) -> Result<Summary> {
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    create_dir(dir)?;
     let mut all = seeds::images(seed)?;
     let wav = seeds::wav();
     let mut skipped = Vec::new();
     let compressed = if seeds::ffmpeg_available() {
         let work = dir.join(".work");
-        std::fs::create_dir_all(&work).with_context(|| format!("cannot create {}", work.display()))?;
+        create_dir(&work)?;
         let wav_path = work.join("seed.wav");
-        std::fs::write(&wav_path, &wav.bytes).with_context(|| format!("cannot write {}", wav_path.display()))?;
+        write(&wav_path, &wav.bytes)?;
         let (made, failed) = seeds::compressed(&wav_path, &work);
         skipped.extend(failed);
         // Best effort: only scratch files are left if this fails.
@@ -148,7 +189,7 @@ pub fn write_corpus(dir: &Path, seed: u64) -> Result<Summary> {
     let mut files = 0;
     for s in &all {
         let sub = dir.join(s.format);
-        std::fs::create_dir_all(&sub).with_context(|| format!("cannot create {}", sub.display()))?;
+        create_dir(&sub)?;
         let mut variants = vec![Variant::new("seed", "seed", "the intact file", s.bytes.clone(), Expect::Ok)];
         variants.extend(generic(s, seed));
         variants.extend(headers::variants(s.format, &s.bytes));
@@ -159,7 +200,7 @@ pub fn write_corpus(dir: &Path, seed: u64) -> Result<Summary> {
             let ext = v.ext.unwrap_or(s.ext);
             let rel = format!("{}/{}.{ext}", s.format, v.name);
             let path = dir.join(&rel);
-            std::fs::write(&path, &v.bytes).with_context(|| format!("cannot write {}", path.display()))?;
+            write(&path, &v.bytes)?;
             let entry = Entry {
                 file: rel,
                 format: s.format,
@@ -175,7 +216,7 @@ pub fn write_corpus(dir: &Path, seed: u64) -> Result<Summary> {
             files += 1;
         }
     }
-    std::fs::write(&manifest_path, manifest).with_context(|| format!("cannot write {}", manifest_path.display()))?;
+    write(&manifest_path, manifest)?;
     Ok(Summary { files, formats: all.iter().map(|s| s.format).collect(), skipped, manifest: manifest_path })
 }
 

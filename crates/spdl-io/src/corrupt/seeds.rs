@@ -1,17 +1,15 @@
-//! The intact files every corruption starts from: images drawn by `spdl_io::synth`, a WAV written here, and
+//! The intact files every corruption starts from: images drawn by [`crate::synth`], a WAV written here, and
 //! compressed audio/video made from it with the `ffmpeg` command-line tool when it is installed.
 
 use std::path::Path;
 use std::process::Command;
 
-use anyhow::{Context, Result, bail};
-use spdl_io::image::ImageFormat;
-
-use super::Family;
+use super::{CorpusError, Family, Result};
+use crate::image::ImageFormat;
 
 /// One intact file of a format.
 #[derive(Debug)]
-pub struct Seed {
+pub(crate) struct Seed {
     /// Short format name, also the corpus sub-directory (`"jpeg"`, `"flac"`, `"mp4"`, ...).
     pub format: &'static str,
     /// The usual extension, without the dot.
@@ -32,10 +30,10 @@ const CHANNELS: u16 = 2;
 const FRAMES: u32 = RATE / 2;
 
 /// One seed image per format, two for JPEG (baseline and progressive decode differently).
-pub fn images(seed: u64) -> Result<Vec<Seed>> {
-    let px = spdl_io::synth::photo(seed, IMAGE_W, IMAGE_H);
+pub(crate) fn images(seed: u64) -> Result<Vec<Seed>> {
+    let px = crate::synth::photo(seed, IMAGE_W, IMAGE_H);
     let enc = |f: ImageFormat| {
-        spdl_io::synth::encode(&px, IMAGE_W, IMAGE_H, f).with_context(|| format!("cannot encode the {} seed", f.name()))
+        crate::synth::encode(&px, IMAGE_W, IMAGE_H, f).map_err(|source| CorpusError::Seed { format: f.name(), source })
     };
     let mut out = vec![
         Seed { format: "jpeg", ext: "jpg", family: Family::Image, bytes: enc(ImageFormat::Jpeg)? },
@@ -43,8 +41,8 @@ pub fn images(seed: u64) -> Result<Vec<Seed>> {
             format: "jpeg-progressive",
             ext: "jpg",
             family: Family::Image,
-            bytes: spdl_io::synth::encode_jpeg(&px, IMAGE_W, IMAGE_H, 90, true)
-                .context("cannot encode the progressive JPEG seed")?,
+            bytes: crate::synth::encode_jpeg(&px, IMAGE_W, IMAGE_H, 90, true)
+                .map_err(|source| CorpusError::Seed { format: "progressive JPEG", source })?,
         },
     ];
     for (format, f) in [
@@ -61,7 +59,7 @@ pub fn images(seed: u64) -> Result<Vec<Seed>> {
 
 /// A 16-bit PCM WAV: a 440 Hz tone on the left, 660 Hz on the right, with a fixed 44-byte header (the
 /// header patches in `headers.rs` rely on that layout).
-pub fn wav() -> Seed {
+pub(crate) fn wav() -> Seed {
     let data_len = FRAMES * u32::from(CHANNELS) * 2;
     let mut b = Vec::with_capacity(44 + data_len as usize);
     b.extend_from_slice(b"RIFF");
@@ -122,25 +120,26 @@ const RECIPES: &[Recipe] = &[
 ];
 
 /// Whether the `ffmpeg` command runs.
-pub fn ffmpeg_available() -> bool {
+pub(crate) fn ffmpeg_available() -> bool {
     Command::new("ffmpeg").arg("-version").output().is_ok_and(|o| o.status.success())
 }
 
 /// Encodes the compressed audio and video seeds with `ffmpeg` from the WAV at `wav_path`, in `work`.
 /// Returns the seeds made and, for each one that could not be made, why.
-pub fn compressed(wav_path: &Path, work: &Path) -> (Vec<Seed>, Vec<String>) {
+pub(crate) fn compressed(wav_path: &Path, work: &Path) -> (Vec<Seed>, Vec<String>) {
     let mut seeds = Vec::new();
     let mut skipped = Vec::new();
     for r in RECIPES {
         match encode(r, wav_path, work) {
             Ok(bytes) => seeds.push(Seed { format: r.format, ext: r.ext, family: r.family, bytes }),
-            Err(e) => skipped.push(format!("{}: {e:#}", r.format)),
+            Err(e) => skipped.push(format!("{}: {e}", r.format)),
         }
     }
     (seeds, skipped)
 }
 
-fn encode(r: &Recipe, wav_path: &Path, work: &Path) -> Result<Vec<u8>> {
+/// The seed of recipe `r`, or why it could not be made.
+fn encode(r: &Recipe, wav_path: &Path, work: &Path) -> std::result::Result<Vec<u8>, String> {
     let out = work.join(format!("seed.{}", r.ext));
     let mut cmd = Command::new("ffmpeg");
     cmd.args(["-hide_banner", "-loglevel", "error", "-nostdin", "-y", "-threads", "1"]);
@@ -151,15 +150,15 @@ fn encode(r: &Recipe, wav_path: &Path, work: &Path) -> Result<Vec<u8>> {
     if r.family == Family::Video {
         cmd.arg("-shortest");
     }
-    let output = cmd.arg(&out).output().context("cannot run ffmpeg")?;
+    let output = cmd.arg(&out).output().map_err(|e| format!("cannot run ffmpeg: {e}"))?;
     if !output.status.success() {
-        bail!("ffmpeg failed: {}", String::from_utf8_lossy(&output.stderr).trim());
+        return Err(format!("ffmpeg failed: {}", String::from_utf8_lossy(&output.stderr).trim()));
     }
-    let bytes = std::fs::read(&out).with_context(|| format!("cannot read {}", out.display()))?;
+    let bytes = std::fs::read(&out).map_err(|e| format!("cannot read {}: {e}", out.display()))?;
     // Best effort: the work directory is removed by the caller anyway.
     let _ = std::fs::remove_file(&out);
     if bytes.is_empty() {
-        bail!("ffmpeg wrote an empty file");
+        return Err("ffmpeg wrote an empty file".into());
     }
     Ok(bytes)
 }

@@ -1,11 +1,12 @@
-//! Audio through FFmpeg, for what symphonia cannot read (the audio track of an MP4/MKV video with another
+//! Audio decoding with libavcodec, for what symphonia cannot read (the audio track of an MP4/MKV video with another
 //! codec, Opus, AC-3, ...): same window semantics and planar `f32` scratch as the symphonia path, so the
 //! rest of the audio API (resampling, mixing, batching) is shared.
 
 use ffmpeg_next as ff;
 
-use super::ffio::{ff_error, open_input, seek_before};
-use crate::audio::{AudioLimits, Decoded, MediaInput, TimeWindow, WindowCollector, check_channels, check_rate};
+use super::avio::{ff_error, open_input, seek_before};
+use crate::audio::{AudioLimits, Decoded, WindowCollector, check_channels, check_rate};
+use crate::input::{MediaInput, TimeWindow};
 use crate::{Error, Result};
 
 /// Bytes per sample of an FFmpeg sample format (`None`: the frame states none).

@@ -8,7 +8,7 @@ use std::sync::Once;
 use ff::format::context::{Input, StreamIo};
 use ffmpeg_next as ff;
 
-use crate::audio::MediaInput;
+use crate::input::MediaInput;
 use crate::{Error, Result};
 
 /// Initialises FFmpeg once and quiets its log: errors reach callers as typed [`Error`]s, and a loader that

@@ -3,53 +3,14 @@
 
 use ffmpeg_next as ff;
 
-use super::ffio::{ff_error, open_input, rational, seconds_ts, seek_before, ts_seconds};
-use crate::audio::{MediaInput, TimeWindow};
+use super::avio::{ff_error, open_input, rational, seconds_ts, seek_before, ts_seconds};
+use crate::input::MediaInput;
+use crate::video::{DemuxOptions, VideoLimits};
 use crate::{Error, Result};
-
-/// Upper bounds on the work and memory one video may cost ([`Error::LimitExceeded`] beyond them).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct VideoLimits {
-    /// Packets read from the container, every stream counted (default 2^20).
-    pub max_packets: u64,
-    /// Bytes of video packets kept (default 1 GiB).
-    pub max_packet_bytes: u64,
-    /// Frames decoded (default 2^20).
-    pub max_frames: u64,
-    /// Pixels per frame of the source (default 2^26, 8192 x 8192).
-    pub max_pixels: u64,
-    /// Bytes of the output buffer (default 4 GiB).
-    pub max_output_bytes: u64,
-    /// Consecutive damaged packets before the input is declared corrupt (default 64).
-    pub max_bad_packets: u32,
-}
-
-impl Default for VideoLimits {
-    fn default() -> Self {
-        VideoLimits {
-            max_packets: 1 << 20,
-            max_packet_bytes: 1 << 30,
-            max_frames: 1 << 20,
-            max_pixels: 1 << 26,
-            max_output_bytes: 4 << 30,
-            max_bad_packets: 64,
-        }
-    }
-}
-
-/// How to demux.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct DemuxOptions {
-    /// Time range in presentation-timestamp seconds (`None`: the whole stream). Demuxing seeks to the
-    /// keyframe at or before its start and stops once the decode timestamps pass its end.
-    pub window: Option<TimeWindow>,
-    /// Bounds on work and memory.
-    pub limits: VideoLimits,
-}
 
 /// The packets of one video stream, from the keyframe before the window to the window's end, with what is
 /// needed to decode them. Owned and `Send`: hand it to another thread (or pipeline stage) for
-/// [`super::decode_packets`].
+/// [`crate::video::decode_packets`].
 pub struct Packets {
     pub(crate) item: String,
     pub(crate) params: ff::codec::Parameters,

@@ -1,5 +1,6 @@
-//! Decoding demuxed packets into one `[N, H, W, C]` `u8` buffer: frame sampling is decided from the packet
-//! timestamps before decoding, so only the chosen frames are converted (swscale, straight into their slot).
+//! Video decoding with libavcodec: demuxed packets into one `[N, H, W, C]` `u8` buffer. Frame sampling is
+//! decided from the packet timestamps before decoding, so only the chosen frames are converted (swscale,
+//! straight into their slot).
 
 use std::ffi::c_int;
 
@@ -7,185 +8,27 @@ use ff::software::scaling;
 use ffmpeg_next as ff;
 use spdl_buffer::{Buffer, DType, Layout, SharedAllocator};
 
-use super::demux::{DemuxOptions, Packets, VideoLimits, demux_video};
-use super::ffio::{ff_error, ts_seconds};
-use crate::audio::{MediaInput, TimeWindow};
+use super::avio::{ff_error, ts_seconds};
+use super::demux::Packets;
+use crate::video::{DecodeOptions, Frames, PixelFormat, ScaleFilter, VideoLimits, select_keys};
 use crate::{Error, Result};
 
-/// Which frames of the window come out.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-#[non_exhaustive]
-pub enum FrameSampling {
-    /// Every frame (default).
-    #[default]
-    All,
-    /// Every k-th frame: frames 0, k, 2k, ... of the window (`k >= 1`).
-    Every(usize),
-    /// A constant rate in frames per second: at each tick `start + i / fps` the frame on screen then
-    /// (the last one at or before it). Frames repeat when `fps` exceeds the source rate.
-    Fps(f64),
-    /// `n` frames spread uniformly over the window (`linspace(0, count - 1, n)`, rounded); frames repeat
-    /// when the window has fewer than `n`.
-    Uniform(usize),
-}
-
-/// Pixel format of the output frames.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
-pub enum PixelFormat {
-    /// 8-bit RGB, `C = 3` (default).
-    #[default]
-    Rgb24,
-    /// 8-bit luma, `C = 1`.
-    Gray8,
-}
-
-impl PixelFormat {
-    /// Channels per pixel.
-    pub fn channels(self) -> usize {
-        match self {
-            PixelFormat::Rgb24 => 3,
-            PixelFormat::Gray8 => 1,
-        }
-    }
-
-    fn ffmpeg(self) -> ff::format::Pixel {
-        match self {
-            PixelFormat::Rgb24 => ff::format::Pixel::RGB24,
-            PixelFormat::Gray8 => ff::format::Pixel::GRAY8,
-        }
+/// The swscale pixel format of `f`.
+fn pixel(f: PixelFormat) -> ff::format::Pixel {
+    match f {
+        PixelFormat::Rgb24 => ff::format::Pixel::RGB24,
+        PixelFormat::Gray8 => ff::format::Pixel::GRAY8,
     }
 }
 
-/// Interpolation of swscale when the size changes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
-pub enum ScaleFilter {
-    /// Nearest neighbour.
-    Nearest,
-    /// Bilinear (torchvision's default).
-    Bilinear,
-    /// Bicubic (FFmpeg's `scale` filter default, and SPDL's). Default.
-    #[default]
-    Bicubic,
-    /// Area averaging (good for large downscales).
-    Area,
-}
-
-impl ScaleFilter {
-    fn flags(self) -> scaling::Flags {
-        match self {
-            ScaleFilter::Nearest => scaling::Flags::POINT,
-            ScaleFilter::Bilinear => scaling::Flags::BILINEAR,
-            ScaleFilter::Bicubic => scaling::Flags::BICUBIC,
-            ScaleFilter::Area => scaling::Flags::AREA,
-        }
+/// The swscale flags of `f`.
+fn scale_flags(f: ScaleFilter) -> scaling::Flags {
+    match f {
+        ScaleFilter::Nearest => scaling::Flags::POINT,
+        ScaleFilter::Bilinear => scaling::Flags::BILINEAR,
+        ScaleFilter::Bicubic => scaling::Flags::BICUBIC,
+        ScaleFilter::Area => scaling::Flags::AREA,
     }
-}
-
-/// How to decode packets into frames.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct DecodeOptions {
-    /// Which frames come out.
-    pub sampling: FrameSampling,
-    /// Output `(width, height)`; `None` keeps the coded size.
-    pub size: Option<(u32, u32)>,
-    /// RGB or gray.
-    pub pixel_format: PixelFormat,
-    /// Interpolation when resizing.
-    pub filter: ScaleFilter,
-    /// Decoder threads (frame threading); `0` lets FFmpeg pick one per core. Default 1: a loader
-    /// usually decodes many videos at once, one per worker.
-    pub threads: usize,
-}
-
-impl Default for DecodeOptions {
-    fn default() -> Self {
-        DecodeOptions {
-            sampling: FrameSampling::All,
-            size: None,
-            pixel_format: PixelFormat::Rgb24,
-            filter: ScaleFilter::Bicubic,
-            threads: 1,
-        }
-    }
-}
-
-impl DecodeOptions {
-    /// Checks the options that do not depend on the input.
-    pub fn validate(&self) -> Result<()> {
-        match self.sampling {
-            FrameSampling::Every(0) => return Err(Error::InvalidOptions("FrameSampling::Every(0)".into())),
-            FrameSampling::Uniform(0) => return Err(Error::InvalidOptions("FrameSampling::Uniform(0)".into())),
-            FrameSampling::Fps(f) if !(f.is_finite() && f > 0.0) => {
-                return Err(Error::InvalidOptions(format!("FrameSampling::Fps({f}) must be finite and > 0")));
-            }
-            _ => {}
-        }
-        if let Some((w, h)) = self.size
-            && (w == 0 || h == 0 || w > 16384 || h > 16384)
-        {
-            return Err(Error::InvalidOptions(format!("output size {w}x{h} must be within 1..=16384")));
-        }
-        if self.threads > 64 {
-            return Err(Error::InvalidOptions(format!("{} decoder threads (at most 64)", self.threads)));
-        }
-        Ok(())
-    }
-}
-
-/// Demux and decode options together, for [`decode_video`].
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct VideoOptions {
-    /// Time range in presentation-timestamp seconds (`None`: the whole video).
-    pub window: Option<TimeWindow>,
-    /// Decoding options.
-    pub decode: DecodeOptions,
-    /// Bounds on work and memory.
-    pub limits: VideoLimits,
-}
-
-/// Decoded frames.
-#[derive(Debug)]
-#[non_exhaustive]
-pub struct Frames {
-    /// `[N, H, W, C]` `u8` ([`Layout::Nhwc`]).
-    pub buffer: Buffer,
-    /// Presentation time of each frame, in seconds.
-    pub pts_s: Vec<f64>,
-    /// Average frame rate of the source, if stated.
-    pub frame_rate: Option<f64>,
-    /// Codec short name.
-    pub codec: String,
-    /// The item (path or name).
-    pub item: String,
-}
-
-/// Demuxes and decodes `input` in one call ([`demux_video`] + [`decode_packets`]).
-///
-/// ```no_run
-/// use spdl_buffer::system_allocator;
-/// use spdl_io::TimeWindow;
-/// use spdl_io::video::{DecodeOptions, FrameSampling, VideoOptions, decode_video};
-/// use std::path::Path;
-///
-/// let opts = VideoOptions {
-///     window: Some(TimeWindow::new(2.0, 4.0)),
-///     decode: DecodeOptions { sampling: FrameSampling::Uniform(8), size: Some((224, 224)), ..Default::default() },
-///     ..Default::default()
-/// };
-/// let frames = decode_video(Path::new("clip.mp4"), &opts, &system_allocator())?;
-/// assert_eq!(frames.buffer.shape(), &[8, 224, 224, 3]);
-/// # Ok::<(), spdl_io::Error>(())
-/// ```
-pub fn decode_video<'a>(
-    input: impl Into<MediaInput<'a>>,
-    opts: &VideoOptions,
-    allocator: &SharedAllocator,
-) -> Result<Frames> {
-    opts.decode.validate()?;
-    let packets = demux_video(input, &DemuxOptions { window: opts.window, limits: opts.limits })?;
-    decode_packets(packets, &opts.decode, allocator)
 }
 
 /// How decoded frames are matched to the selection.
@@ -195,50 +38,6 @@ enum KeyMode {
     Pts,
     /// By output order (streams without timestamps, e.g. raw H.264).
     Ordinal,
-}
-
-/// The frame keys to output, non-decreasing (repeats allowed), from the frame keys of the window.
-fn select(keys: &[i64], time: impl Fn(i64) -> f64, sampling: FrameSampling, window: (f64, Option<f64>)) -> Vec<i64> {
-    let count = keys.len();
-    if count == 0 {
-        return Vec::new();
-    }
-    match sampling {
-        FrameSampling::All => keys.to_vec(),
-        FrameSampling::Every(k) => keys.iter().step_by(k.max(1)).copied().collect(),
-        FrameSampling::Uniform(n) => (0..n)
-            .filter_map(|i| {
-                let idx = if n == 1 { 0 } else { ((i * (count - 1)) as f64 / (n - 1) as f64).round() as usize };
-                keys.get(idx).copied()
-            })
-            .collect(),
-        FrameSampling::Fps(fps) => {
-            let times: Vec<f64> = keys.iter().map(|&k| time(k)).collect();
-            let first = times.first().copied().unwrap_or(0.0);
-            let last = times.last().copied().unwrap_or(0.0);
-            // The last frame lasts one source frame interval (the median gap), or one output tick.
-            let mut gaps: Vec<f64> = times.windows(2).map(|w| w[1] - w[0]).collect();
-            gaps.sort_by(f64::total_cmp);
-            let frame_dur = gaps.get(gaps.len() / 2).copied().unwrap_or(1.0 / fps);
-            let t0 = if window.0 > 0.0 { window.0 } else { first };
-            let t_end = window.1.unwrap_or(last + frame_dur).min(last + frame_dur);
-            let eps = 1e-6;
-            let mut out = Vec::new();
-            let mut j = 0usize;
-            // Bounded by the limits: at most max_frames ticks are considered below.
-            for i in 0u64.. {
-                let t = t0 + i as f64 / fps;
-                if t >= t_end - eps || out.len() >= 1 << 20 {
-                    break;
-                }
-                while j + 1 < times.len() && times[j + 1] <= t + eps {
-                    j += 1;
-                }
-                out.push(keys[j]);
-            }
-            out
-        }
-    }
 }
 
 /// Converts frames with swscale straight into a destination slot.
@@ -415,11 +214,11 @@ pub fn decode_packets(packets: Packets, opts: &DecodeOptions, allocator: &Shared
                 packets.iter().filter_map(|p| p.pts().or(p.dts())).filter(|&t| t >= window.0 && t < window.1).collect();
             keys.sort_unstable();
             keys.dedup();
-            select(&keys, |k| ts_seconds(k, time_base), opts.sampling, win_s)
+            select_keys(&keys, |k| ts_seconds(k, time_base), opts.sampling, win_s)
         }
         KeyMode::Ordinal => {
             let keys: Vec<i64> = (0..packets.len() as i64).collect();
-            select(&keys, |k| frame_rate.map_or(k as f64, |r| k as f64 / r), opts.sampling, (0.0, None))
+            select_keys(&keys, |k| frame_rate.map_or(k as f64, |r| k as f64 / r), opts.sampling, (0.0, None))
         }
     };
     let n = selected.len();
@@ -453,11 +252,11 @@ pub fn decode_packets(packets: Packets, opts: &DecodeOptions, allocator: &Shared
     if n > 0 {
         let mut conv = Converter {
             ctx: None,
-            dst: opts.pixel_format.ffmpeg(),
+            dst: pixel(opts.pixel_format),
             width: out_w,
             height: out_h,
             channels,
-            flags: opts.filter.flags(),
+            flags: scale_flags(opts.filter),
         };
         let mut ctx = ff::codec::Context::from_parameters(params).map_err(|e| ff_error(&item, &codec, e))?;
         ctx.set_threading(ff::threading::Config {
@@ -527,23 +326,4 @@ pub fn decode_packets(packets: Packets, opts: &DecodeOptions, allocator: &Shared
         pts.push(t);
     }
     Ok(Frames { buffer: out, pts_s: pts, frame_rate, codec, item })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn selection() {
-        let keys: Vec<i64> = (0..10).map(|i| i * 100).collect();
-        let t = |k: i64| k as f64 / 1000.0; // 10 fps
-        assert_eq!(select(&keys, t, FrameSampling::Every(3), (0.0, None)), vec![0, 300, 600, 900]);
-        assert_eq!(select(&keys, t, FrameSampling::Uniform(4), (0.0, None)), vec![0, 300, 600, 900]);
-        assert_eq!(select(&keys, t, FrameSampling::Uniform(1), (0.0, None)), vec![0]);
-        assert_eq!(select(&keys[..2], t, FrameSampling::Uniform(3), (0.0, None)), vec![0, 100, 100]);
-        assert_eq!(select(&keys, t, FrameSampling::Fps(5.0), (0.0, None)), vec![0, 200, 400, 600, 800]);
-        assert_eq!(select(&keys, t, FrameSampling::Fps(20.0), (0.0, None)).len(), 20);
-        assert_eq!(select(&keys[2..6], t, FrameSampling::Fps(5.0), (0.2, Some(0.6))), vec![200, 400]);
-        assert!(select(&[], t, FrameSampling::All, (0.0, None)).is_empty());
-    }
 }

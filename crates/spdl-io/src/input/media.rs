@@ -1,4 +1,5 @@
-//! Where media comes from: a file path, or bytes already in memory (fetched from S3, a tar shard, HTTP).
+//! Where media comes from, for every medium: a file path, or bytes already in memory (fetched from S3, a
+//! tar shard, HTTP).
 
 use std::borrow::Cow;
 use std::fs::File;
@@ -60,11 +61,13 @@ impl<'a> MediaInput<'a> {
 
     /// Opens a path for windowed reads: it must be a regular file (a FIFO, device or socket could block or
     /// never end; read such a file with [`crate::read_file`] and an opt-in, and pass its bytes).
+    #[cfg_attr(not(feature = "audio"), allow(dead_code))] // audio, video and probe read windows
     pub(crate) fn open_file(path: &Path) -> Result<File> {
-        crate::read::open_checked(path, &crate::ReadLimits::default(), false).map(|(f, _)| f)
+        super::read::open_checked(path, &crate::ReadLimits::default(), false).map(|(f, _)| f)
     }
 
     /// Total size in bytes (a path must be a regular file).
+    #[cfg_attr(not(feature = "audio"), allow(dead_code))] // audio, video and probe read windows
     pub(crate) fn len(&self) -> Result<u64> {
         match *self {
             MediaInput::Path(p) => {
@@ -80,6 +83,7 @@ impl<'a> MediaInput<'a> {
     }
 
     /// Fails with [`Error::Empty`] on a zero-length input.
+    #[cfg_attr(not(feature = "audio"), allow(dead_code))] // audio, video and probe read windows
     pub(crate) fn check_not_empty(&self) -> Result<()> {
         if self.len()? == 0 {
             return Err(Error::Empty { item: self.name().into_owned() });
@@ -89,6 +93,7 @@ impl<'a> MediaInput<'a> {
 
     /// Up to `len` bytes at `offset` (fewer at the end of the input): borrowed for in-memory bytes, one
     /// positioned read for a file.
+    #[cfg_attr(not(feature = "audio"), allow(dead_code))] // audio, video and probe read windows
     pub(crate) fn read_at(&self, file: Option<&mut File>, offset: u64, len: usize) -> Result<Cow<'a, [u8]>> {
         match (*self, file) {
             (MediaInput::Bytes { data, .. }, _) => {

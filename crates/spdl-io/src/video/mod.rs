@@ -1,4 +1,4 @@
-//! Video decoding through FFmpeg (feature `ffmpeg`; ffmpeg-next over the system's FFmpeg 5.1+ libraries).
+//! Video decoding (feature `ffmpeg`): frames of a time window into one `[N, H, W, C]` `u8` buffer.
 //!
 //! Demuxing and decoding are separate steps, so a pipeline can run them as separate stages (demuxing is
 //! I/O, decoding is CPU): [`demux_video`] reads the packets a time window needs (from the keyframe before
@@ -18,22 +18,50 @@
 //! [`crate::Error`] naming the item. FFmpeg's own log is quiet unless `SPDL_FFMPEG_LOG` is set (`error`,
 //! `warning`, `info`, `debug`).
 //!
-//! The audio API ([`crate::audio`]) falls back to FFmpeg for audio that symphonia cannot read, and
-//! [`crate::probe`] uses FFmpeg when this feature is on.
+//! This module holds the API (options, sampling, output); the demuxing and decoding themselves are the
+//! FFmpeg backend's, which the audio API ([`crate::audio`]) and [`crate::probe`] use too.
 
-mod audio;
-mod decode;
-mod demux;
-mod ffio;
-mod probe;
+mod options;
+mod sampling;
 
-pub use decode::{
-    DecodeOptions, FrameSampling, Frames, PixelFormat, ScaleFilter, VideoOptions, decode_packets, decode_video,
+use spdl_buffer::SharedAllocator;
+
+use crate::Result;
+use crate::input::MediaInput;
+
+pub use crate::ffmpeg::{Packets, decode_packets, demux_video};
+pub use options::{
+    DecodeOptions, DemuxOptions, FrameSampling, Frames, PixelFormat, ScaleFilter, VideoLimits, VideoOptions,
 };
-pub use demux::{DemuxOptions, Packets, VideoLimits, demux_video};
 
-pub(crate) use audio::decode_audio_track;
-pub(crate) use probe::probe_ffmpeg;
+pub(crate) use sampling::select_keys;
+
+/// Demuxes and decodes `input` in one call ([`demux_video`] + [`decode_packets`]).
+///
+/// ```no_run
+/// use spdl_buffer::system_allocator;
+/// use spdl_io::TimeWindow;
+/// use spdl_io::video::{DecodeOptions, FrameSampling, VideoOptions, decode_video};
+/// use std::path::Path;
+///
+/// let opts = VideoOptions {
+///     window: Some(TimeWindow::new(2.0, 4.0)),
+///     decode: DecodeOptions { sampling: FrameSampling::Uniform(8), size: Some((224, 224)), ..Default::default() },
+///     ..Default::default()
+/// };
+/// let frames = decode_video(Path::new("clip.mp4"), &opts, &system_allocator())?;
+/// assert_eq!(frames.buffer.shape(), &[8, 224, 224, 3]);
+/// # Ok::<(), spdl_io::Error>(())
+/// ```
+pub fn decode_video<'a>(
+    input: impl Into<MediaInput<'a>>,
+    opts: &VideoOptions,
+    allocator: &SharedAllocator,
+) -> Result<Frames> {
+    opts.decode.validate()?;
+    let packets = demux_video(input, &DemuxOptions { window: opts.window, limits: opts.limits })?;
+    decode_packets(packets, &opts.decode, allocator)
+}
 
 #[cfg(test)]
 mod tests {

@@ -1,22 +1,32 @@
-//! The Python suites: build the `spdl_rs` module (crates/spdl-py) into a virtual environment and run its
-//! pytest suite there, once on the system's CPython (`.venv`) and once on a free-threaded CPython 3.13t
-//! (`.venv-ft`), so that the module's claim to be safe without the GIL is tested on an interpreter that has none.
+//! The Python side of `cargo xtask test`: the spdl-py crate's clippy and rustdoc gates (they need an
+//! interpreter to build against), then the `spdl_rs` module (crates/spdl-py) built into a virtual environment,
+//! mypy and stubtest on the package, and its pytest suite, once on the system's CPython (`.venv`) and once on a
+//! free-threaded CPython 3.13t (`.venv-ft`), so that the module's claim to be safe without the GIL is tested on
+//! an interpreter that has none.
 //!
-//! The free-threaded interpreter is not packaged for this Debian release; it is built once from Debian's own
-//! source package (the `trixie` suite, fetched with `apt-get source` from the mirror the system already uses,
-//! with private apt lists so that the system's stay untouched) into a cache outside the clone
+//! The free-threaded interpreter is `$SPDL_FT_PYTHON` when set (a `python3.13t` from anywhere, e.g.
+//! `actions/setup-python` with `3.13t`). Otherwise, as this Debian release does not package one, it is built once
+//! from Debian's own source package (the `trixie` suite, fetched with `apt-get source` from the mirror the system
+//! already uses, with private apt lists so that the system's stay untouched) into a cache outside the clone
 //! (`~/.cache/spdl-rs/python3.13t`, or `$SPDL_RS_PYTHON_FT` if set) and reused by every later run.
 
 use std::ffi::OsStr;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
 /// Python packages of the test venvs, pinned. numpy 2.4.6 is the last one with a cp313t wheel (2.5 would be
 /// built from source on the free-threaded interpreter, five minutes on two cores).
 const TEST_PACKAGES: &[&str] = &["maturin==1.16.0", "pytest==9.2.0", "numpy==2.4.6"];
+
+/// Python packages of the type checks, pinned; only in `.venv` (the checks run once, on the GIL build).
+const CHECK_PACKAGES: &[&str] = &["mypy==2.4.1"];
+
+/// A free-threaded interpreter to use instead of building one (see the module docs).
+const FT_PYTHON_ENV: &str = "SPDL_FT_PYTHON";
 
 /// The Debian source package the free-threaded interpreter is built from, and the suite that has it.
 const FT_SOURCE_PACKAGE: &str = "python3.13";
@@ -32,10 +42,12 @@ const FT_COMPLETE_STAMP: &str = ".spdl-rs-complete";
 /// cmake and nasm, which `cargo xtask test` installs).
 const MODULE_FEATURES: &str = "abi3,ffmpeg,http,s3,turbojpeg";
 
-/// Builds `spdl_rs` into `.venv` (system python3) and `.venv-ft` (free-threaded CPython 3.13t) under `root`
-/// and runs `crates/spdl-py/tests` with pytest in each. Fails if any test fails or if pytest collects none.
-/// `s3s_fs` is the S3-compatible server binary the S3 tests start (passed to pytest as `SPDL_S3S_FS`).
-pub fn python_tests(root: &Path, s3s_fs: &Path) -> Result<()> {
+/// Runs spdl-py's clippy (and, unless `quick`, rustdoc and doctest) gates against `.venv`'s interpreter,
+/// builds `spdl_rs` into `.venv` (system python3), type-checks it (mypy, stubtest), then builds it into
+/// `.venv-ft` (free-threaded CPython 3.13t) under `root` and runs `crates/spdl-py/tests` with pytest in each.
+/// Fails if any check or test fails or if pytest collects none. `s3s_fs` is the S3-compatible server binary
+/// the S3 tests start (passed to pytest as `SPDL_S3S_FS`).
+pub fn python_tests(root: &Path, s3s_fs: &Path, quick: bool) -> Result<()> {
     let crate_dir = root.join("crates/spdl-py");
     if !crate_dir.join("pyproject.toml").is_file() {
         bail!("{} has no pyproject.toml: is {} the repository root?", crate_dir.display(), root.display());
@@ -46,7 +58,13 @@ pub fn python_tests(root: &Path, s3s_fs: &Path) -> Result<()> {
     let target_dir = root.join("target/py");
     let system_python = which("python3").context("python3 is needed for the Python tests")?;
     let venv = ensure_venv(&root.join(".venv"), &system_python)?;
+    run(Command::new(venv_python(&venv))
+        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+        .args(CHECK_PACKAGES))
+    .with_context(|| format!("installing the type-check packages into {}", venv.display()))?;
+    rust_gates(&venv, &target_dir, quick)?;
     build_module(&venv, &crate_dir, &target_dir)?;
+    type_checks(&venv, &crate_dir)?;
     run_pytest(&venv, &crate_dir, false, s3s_fs)?;
 
     let ft_python = ensure_free_threaded_python()?;
@@ -110,6 +128,54 @@ fn same_interpreter(venv_py: &Path, python: &Path) -> Result<bool> {
     Ok(!venv_base.is_empty() && venv_base == base(python)?)
 }
 
+/// The `cargo` of this xtask, building into `target/py` (unless `CARGO_TARGET_DIR` is set) against the venv's
+/// interpreter, like the module builds.
+fn cargo_for_py(venv: &Path, target_dir: &Path) -> Command {
+    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cmd.env("PYO3_PYTHON", venv_python(venv));
+    if std::env::var_os("CARGO_TARGET_DIR").is_none() {
+        cmd.env("CARGO_TARGET_DIR", target_dir);
+    }
+    cmd
+}
+
+/// The Rust gates of the spdl-py crate, which the workspace-wide ones leave out because PyO3 needs an
+/// interpreter: clippy `-D warnings` on every target with the module's features, and unless `quick` rustdoc
+/// `-D warnings` and the doctests (no features: the doctests use only the crate's core).
+fn rust_gates(venv: &Path, target_dir: &Path, quick: bool) -> Result<()> {
+    let started = Instant::now();
+    run(cargo_for_py(venv, target_dir)
+        .args(["clippy", "-p", "spdl-py", "--all-targets", "--features", MODULE_FEATURES])
+        .args(["--", "-D", "warnings"]))
+    .context("clippy on spdl-py")?;
+    eprintln!("xtask: spdl-py clippy took {:.0} s", started.elapsed().as_secs_f64());
+    if quick {
+        return Ok(());
+    }
+    let started = Instant::now();
+    run(cargo_for_py(venv, target_dir)
+        .args(["doc", "-p", "spdl-py", "--no-deps", "--features", MODULE_FEATURES])
+        .env("RUSTDOCFLAGS", "-D warnings"))
+    .context("rustdoc on spdl-py")?;
+    run(cargo_for_py(venv, target_dir).args(["test", "-p", "spdl-py", "--doc", "--no-default-features"]))
+        .context("the doctests of spdl-py")?;
+    eprintln!("xtask: spdl-py rustdoc and doctests took {:.0} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// mypy on the `spdl_rs` package (crates/spdl-py/mypy.ini) and stubtest on the built native module, so that
+/// `_native.pyi` cannot drift from what the Rust code exports. Both run in the venv the module was built into.
+fn type_checks(venv: &Path, crate_dir: &Path) -> Result<()> {
+    let started = Instant::now();
+    let py = venv_python(venv);
+    run(Command::new(&py).args(["-m", "mypy", "--config-file", "mypy.ini"]).current_dir(crate_dir))
+        .context("mypy on the spdl_rs package")?;
+    run(Command::new(&py).args(["-m", "mypy.stubtest", "spdl_rs._native"]).current_dir(crate_dir))
+        .context("stubtest: python/spdl_rs/_native.pyi differs from the built module")?;
+    eprintln!("xtask: mypy and stubtest took {:.0} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
 /// `maturin develop --release` into the venv: an optimised build, because the suite measures throughput.
 /// Cargo builds into `target/py` (unless `CARGO_TARGET_DIR` is set): the module's pyo3 is configured for one
 /// interpreter at a time, and sharing `target/` would rebuild it, and what depends on it, for every other
@@ -165,8 +231,20 @@ fn free_threaded_prefix() -> Result<PathBuf> {
     Ok(PathBuf::from(home).join(".cache/spdl-rs/python3.13t"))
 }
 
-/// Returns the free-threaded `python3.13t`, building it into the cache first if it is not there.
+/// Returns the free-threaded interpreter: `$SPDL_FT_PYTHON` if set (it must report the GIL disabled), else
+/// the cached `python3.13t`, built into the cache first if it is not there.
 pub(crate) fn ensure_free_threaded_python() -> Result<PathBuf> {
+    if let Some(given) = std::env::var_os(FT_PYTHON_ENV) {
+        let python = PathBuf::from(given);
+        let answer = gil_enabled(&python).with_context(|| format!("{FT_PYTHON_ENV}={}", python.display()))?;
+        if answer != "False" {
+            bail!(
+                "{FT_PYTHON_ENV}={} is not a free-threaded interpreter (sys._is_gil_enabled(): {answer})",
+                python.display()
+            );
+        }
+        return Ok(python);
+    }
     let prefix = free_threaded_prefix()?;
     let python = prefix.join("bin/python3.13t");
     if prefix.join(FT_COMPLETE_STAMP).is_file() && python.is_file() {
@@ -193,19 +271,29 @@ pub(crate) fn ensure_free_threaded_python() -> Result<PathBuf> {
     run(Command::new("make").args(["-j", &jobs]).current_dir(&source_dir)).context("building CPython")?;
     run(Command::new("make").arg("install").current_dir(&source_dir)).context("installing CPython")?;
 
-    let out = Command::new(&python)
-        .args(["-c", "import sys; print(sys._is_gil_enabled())"])
-        .output()
-        .with_context(|| format!("running {}", python.display()))?;
-    let answer = String::from_utf8_lossy(&out.stdout);
-    if answer.trim() != "False" {
-        bail!("{} was built but reports the GIL enabled ({})", python.display(), answer.trim());
+    let answer = gil_enabled(&python)?;
+    if answer != "False" {
+        bail!("{} was built but reports the GIL enabled ({answer})", python.display());
     }
     fs::write(prefix.join(FT_COMPLETE_STAMP), FT_SOURCE_PACKAGE)
         .with_context(|| format!("writing {}", prefix.join(FT_COMPLETE_STAMP).display()))?;
     // The sources and object files are not needed any more (about 300 MB).
     let _ = fs::remove_dir_all(&work);
     Ok(python)
+}
+
+/// What `sys._is_gil_enabled()` prints on `python` (`False` on a free-threaded interpreter running without the
+/// GIL; an error message on interpreters before 3.13).
+fn gil_enabled(python: &Path) -> Result<String> {
+    let out = Command::new(python)
+        .args(["-c", "import sys; print(sys._is_gil_enabled())"])
+        .output()
+        .with_context(|| format!("running {}", python.display()))?;
+    let mut answer = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if answer.is_empty() {
+        answer = String::from_utf8_lossy(&out.stderr).trim().lines().last().unwrap_or_default().to_string();
+    }
+    Ok(answer)
 }
 
 /// Downloads Debian's `python3.13` source package into `work` with private apt lists and unpacks the

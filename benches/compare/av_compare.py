@@ -1,6 +1,6 @@
 """Audio/video decode throughput: spdl-rs (spdl-io) against Meta's SPDL 0.8.0 `load_audio` / `load_video`.
 
-Issue 4's targets: at least parity with SPDL on video (both decode with FFmpeg's libavcodec) and >= 1.2x on
+Targets: at least parity with SPDL on video (both decode with FFmpeg's libavcodec) and >= 1.2x on
 FLAC and MP3 audio (spdl-rs decodes audio with symphonia, SPDL with FFmpeg).
 
 The job, the same on both sides: decode every file of one format whole, in its native format (audio: f32
@@ -60,7 +60,7 @@ VIDEO_FORMATS = {
                               "-g", "50", "-pix_fmt", "yuv420p"]),
 }
 FORMATS = {**AUDIO_FORMATS, **VIDEO_FORMATS}
-# Issue 4's targets: spdl-rs / SPDL, judged on throughput and on throughput per CPU core.
+# Targets: spdl-rs / SPDL, judged on throughput and on throughput per CPU core.
 TARGETS = {"h264": 1.0, "vp9": 1.0, "flac": 1.2, "mp3": 1.2}
 RUNNERS = ["spdl-rs", "spdl-0.8"]
 LABELS = {"spdl-rs": "spdl-rs (spdl-io, av_throughput)", "spdl-0.8": "Meta SPDL 0.8.0 (load_audio/load_video)"}
@@ -373,7 +373,7 @@ def markdown(results: dict) -> str:
         "Rates: seconds of audio decoded per second of wall time (audio) or frames per second (video), over the "
         "decode loop only (each side decodes its first file once before the clock starts); per core: the same "
         "amount over the process's CPU seconds in the loop (getrusage). Ratios are spdl-rs / SPDL. Targets "
-        "(issue 4): video >= 1.0x, FLAC/MP3 >= 1.2x; the verdict is given on throughput / per core.",
+        "targets: video >= 1.0x, FLAC/MP3 >= 1.2x; the verdict is given on throughput / per core.",
         "",
         "Output shapes, file by file (first decode of each): "
         + ", ".join(f"{f}: {'same' if n == 0 else f'{n} files differ'}" for f, n in n_mism.items()) + ".",

@@ -282,7 +282,7 @@ def git_commit() -> str | None:
 
 
 def run_py_pipeline(args: argparse.Namespace) -> dict:
-    """Runs benches/compare/py_pipeline.py (the Python facade's pipeline benchmark, issue 7) when it exists: Meta's
+    """Runs benches/compare/py_pipeline.py (the Python facade's pipeline benchmark) when it exists: Meta's
     spdl with this venv's interpreter, spdl_rs with `.venv` (and `.venv-ft`, free-threaded) where it imports."""
     script = HERE / "py_pipeline.py"
     if not script.exists():
@@ -332,7 +332,7 @@ def last_line(text: str, limit: int = 200) -> str:
 
 
 def audio_video_status(args: argparse.Namespace) -> str:
-    """Where issue 4's audio/video comparison lives (run.sh runs it after this script)."""
+    """Where the audio/video comparison lives (run.sh runs it after this script)."""
     return ("see \"## Audio/video comparison\" below: spdl-io's `av_throughput` example against Meta SPDL's "
             "load_audio/load_video (benches/compare/av_compare.py, run by run.sh after this comparison)")
 

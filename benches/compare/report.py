@@ -198,16 +198,16 @@ def _markdown_section(results: dict, png: Path, docs: Path) -> str:
         "workers do (for 0 workers `torch.set_num_threads(1)`: with the default two, OpenMP spin-waiting triples "
         "its CPU time here). spdl-rs runs `--transform resize --no-gpu`.",
         "",
-        f"Audio/video (issue 4): {results['audio_video']}.",
+        f"Audio/video: {results['audio_video']}.",
         "",
-        "Python pipeline benchmark (`benches/compare/py_pipeline.py`, issue 7):",
+        "Python pipeline benchmark (`benches/compare/py_pipeline.py`):",
         "",
         *(f"- {note}" for note in _py_notes(results)),
     ]
     table = py_pipeline_table(results["py_pipeline"].get("lines") or [])
     if table:
         out += ["", *table, "",
-                "`vs spdl`: items/s against Meta's spdl on the same benchmark (issue 7's targets: `trivial` "
+                "`vs spdl`: items/s against Meta's spdl on the same benchmark (targets: `trivial` "
                 ">= 5x; `images` >= 2x, judged per CPU core, which py_pipeline.py does not measure)."]
     return "\n".join(out) + "\n"
 

@@ -12,7 +12,7 @@
 # 3. makes the demo corpus once (`spdl gen-data`, ~2,000 JPEGs) under target/compare-data;
 # 4. runs benches/compare/compare.py, which prints the tables and writes docs/benchmarks.md's "## Comparison"
 #    section (resize job) and docs/img/compare.png, and "## Comparison by job" and docs/img/compare-jobs.png;
-# 5. then the audio/video comparison (issue 4): builds spdl-io's `av_throughput` example in release and runs
+# 5. then the audio/video comparison: builds spdl-io's `av_throughput` example in release and runs
 #    benches/compare/av_compare.py, which makes its media once under target/compare-av (ffmpeg CLI) and writes
 #    docs/benchmarks.md's "## Audio/video comparison" section.
 #
@@ -75,7 +75,7 @@ setup_dali() {
     touch "$marker"
 }
 
-# Issue 4: spdl-io's av_throughput example against Meta SPDL's load_audio/load_video.
+# Audio/video: spdl-io's av_throughput example against Meta SPDL's load_audio/load_video.
 run_av() {
     local bin="$ROOT/target/release/examples/av_throughput"
     if [[ "${SPDL_COMPARE_NO_BUILD:-0}" == 1 && -x "$bin" ]]; then
@@ -112,7 +112,7 @@ else
 fi
 for sub in gen-data bench; do
     if ! "$SPDL" "$sub" --help >/dev/null 2>&1; then
-        log "\`spdl $sub\` is not available in $SPDL yet (issue 3); cannot run the comparison"
+        log "\`spdl $sub\` is not available in $SPDL; cannot run the comparison"
         exit 1
     fi
 done

@@ -10,6 +10,8 @@
 //!
 //! The default budget is a quarter of the memory this process may use (the smaller of the machine's RAM
 //! and the cgroup's limit); [`set_decode_memory_budget`] changes it.
+// Image decodes reserve from the budget; audio only checks batch sizes against it.
+#![cfg_attr(not(feature = "image"), allow(dead_code))]
 
 use std::sync::{Condvar, Mutex, OnceLock, PoisonError};
 

@@ -19,7 +19,7 @@
 //! `warning`, `info`, `debug`).
 //!
 //! This module holds the API (options, sampling, output); the demuxing and decoding themselves are the
-//! FFmpeg backend's, which the audio API ([`crate::audio`]) and [`crate::probe`] use too.
+//! FFmpeg backend's, which the audio API and [`crate::probe`] use too.
 
 mod options;
 mod sampling;

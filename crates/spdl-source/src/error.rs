@@ -3,7 +3,7 @@
 use std::ops::Range;
 
 /// A boxed cause, as carried by the variants that wrap a lower-level error.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// Result alias used across the crate.
 pub type Result<T, E = SourceError> = std::result::Result<T, E>;

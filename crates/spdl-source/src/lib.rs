@@ -54,7 +54,7 @@ pub mod store;
 mod walk;
 
 pub use dataset::{Dataset, FolderLayout, ManifestFormat, Record};
-pub use error::{BoxError, Result, SourceError};
+pub use error::{Result, SourceError};
 pub use sampler::{Sampler, SamplerIter, SamplerState};
 #[cfg(feature = "http")]
 pub use store::http::HttpStore;

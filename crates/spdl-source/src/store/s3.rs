@@ -185,7 +185,7 @@ where
         // Timeouts, and any future SDK variant: worth another try.
         _ => Some(true),
     };
-    let source: Option<crate::BoxError> = Some(Box::new(err));
+    let source: Option<crate::error::BoxError> = Some(Box::new(err));
     if let Some(transient) = transient {
         return if transient { Failure::Transient { reason, source } } else { Failure::Fatal { reason, source } };
     }

@@ -1,7 +1,13 @@
 //! `spdl_rs.io`: spdl-io's decoders for Python. Every function releases the GIL for its whole duration,
 //! and each has a native-op form (`spdl_rs.io.ops`) that a pipeline runs without the GIL at all.
 //! Images are here; audio (and `probe`) in [`audio`], video (feature `ffmpeg`) in [`video`].
+//!
+//! Each decoder's options are one struct ([`options`]): the function takes them as `**options` and its op
+//! as its keywords, both through [`KeywordOptions::from_kwargs`]. Every decoder returns `spdl_rs.Buffer`
+//! objects (the decoded memory, zero-copy; `numpy.asarray` and DLPack view them in place).
 
+#[macro_use]
+mod options;
 mod audio;
 #[cfg(feature = "ffmpeg")]
 mod video;
@@ -17,6 +23,7 @@ use pyo3::types::{PyBytes, PyDict};
 use spdl_buffer::{Buffer, Layout, system_allocator};
 use spdl_io::image::{BatchDecoder, BatchOptions, ImageOptions, Normalize, PixelFormat, ResizeFilter, Transform};
 
+use self::options::KeywordOptions;
 use crate::buffer::PyBuffer;
 use crate::error::Error;
 use crate::pipeline::{NativeOp, PyNativeOp};
@@ -63,10 +70,14 @@ fn media_src(obj: &Bound<'_, PyAny>, name: Option<&str>) -> PyResult<Src> {
     })
 }
 
-/// A decoded buffer as a numpy array that views it in place (the array keeps the buffer alive).
-fn to_numpy(py: Python<'_>, buffer: Buffer) -> PyResult<Bound<'_, PyAny>> {
-    let buf = Bound::new(py, PyBuffer::new(buffer))?;
-    py.import("numpy")?.call_method1("asarray", (buf,))
+/// A decoded buffer as the `spdl_rs.Buffer` every decoder returns (no copy), with `info` when there is one:
+/// `buffer` or `(buffer, info)`.
+fn buffer_result(py: Python<'_>, buffer: Buffer, info: Option<Bound<'_, PyDict>>) -> PyResult<Py<PyAny>> {
+    let buffer = Py::new(py, PyBuffer::new(buffer))?;
+    match info {
+        Some(info) => Ok((buffer, info).into_pyobject(py)?.into_any().unbind()),
+        None => Ok(buffer.into_any()),
+    }
 }
 
 /// Logs the failed items of a non-strict batch on the `spdl_rs.io` logger (one warning each).
@@ -213,6 +224,16 @@ fn set_decode_memory_budget(nbytes: u64) -> PyResult<()> {
     spdl_io::set_decode_memory_budget(nbytes).map_err(io_err)
 }
 
+keyword_options! {
+    /// The options of `load_image`, `decode_image` and their op.
+    struct ImageArgs {
+        size: Option<(u32, u32)> = None,
+        pixel_format: String = "rgb".to_owned(),
+        filter: String = "bilinear".to_owned(),
+        exif_orientation: bool = false,
+    }
+}
+
 /// Decoding settings for one image.
 #[derive(Debug, Clone)]
 struct ImageSpec {
@@ -221,16 +242,16 @@ struct ImageSpec {
 }
 
 impl ImageSpec {
-    fn new(
-        size: Option<(u32, u32)>,
-        pixel_format_name: &str,
-        filter_name: &str,
-        exif_orientation: bool,
-    ) -> PyResult<Self> {
-        let opts =
-            ImageOptions { format: pixel_format(pixel_format_name)?, exif_orientation, ..ImageOptions::default() };
+    /// The settings of a call of `func` with keyword `options`.
+    fn from_kwargs(func: &str, options: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+        let args = ImageArgs::from_kwargs(func, options)?;
+        let opts = ImageOptions {
+            format: pixel_format(&args.pixel_format)?,
+            exif_orientation: args.exif_orientation,
+            ..ImageOptions::default()
+        };
         opts.validate().map_err(io_err)?;
-        let transform = transform(size, filter_name)?;
+        let transform = transform(args.size, &args.filter)?;
         transform.validate().map_err(io_err)?;
         Ok(Self { opts, transform })
     }
@@ -253,16 +274,9 @@ impl ImageSpec {
 ///     filter: The resize filter (``"bilinear"``, ``"nearest"``, ``"box"``, ``"hamming"``, ``"bicubic"``).
 ///     exif_orientation: Apply the EXIF orientation.
 #[pyfunction]
-#[pyo3(signature = (path, *, size=None, pixel_format="rgb", filter="bilinear", exif_orientation=false))]
-fn load_image(
-    py: Python<'_>,
-    path: PathBuf,
-    size: Option<(u32, u32)>,
-    pixel_format: &str,
-    filter: &str,
-    exif_orientation: bool,
-) -> PyResult<PyBuffer> {
-    let spec = ImageSpec::new(size, pixel_format, filter, exif_orientation)?;
+#[pyo3(signature = (path, **options))]
+fn load_image(py: Python<'_>, path: PathBuf, options: Option<&Bound<'_, PyDict>>) -> PyResult<PyBuffer> {
+    let spec = ImageSpec::from_kwargs("load_image", options)?;
     let src = Src::Path(path);
     interruptible(py, move || spec.decode(&src))?.map(PyBuffer::new).map_err(io_err)
 }
@@ -270,17 +284,14 @@ fn load_image(
 /// Decodes one encoded image (JPEG, PNG, WebP, GIF, BMP, TIFF) into an HWC `uint8` :py:class:`spdl_rs.Buffer`
 /// (GIL released). Arguments as :py:func:`load_image`; ``name`` appears in error messages.
 #[pyfunction]
-#[pyo3(signature = (data, *, size=None, pixel_format="rgb", filter="bilinear", exif_orientation=false, name="<bytes>"))]
+#[pyo3(signature = (data, *, name="<bytes>", **options))]
 fn decode_image(
     py: Python<'_>,
     data: &Bound<'_, PyAny>,
-    size: Option<(u32, u32)>,
-    pixel_format: &str,
-    filter: &str,
-    exif_orientation: bool,
     name: &str,
+    options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<PyBuffer> {
-    let spec = ImageSpec::new(size, pixel_format, filter, exif_orientation)?;
+    let spec = ImageSpec::from_kwargs("decode_image", options)?;
     let src = match src_from_py(data, 0)? {
         Src::Bytes(_, b) => Src::Bytes(name.to_owned(), b),
         Src::Path(_) => {
@@ -302,6 +313,20 @@ fn image_info(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<(String, u32,
     Ok((format!("{:?}", info.format).to_lowercase(), info.width, info.height))
 }
 
+keyword_options! {
+    /// The options of `load_image_batch` and its op (besides the output `width` and `height`).
+    struct ImageBatchArgs {
+        layout: String = "NHWC".to_owned(),
+        normalize: Option<Py<PyAny>> = None,
+        pixel_format: String = "rgb".to_owned(),
+        filter: String = "bilinear".to_owned(),
+        strict: bool = true,
+        num_threads: Option<usize> = None,
+        transform: String = "resize".to_owned(),
+        seed: u64 = 0,
+    }
+}
+
 /// Batch settings shared by the function and the native op.
 #[derive(Debug)]
 struct BatchSpec {
@@ -309,21 +334,24 @@ struct BatchSpec {
 }
 
 impl BatchSpec {
-    fn new(
-        transform: Transform,
-        layout_name: &str,
-        normalize_spec: Option<&Bound<'_, PyAny>>,
-        pixel_format_name: &str,
-        strict: bool,
-        num_threads: Option<usize>,
+    /// The settings of a call of `func` with keyword `options`; `num_threads=None` means `default_threads`.
+    fn from_kwargs(
+        py: Python<'_>,
+        func: &str,
+        width: u32,
+        height: u32,
+        options: Option<&Bound<'_, PyDict>>,
+        default_threads: Option<usize>,
     ) -> PyResult<Self> {
+        let args = ImageBatchArgs::from_kwargs(func, options)?;
+        let transform = batch_transform(&args.transform, width, height, &args.filter, args.seed)?;
         let opts = BatchOptions {
             transform,
-            layout: layout(layout_name)?,
-            normalize: normalize(normalize_spec)?,
-            strict,
-            threads: num_threads,
-            image: ImageOptions { format: pixel_format(pixel_format_name)?, ..ImageOptions::default() },
+            layout: layout(&args.layout)?,
+            normalize: normalize(args.normalize.as_ref().map(|n| n.bind(py)))?,
+            strict: args.strict,
+            threads: args.num_threads.or(default_threads),
+            image: ImageOptions { format: pixel_format(&args.pixel_format)?, ..ImageOptions::default() },
         };
         let decoder = BatchDecoder::new(opts, system_allocator()).map_err(io_err)?;
         Ok(Self { decoder })
@@ -359,7 +387,7 @@ impl BatchSpec {
             self.decoder.decode_keyed(&items, keys)?
         };
         let failures =
-            out.failures.iter().map(|f| (f.index, f.item.clone(), crate::error::error_chain(&f.error))).collect();
+            out.failures.iter().map(crate::error::batch_failure).collect();
         Ok((out.buffer, failures))
     }
 }
@@ -414,36 +442,28 @@ fn batch_transform(name: &str, width: u32, height: u32, filter_name: &str, seed:
 ///     keys: One integer per item that seeds its crop and flip with ``seed`` (e.g. its index in the dataset
 ///         mixed with the epoch); default: its position in the batch.
 #[pyfunction]
-#[pyo3(signature = (srcs, width, height, *, layout="NHWC", normalize=None, pixel_format="rgb", filter="bilinear", strict=true, num_threads=None, return_info=false, transform="resize", seed=0, keys=None))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (srcs, width, height, *, return_info=false, keys=None, **options))]
 fn load_image_batch(
     py: Python<'_>,
     srcs: Vec<Bound<'_, PyAny>>,
     width: u32,
     height: u32,
-    layout: &str,
-    normalize: Option<Bound<'_, PyAny>>,
-    pixel_format: &str,
-    filter: &str,
-    strict: bool,
-    num_threads: Option<usize>,
     return_info: bool,
-    transform: &str,
-    seed: u64,
     keys: Option<Vec<u64>>,
+    options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<Py<PyAny>> {
-    let t = batch_transform(transform, width, height, filter, seed)?;
-    let spec = BatchSpec::new(t, layout, normalize.as_ref(), pixel_format, strict, num_threads)?;
+    let spec = BatchSpec::from_kwargs(py, "load_image_batch", width, height, options, None)?;
     let srcs = srcs.iter().enumerate().map(|(i, s)| src_from_py(s, i)).collect::<PyResult<Vec<_>>>()?;
     let (buffer, failures) = interruptible(py, move || spec.run(srcs, keys.as_deref()))?.map_err(io_err)?;
     log_failures(py, "load_image_batch", &failures);
-    let buffer = Py::new(py, PyBuffer::new(buffer))?;
-    if !return_info {
-        return Ok(buffer.into_any());
-    }
-    let info = PyDict::new(py);
-    info.set_item("failures", failures)?;
-    Ok((buffer, info).into_pyobject(py)?.into_any().unbind())
+    let info = if return_info {
+        let info = PyDict::new(py);
+        info.set_item("failures", failures)?;
+        Some(info)
+    } else {
+        None
+    };
+    buffer_result(py, buffer, info)
 }
 
 const IMAGE_INPUT: &str = "a path (str) or encoded bytes";
@@ -507,37 +527,24 @@ impl NativeOp for ImageBatchOp {
 /// Native op: decodes each item (a path or encoded bytes) into an HWC `uint8` buffer, without the GIL.
 /// Arguments as :py:func:`spdl_rs.io.load_image`.
 #[pyfunction]
-#[pyo3(name = "decode_image_op", signature = (*, size=None, pixel_format="rgb", filter="bilinear", exif_orientation=false))]
-fn decode_image_op(
-    size: Option<(u32, u32)>,
-    pixel_format: &str,
-    filter: &str,
-    exif_orientation: bool,
-) -> PyResult<PyNativeOp> {
-    let spec = ImageSpec::new(size, pixel_format, filter, exif_orientation)?;
+#[pyo3(signature = (**options))]
+fn decode_image_op(options: Option<&Bound<'_, PyDict>>) -> PyResult<PyNativeOp> {
+    let spec = ImageSpec::from_kwargs("decode_image_op", options)?;
     Ok(PyNativeOp { op: Arc::new(DecodeImageOp { name: "decode_image".to_owned(), spec }) })
 }
 
 /// Native op: decodes each item (a list of paths or encoded bytes, e.g. after ``aggregate(32)``) into one
 /// batch buffer, without the GIL. Arguments as :py:func:`spdl_rs.io.load_image_batch`; ``num_threads``
-/// defaults to 1 here (the pipeline's ``concurrency`` gives the parallelism).
+/// (``None``) means 1 here (the pipeline's ``concurrency`` gives the parallelism).
 #[pyfunction]
-#[pyo3(name = "load_image_batch_op", signature = (width, height, *, layout="NHWC", normalize=None, pixel_format="rgb", filter="bilinear", strict=true, num_threads=1, transform="resize", seed=0))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (width, height, **options))]
 fn load_image_batch_op(
+    py: Python<'_>,
     width: u32,
     height: u32,
-    layout: &str,
-    normalize: Option<Bound<'_, PyAny>>,
-    pixel_format: &str,
-    filter: &str,
-    strict: bool,
-    num_threads: usize,
-    transform: &str,
-    seed: u64,
+    options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<PyNativeOp> {
-    let t = batch_transform(transform, width, height, filter, seed)?;
-    let spec = BatchSpec::new(t, layout, normalize.as_ref(), pixel_format, strict, Some(num_threads))?;
+    let spec = BatchSpec::from_kwargs(py, "load_image_batch_op", width, height, options, Some(1))?;
     Ok(PyNativeOp { op: Arc::new(ImageBatchOp { spec }) })
 }
 

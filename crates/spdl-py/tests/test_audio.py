@@ -36,15 +36,18 @@ def dominant_hz(x: np.ndarray, rate: int) -> float:
 
 @pytest.mark.parametrize("fmt", ["wav", "flac"])
 def test_lossless_values_match_the_sine(media, fmt):
-    a = spdl_rs.io.load_audio(media[fmt])
-    assert isinstance(a, np.ndarray) and a.dtype == np.float32
+    buf = spdl_rs.io.load_audio(media[fmt])
+    assert isinstance(buf, spdl_rs.Buffer) and buf.dtype == "float32"  # the documented result type
+    a = np.asarray(buf)
+    assert a.dtype == np.float32
     assert a.shape == (2, 2 * RATE)
     np.testing.assert_allclose(a[0], sine(2 * RATE), atol=2e-4)
     np.testing.assert_array_equal(a[0], a[1])
 
 
 def test_mp3_is_the_sine_within_tolerance(media):
-    a, info = spdl_rs.io.load_audio(media["mp3"], return_info=True)
+    buf, info = spdl_rs.io.load_audio(media["mp3"], return_info=True)
+    a = np.asarray(buf)
     assert info["codec"] == "mp3" and info["sample_rate"] == RATE and info["source_channels"] == 2
     assert a.shape[0] == 2 and abs(a.shape[1] - 2 * RATE) < 0.1 * RATE  # encoder padding
     body = a[0, 2000:30000]
@@ -54,7 +57,7 @@ def test_mp3_is_the_sine_within_tolerance(media):
 
 @pytest.mark.parametrize("fmt", ["wav", "flac", "mp3"])
 def test_window_length_is_exact(media, fmt):
-    a = spdl_rs.io.load_audio(media[fmt], start=0.5, duration=0.25)
+    a = np.asarray(spdl_rs.io.load_audio(media[fmt], start=0.5, duration=0.25))
     assert a.shape == (2, 4000)
     if fmt != "mp3":
         np.testing.assert_allclose(a[0], sine(4000, start=8000), atol=2e-4)
@@ -64,7 +67,7 @@ def test_window_length_is_exact(media, fmt):
 
 @pytest.mark.parametrize("fmt", ["wav", "flac", "mp3"])
 def test_resampled_length_is_exact(media, fmt):
-    a = spdl_rs.io.load_audio(media[fmt], start=0.5, duration=0.5, sample_rate=8000)
+    a = np.asarray(spdl_rs.io.load_audio(media[fmt], start=0.5, duration=0.5, sample_rate=8000))
     assert a.shape == (2, 4000)
     assert abs(dominant_hz(a[0], 8000) - 440) < 5
     b = spdl_rs.io.load_audio(media["wav"], sample_rate=22050)
@@ -72,10 +75,10 @@ def test_resampled_length_is_exact(media, fmt):
 
 
 def test_dtype_layout_channels_and_padding(media):
-    i16 = spdl_rs.io.load_audio(media["wav"], dtype="int16", layout="interleaved", channels="mono")
+    i16 = np.asarray(spdl_rs.io.load_audio(media["wav"], dtype="int16", layout="interleaved", channels="mono"))
     assert i16.dtype == np.int16 and i16.shape == (2 * RATE, 1)
     np.testing.assert_allclose(i16[:, 0] / 32768.0, sine(2 * RATE), atol=2e-4)
-    picked = spdl_rs.io.load_audio(media["wav"], channels=[1, 1, 0], num_samples=40000)
+    picked = np.asarray(spdl_rs.io.load_audio(media["wav"], channels=[1, 1, 0], num_samples=40000))
     assert picked.shape == (3, 40000)
     assert not picked[:, 32000:].any()  # padded with zeros
     with pytest.raises(ValueError, match="channels"):
@@ -91,7 +94,7 @@ def test_dtype_layout_channels_and_padding(media):
 def test_bytes_input_and_zero_copy(media):
     with open(media["flac"], "rb") as f:
         data = f.read()
-    a = spdl_rs.io.load_audio(data, name="s3://bucket/sine.flac", start=1.0)
+    a = np.asarray(spdl_rs.io.load_audio(data, name="s3://bucket/sine.flac", start=1.0))
     assert a.shape == (2, RATE)
     assert_views_a_buffer(a)
     a[0, 0] = 1.0  # writable, like any loader's arrays
@@ -110,8 +113,9 @@ def test_corrupt_file_names_the_file(media, tmp_path):
 
 def test_batch_shape_padding_and_failures(media, tmp_path, caplog):
     srcs = [media["wav"], media["short_wav"], media["flac"]]
-    batch, info = spdl_rs.io.load_audio_batch(srcs, num_samples=24000, num_threads=2, return_info=True)
-    assert batch.shape == (3, 2, 24000) and batch.dtype == np.float32
+    buf, info = spdl_rs.io.load_audio_batch(srcs, num_samples=24000, num_threads=2, return_info=True)
+    assert isinstance(buf, spdl_rs.Buffer) and buf.shape == (3, 2, 24000) and buf.dtype == "float32"
+    batch = np.asarray(buf)
     assert info["num_samples"] == [24000, 16000, 24000] and info["sample_rate"] == RATE
     assert not batch[1, :, 16000:].any()
     np.testing.assert_allclose(batch[1, 0, :16000], sine(16000), atol=2e-4)
@@ -125,13 +129,14 @@ def test_batch_shape_padding_and_failures(media, tmp_path, caplog):
         batch, info = spdl_rs.io.load_audio_batch(
             [media["wav"], str(bad), media["mp3"]], num_samples=1000, channels="mono", strict=False, return_info=True
         )
+    batch = np.asarray(batch)
     assert batch.shape == (3, 1, 1000)
     assert not batch[1].any() and batch[0].any() and batch[2].any()
     [(index, item, message)] = info["failures"]
     assert index == 1 and item == str(bad) and "bad.flac" in message
     assert "bad.flac" in caplog.text
     interleaved = spdl_rs.io.load_audio_batch(srcs, num_samples=10, layout="interleaved", dtype="int16")
-    assert interleaved.shape == (3, 10, 2) and interleaved.dtype == np.int16
+    assert interleaved.shape == (3, 10, 2) and interleaved.dtype == "int16"
 
 
 def test_probe(media):
@@ -229,3 +234,21 @@ def test_spdl_timestamp_spelling(media):
     np.testing.assert_array_equal(spdl_rs.io.load_audio(media["wav"], timestamp=(0.5, 0.75), filter_desc=None), b)
     with pytest.raises(ValueError, match="load_audio: filter_desc .* use sample_rate="):
         spdl_rs.io.load_audio(media["wav"], filter_desc="aresample=16000,aformat=sample_fmts=fltp")
+
+
+def test_options_are_checked_once_for_function_and_op(media):
+    # One options struct per decoder: the function and its op take the same keywords, with the same errors.
+    native = spdl_rs._native
+    for call in (lambda **kw: native.load_audio(media["wav"], **kw), native.load_audio_op):
+        with pytest.raises(TypeError, match="unexpected keyword argument 'nope'"):
+            call(nope=1)
+        with pytest.raises(TypeError, match="argument 'sample_rate'"):
+            call(sample_rate="fast")
+        with pytest.raises(ValueError, match="dtype must be"):
+            call(dtype="float64")
+    with pytest.raises(TypeError, match="missing 1 required keyword argument: 'num_samples'"):
+        native.load_audio_batch_op()
+    with pytest.raises(TypeError, match="unexpected keyword argument"):
+        spdl_rs.io.load_audio(media["wav"], nope=1)  # the typed Python signature
+    with pytest.raises(ValueError, match="num_threads must be at least 1"):
+        ops.load_audio_batch(num_samples=10, num_threads=0)

@@ -23,8 +23,9 @@ W, H, FPS, FRAMES = 160, 120, 25, 100
 
 
 def test_whole_video_shape_and_info(media):
-    v, info = spdl_rs.io.load_video(media["mp4"], return_info=True)
-    assert isinstance(v, np.ndarray) and v.dtype == np.uint8
+    buf, info = spdl_rs.io.load_video(media["mp4"], return_info=True)
+    assert isinstance(buf, spdl_rs.Buffer) and buf.dtype == "uint8"  # the documented result type
+    v = np.asarray(buf)
     assert v.shape == (FRAMES, H, W, 3)
     assert info["codec"] == "h264" and info["frame_rate"] == pytest.approx(FPS)
     assert len(info["pts"]) == FRAMES and info["pts"][1] - info["pts"][0] == pytest.approx(1 / FPS)

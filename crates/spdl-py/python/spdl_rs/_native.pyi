@@ -6,6 +6,7 @@ from os import PathLike
 from typing import Any, Literal, final
 
 from typing_extensions import Buffer as _BufferLike  # collections.abc.Buffer from Python 3.12
+from typing_extensions import TypedDict, Unpack
 
 # Every class is final: PyO3 classes without `subclass` cannot be subclassed at run time.
 
@@ -172,25 +173,64 @@ class PipelineCore:
     def stats_table(self) -> str:
         """The stats as a text table."""
 
-def load_image(
-    path: str | PathLike[str],
-    *,
-    size: tuple[int, int] | None = None,
-    pixel_format: str = "rgb",  # "rgb", "rgba" or "gray" (ValueError otherwise); SPDL spellings map to these
-    filter: str = "bilinear",
-    exif_orientation: bool = False,
-) -> Buffer:
+# The decoders take their options as keywords (`**options`): Rust reads each decoder's options into one
+# struct, shared by the function and its op. The typed public signatures are spdl_rs.io's and spdl_rs.io.ops'.
+
+_Src = str | PathLike[str] | bytes | _BufferLike
+_Channels = str | Sequence[int] | None
+
+class _ImageOptions(TypedDict, total=False):
+    size: tuple[int, int] | None
+    pixel_format: str  # "rgb", "rgba" or "gray" (ValueError otherwise)
+    filter: str
+    exif_orientation: bool
+
+class _ImageBatchOptions(TypedDict, total=False):
+    layout: str  # "NHWC" or "NCHW"
+    normalize: str | tuple[Sequence[float], Sequence[float]] | None
+    pixel_format: str
+    filter: str
+    strict: bool
+    num_threads: int | None  # None: all cores in the function, 1 in the op
+    transform: str  # "resize", "center-crop" or "random-resized-crop"
+    seed: int
+
+class _AudioOptions(TypedDict, total=False):
+    start: float | None
+    duration: float | None
+    sample_rate: int | None
+    channels: _Channels
+    dtype: str  # "float32" or "int16"
+    layout: str  # "channels_first" or "interleaved"
+    num_samples: int | None  # required by the batch functions
+    backend: str  # "auto", "symphonia" or "ffmpeg"
+    limits: dict[str, int] | None
+
+class _AudioBatchOptions(_AudioOptions, total=False):
+    strict: bool
+    num_threads: int | None  # None: all cores in the function, 1 in the op
+
+class _DemuxOptions(TypedDict, total=False):
+    start: float | None
+    duration: float | None
+    limits: dict[str, int] | None
+
+class _DecodeOptions(TypedDict, total=False):
+    fps: float | None
+    every_k: int | None
+    num_frames: int | None
+    width: int | None
+    height: int | None
+    pix_fmt: str  # "rgb24" or "gray"
+    filter: str  # "bicubic", "bilinear", "nearest" or "area"
+    threads: int
+
+class _VideoOptions(_DemuxOptions, _DecodeOptions, total=False): ...
+
+def load_image(path: str | PathLike[str], **options: Unpack[_ImageOptions]) -> Buffer:
     """Decodes one image file into an HWC ``uint8`` buffer (GIL released)."""
 
-def decode_image(
-    data: bytes | _BufferLike,
-    *,
-    size: tuple[int, int] | None = None,
-    pixel_format: str = "rgb",  # "rgb", "rgba" or "gray" (ValueError otherwise); SPDL spellings map to these
-    filter: str = "bilinear",
-    exif_orientation: bool = False,
-    name: str = "<bytes>",
-) -> Buffer:
+def decode_image(data: bytes | _BufferLike, *, name: str = "<bytes>", **options: Unpack[_ImageOptions]) -> Buffer:
     """Decodes one encoded image into an HWC ``uint8`` buffer (GIL released)."""
 
 def decode_memory_budget() -> int:
@@ -207,117 +247,40 @@ def load_image_batch(
     width: int,
     height: int,
     *,
-    layout: Literal["NHWC", "NCHW"] = "NHWC",
-    normalize: str | tuple[Sequence[float], Sequence[float]] | None = None,
-    pixel_format: str = "rgb",  # "rgb", "rgba" or "gray" (ValueError otherwise); SPDL spellings map to these
-    filter: str = "bilinear",
-    strict: bool = True,
-    num_threads: int | None = None,
     return_info: bool = False,
-    transform: Literal["resize", "center-crop", "random-resized-crop"] = "resize",
-    seed: int = 0,
     keys: Sequence[int] | None = None,
+    **options: Unpack[_ImageBatchOptions],
 ) -> Buffer | tuple[Buffer, dict[str, Any]]:
     """Decodes and resizes a batch of images into one ``[N, H, W, C]`` buffer, in parallel (GIL released).
     Non-strict failures leave zero slots and are logged on ``spdl_rs.io``; ``return_info=True`` returns
     ``(buffer, {"failures": [(index, item, message), ...]})``."""
 
-def decode_image_op(
-    *,
-    size: tuple[int, int] | None = None,
-    pixel_format: str = "rgb",
-    filter: str = "bilinear",
-    exif_orientation: bool = False,
-) -> NativeOp:
+def decode_image_op(**options: Unpack[_ImageOptions]) -> NativeOp:
     """The native op of :py:func:`decode_image`."""
 
-def load_image_batch_op(
-    width: int,
-    height: int,
-    *,
-    layout: str = "NHWC",
-    normalize: Any = None,
-    pixel_format: str = "rgb",
-    filter: str = "bilinear",
-    strict: bool = True,
-    num_threads: int = 1,
-    transform: str = "resize",
-    seed: int = 0,
-) -> NativeOp:
+def load_image_batch_op(width: int, height: int, **options: Unpack[_ImageBatchOptions]) -> NativeOp:
     """The native op of :py:func:`load_image_batch`."""
 
-_Src = str | PathLike[str] | bytes | _BufferLike
-_Channels = Literal["mono", "all"] | Sequence[int] | None
-_OpChannels = str | Sequence[int] | None  # the ops take plain strings, like their other options
-
 def load_audio(
-    src: _Src,
-    *,
-    start: float | None = None,
-    duration: float | None = None,
-    sample_rate: int | None = None,
-    channels: _Channels = None,
-    dtype: Literal["float32", "int16"] = "float32",
-    layout: Literal["channels_first", "interleaved"] = "channels_first",
-    num_samples: int | None = None,
-    backend: Literal["auto", "symphonia", "ffmpeg"] = "auto",
-    limits: dict[str, int] | None = None,
-    name: str | None = None,
-    return_info: bool = False,
-) -> Any:
-    """Decodes one clip into a numpy array ``[C, T]`` (or ``[T, C]``) viewing the decoded memory (GIL released);
-    ``(array, info)`` with ``return_info=True``."""
+    src: _Src, *, name: str | None = None, return_info: bool = False, **options: Unpack[_AudioOptions]
+) -> Buffer | tuple[Buffer, dict[str, Any]]:
+    """Decodes one clip into a buffer ``[C, T]`` (or ``[T, C]``), GIL released; ``(buffer, info)`` with
+    ``return_info=True``."""
 
 def load_audio_batch(
-    srcs: Sequence[_Src],
-    *,
-    num_samples: int,
-    start: float | None = None,
-    duration: float | None = None,
-    sample_rate: int | None = None,
-    channels: _Channels = None,
-    dtype: Literal["float32", "int16"] = "float32",
-    layout: Literal["channels_first", "interleaved"] = "channels_first",
-    backend: Literal["auto", "symphonia", "ffmpeg"] = "auto",
-    limits: dict[str, int] | None = None,
-    strict: bool = True,
-    num_threads: int | None = None,
-    return_info: bool = False,
-) -> Any:
-    """Decodes clips into one numpy array ``[N, C, T]`` (or ``[N, T, C]``), each padded or truncated to
-    ``num_samples``; ``(array, {"sample_rate", "num_samples", "failures"})`` with ``return_info=True``."""
+    srcs: Sequence[_Src], *, return_info: bool = False, **options: Unpack[_AudioBatchOptions]
+) -> Buffer | tuple[Buffer, dict[str, Any]]:
+    """Decodes clips into one buffer ``[N, C, T]`` (or ``[N, T, C]``), each padded or truncated to
+    ``num_samples`` (required); ``(buffer, {"sample_rate", "num_samples", "failures"})`` with
+    ``return_info=True``."""
 
 def probe(src: _Src, *, name: str | None = None) -> dict[str, Any]:
     """What a media file holds (container, duration, streams), from its headers only (GIL released)."""
 
-def load_audio_op(
-    *,
-    start: float | None = None,
-    duration: float | None = None,
-    sample_rate: int | None = None,
-    channels: _OpChannels = None,
-    dtype: str = "float32",
-    layout: str = "channels_first",
-    num_samples: int | None = None,
-    backend: str = "auto",
-    limits: dict[str, int] | None = None,
-) -> NativeOp:
+def load_audio_op(**options: Unpack[_AudioOptions]) -> NativeOp:
     """The native op of :py:func:`load_audio`."""
 
-def load_audio_batch_op(
-    *,
-    num_samples: int,
-    start: float | None = None,
-    duration: float | None = None,
-    sample_rate: int | None = None,
-    channels: _OpChannels = None,
-    dtype: str = "float32",
-    layout: str = "channels_first",
-    backend: str = "auto",
-    limits: dict[str, int] | None = None,
-    strict: bool = True,
-    num_threads: int = 1,
-) -> NativeOp:
+def load_audio_batch_op(**options: Unpack[_AudioBatchOptions]) -> NativeOp:
     """The native op of :py:func:`load_audio_batch`."""
 
 @final
@@ -353,82 +316,26 @@ class Packets:
         """Number of packets (including those before the window that decoding needs)."""
 
 def load_video(
-    src: _Src,
-    *,
-    start: float | None = None,
-    duration: float | None = None,
-    fps: float | None = None,
-    every_k: int | None = None,
-    num_frames: int | None = None,
-    width: int | None = None,
-    height: int | None = None,
-    pix_fmt: Literal["rgb24", "gray"] = "rgb24",
-    filter: Literal["bicubic", "bilinear", "nearest", "area"] = "bicubic",
-    threads: int = 1,
-    limits: dict[str, int] | None = None,
-    name: str | None = None,
-    return_info: bool = False,
-) -> Any:
-    """Demuxes and decodes a video into a ``uint8`` numpy array ``[N, H, W, C]`` (GIL released); ``(array,
+    src: _Src, *, name: str | None = None, return_info: bool = False, **options: Unpack[_VideoOptions]
+) -> Buffer | tuple[Buffer, dict[str, Any]]:
+    """Demuxes and decodes a video into a ``uint8`` buffer ``[N, H, W, C]`` (GIL released); ``(buffer,
     {"pts", "frame_rate", "codec", "item"})`` with ``return_info=True``. Only in builds with ``HAS_VIDEO``."""
 
-def demux_video(
-    src: _Src,
-    *,
-    start: float | None = None,
-    duration: float | None = None,
-    limits: dict[str, int] | None = None,
-    name: str | None = None,
-) -> Packets:
+def demux_video(src: _Src, *, name: str | None = None, **options: Unpack[_DemuxOptions]) -> Packets:
     """The packets the window needs, to decode later with :py:func:`decode_packets` (GIL released)."""
 
 def decode_packets(
-    packets: Packets,
-    *,
-    fps: float | None = None,
-    every_k: int | None = None,
-    num_frames: int | None = None,
-    width: int | None = None,
-    height: int | None = None,
-    pix_fmt: Literal["rgb24", "gray"] = "rgb24",
-    filter: Literal["bicubic", "bilinear", "nearest", "area"] = "bicubic",
-    threads: int = 1,
-    return_info: bool = False,
-) -> Any:
-    """Decodes (and consumes) packets into a ``uint8`` numpy array ``[N, H, W, C]`` (GIL released)."""
+    packets: Packets, *, return_info: bool = False, **options: Unpack[_DecodeOptions]
+) -> Buffer | tuple[Buffer, dict[str, Any]]:
+    """Decodes (and consumes) packets into a ``uint8`` buffer ``[N, H, W, C]`` (GIL released)."""
 
-def load_video_op(
-    *,
-    start: float | None = None,
-    duration: float | None = None,
-    fps: float | None = None,
-    every_k: int | None = None,
-    num_frames: int | None = None,
-    width: int | None = None,
-    height: int | None = None,
-    pix_fmt: str = "rgb24",
-    filter: str = "bicubic",
-    threads: int = 1,
-    limits: dict[str, int] | None = None,
-) -> NativeOp:
+def load_video_op(**options: Unpack[_VideoOptions]) -> NativeOp:
     """The native op of :py:func:`load_video`."""
 
-def demux_video_op(
-    *, start: float | None = None, duration: float | None = None, limits: dict[str, int] | None = None
-) -> NativeOp:
+def demux_video_op(**options: Unpack[_DemuxOptions]) -> NativeOp:
     """The native op of :py:func:`demux_video` (outputs :py:class:`Packets`)."""
 
-def decode_packets_op(
-    *,
-    fps: float | None = None,
-    every_k: int | None = None,
-    num_frames: int | None = None,
-    width: int | None = None,
-    height: int | None = None,
-    pix_fmt: str = "rgb24",
-    filter: str = "bicubic",
-    threads: int = 1,
-) -> NativeOp:
+def decode_packets_op(**options: Unpack[_DecodeOptions]) -> NativeOp:
     """The native op of :py:func:`decode_packets`."""
 
 HAS_SOURCE: bool

@@ -14,7 +14,8 @@ use spdl_io::audio::{
 };
 use spdl_io::{MediaInput, TimeWindow};
 
-use super::{Src, io_err, log_failures, media_src, src_from_value, to_numpy};
+use super::options::{KeywordOptions, missing};
+use super::{Src, buffer_result, io_err, log_failures, media_src, src_from_value};
 use crate::error::Error;
 use crate::pipeline::{NativeOp, PyNativeOp};
 use crate::value::Value;
@@ -106,46 +107,72 @@ fn limits(spec: Option<&Bound<'_, PyDict>>) -> PyResult<AudioLimits> {
     Ok(l)
 }
 
-/// The keyword arguments every audio entry point shares, as spdl-io options.
-#[allow(clippy::too_many_arguments)]
-fn audio_options(
-    start: Option<f64>,
-    duration: Option<f64>,
-    sample_rate: Option<u32>,
-    channel_spec: Option<&Bound<'_, PyAny>>,
-    dtype: &str,
-    layout: &str,
-    num_samples: Option<usize>,
-    backend_name: &str,
-    limit_spec: Option<&Bound<'_, PyDict>>,
-) -> PyResult<AudioOptions> {
-    let opts = AudioOptions {
-        window: window(start, duration),
-        sample_rate,
-        channels: channels(channel_spec)?,
-        sample_type: sample_type(dtype)?,
-        layout: audio_layout(layout)?,
-        num_frames: num_samples,
-        backend: backend(backend_name)?,
-        limits: limits(limit_spec)?,
-    };
-    opts.validate().map_err(io_err)?;
-    Ok(opts)
+keyword_options! {
+    /// The options of `load_audio` and its op.
+    struct AudioArgs {
+        start: Option<f64> = None,
+        duration: Option<f64> = None,
+        sample_rate: Option<u32> = None,
+        channels: Option<Py<PyAny>> = None,
+        dtype: String = "float32".to_owned(),
+        layout: String = "channels_first".to_owned(),
+        num_samples: Option<usize> = None,
+        backend: String = "auto".to_owned(),
+        limits: Option<Py<PyDict>> = None,
+    }
 }
 
-fn batch_options(
-    audio: AudioOptions,
-    num_samples: usize,
-    strict: bool,
-    threads: Option<usize>,
-) -> PyResult<AudioBatchOptions> {
-    if threads == Some(0) {
-        return Err(PyValueError::new_err("num_threads must be at least 1"));
+impl AudioArgs {
+    /// The spdl-io options (validated).
+    fn options(&self, py: Python<'_>) -> PyResult<AudioOptions> {
+        let opts = AudioOptions {
+            window: window(self.start, self.duration),
+            sample_rate: self.sample_rate,
+            channels: channels(self.channels.as_ref().map(|c| c.bind(py)))?,
+            sample_type: sample_type(&self.dtype)?,
+            layout: audio_layout(&self.layout)?,
+            num_frames: self.num_samples,
+            backend: backend(&self.backend)?,
+            limits: limits(self.limits.as_ref().map(|l| l.bind(py)))?,
+        };
+        opts.validate().map_err(io_err)?;
+        Ok(opts)
     }
-    let mut check = audio.clone();
-    check.num_frames = Some(num_samples);
-    check.validate().map_err(io_err)?;
-    Ok(AudioBatchOptions { audio, num_frames: num_samples, strict, threads })
+
+    /// The options of a call of `func` with keyword `options`, as spdl-io options.
+    fn from_call(py: Python<'_>, func: &str, options: Option<&Bound<'_, PyDict>>) -> PyResult<AudioOptions> {
+        Self::from_kwargs(func, options)?.options(py)
+    }
+}
+
+keyword_options! {
+    /// The options of `load_audio_batch` and its op: a clip's (`num_samples` required) and the batch's.
+    struct AudioBatchArgs [audio: AudioArgs] {
+        strict: bool = true,
+        num_threads: Option<usize> = None,
+    }
+}
+
+impl AudioBatchArgs {
+    /// The spdl-io options of a call of `func` with keyword `options`; `num_threads=None` means
+    /// `default_threads`.
+    fn from_call(
+        py: Python<'_>,
+        func: &str,
+        options: Option<&Bound<'_, PyDict>>,
+        default_threads: Option<usize>,
+    ) -> PyResult<AudioBatchOptions> {
+        let args = Self::from_kwargs(func, options)?;
+        let num_samples = args.audio.num_samples.ok_or_else(|| missing(func, "num_samples"))?;
+        let threads = args.num_threads.or(default_threads);
+        if threads == Some(0) {
+            return Err(PyValueError::new_err("num_threads must be at least 1"));
+        }
+        // Validated with the clip length; each clip is decoded whole, then padded or truncated.
+        let mut audio = args.audio.options(py)?;
+        audio.num_frames = None;
+        Ok(AudioBatchOptions { audio, num_frames: num_samples, strict: args.strict, threads })
+    }
 }
 
 fn clip_info<'py>(py: Python<'py>, a: &Audio) -> PyResult<Bound<'py, PyDict>> {
@@ -165,10 +192,10 @@ fn failure_list<'py>(py: Python<'py>, failures: &[(usize, String, String)]) -> P
 }
 
 fn batch_failures(batch: &AudioBatch) -> super::Failures {
-    batch.failures.iter().map(|f| (f.index, f.item.clone(), crate::error::error_chain(&f.error))).collect()
+    batch.failures.iter().map(crate::error::batch_failure).collect()
 }
 
-/// Decodes one audio clip (a path or encoded bytes) into a ``numpy`` array (GIL released), without a copy:
+/// Decodes one audio clip (a path or encoded bytes) into a :py:class:`spdl_rs.Buffer` (GIL released), no copy:
 /// ``[C, T]`` (``layout="channels_first"``) or ``[T, C]`` (``"interleaved"``), ``float32`` in ``[-1, 1]`` or
 /// ``int16``.
 ///
@@ -199,46 +226,23 @@ fn batch_failures(batch: &AudioBatch) -> super::Failures {
 ///     ValueError: Invalid options (e.g. a channel the file does not have).
 ///     RuntimeError: The input is empty, corrupt, in an unknown format or over a limit; the message names it.
 #[pyfunction]
-#[pyo3(signature = (src, *, start=None, duration=None, sample_rate=None, channels=None, dtype="float32", layout="channels_first", num_samples=None, backend="auto", limits=None, name=None, return_info=false))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (src, *, name=None, return_info=false, **options))]
 fn load_audio(
     py: Python<'_>,
     src: &Bound<'_, PyAny>,
-    start: Option<f64>,
-    duration: Option<f64>,
-    sample_rate: Option<u32>,
-    channels: Option<Bound<'_, PyAny>>,
-    dtype: &str,
-    layout: &str,
-    num_samples: Option<usize>,
-    backend: &str,
-    limits: Option<Bound<'_, PyDict>>,
     name: Option<&str>,
     return_info: bool,
+    options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<Py<PyAny>> {
-    let opts = audio_options(
-        start,
-        duration,
-        sample_rate,
-        channels.as_ref(),
-        dtype,
-        layout,
-        num_samples,
-        backend,
-        limits.as_ref(),
-    )?;
+    let opts = AudioArgs::from_call(py, "load_audio", options)?;
     let src = media_src(src, name)?;
     let audio =
         super::interruptible(py, move || decode_audio(src.media(), &opts, &system_allocator()))?.map_err(io_err)?;
     let info = if return_info { Some(clip_info(py, &audio)?) } else { None };
-    let array = to_numpy(py, audio.buffer)?;
-    match info {
-        Some(info) => Ok((array, info).into_pyobject(py)?.into_any().unbind()),
-        None => Ok(array.unbind()),
-    }
+    buffer_result(py, audio.buffer, info)
 }
 
-/// Decodes a batch of clips into one ``numpy`` array ``[N, C, T]`` (or ``[N, T, C]``), each clip padded with
+/// Decodes a batch of clips into one :py:class:`spdl_rs.Buffer` ``[N, C, T]`` (or ``[N, T, C]``), each clip padded with
 /// zeros or truncated to ``num_samples``, in parallel, GIL released. Keyword arguments as
 /// :py:func:`load_audio`.
 ///
@@ -254,27 +258,14 @@ fn load_audio(
 ///     return_info: Also return a dict: ``sample_rate``, ``num_samples`` (per clip, samples decoded before
 ///         padding) and ``failures`` (``(index, item, message)`` tuples).
 #[pyfunction]
-#[pyo3(signature = (srcs, *, num_samples, start=None, duration=None, sample_rate=None, channels=None, dtype="float32", layout="channels_first", backend="auto", limits=None, strict=true, num_threads=None, return_info=false))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (srcs, *, return_info=false, **options))]
 fn load_audio_batch(
     py: Python<'_>,
     srcs: Vec<Bound<'_, PyAny>>,
-    num_samples: usize,
-    start: Option<f64>,
-    duration: Option<f64>,
-    sample_rate: Option<u32>,
-    channels: Option<Bound<'_, PyAny>>,
-    dtype: &str,
-    layout: &str,
-    backend: &str,
-    limits: Option<Bound<'_, PyDict>>,
-    strict: bool,
-    num_threads: Option<usize>,
     return_info: bool,
+    options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<Py<PyAny>> {
-    let audio =
-        audio_options(start, duration, sample_rate, channels.as_ref(), dtype, layout, None, backend, limits.as_ref())?;
-    let opts = batch_options(audio, num_samples, strict, num_threads)?;
+    let opts = AudioBatchArgs::from_call(py, "load_audio_batch", options, None)?;
     let srcs = srcs.iter().enumerate().map(|(i, s)| super::src_from_py(s, i)).collect::<PyResult<Vec<_>>>()?;
     let batch = super::interruptible(py, move || {
         let inputs: Vec<MediaInput<'_>> = srcs.iter().map(Src::media).collect();
@@ -283,15 +274,16 @@ fn load_audio_batch(
     .map_err(io_err)?;
     let failures = batch_failures(&batch);
     log_failures(py, "load_audio_batch", &failures);
-    if !return_info {
-        return Ok(to_numpy(py, batch.buffer)?.unbind());
-    }
-    let info = PyDict::new(py);
-    info.set_item("sample_rate", batch.sample_rate)?;
-    info.set_item("num_samples", &batch.frames)?;
-    info.set_item("failures", failure_list(py, &failures)?)?;
-    let array = to_numpy(py, batch.buffer)?;
-    Ok((array, info).into_pyobject(py)?.into_any().unbind())
+    let info = if return_info {
+        let info = PyDict::new(py);
+        info.set_item("sample_rate", batch.sample_rate)?;
+        info.set_item("num_samples", &batch.frames)?;
+        info.set_item("failures", failure_list(py, &failures)?)?;
+        Some(info)
+    } else {
+        None
+    };
+    buffer_result(py, batch.buffer, info)
 }
 
 /// What a media file holds, from its headers only (no decoding): a dict with ``item``, ``format``
@@ -372,55 +364,19 @@ impl NativeOp for AudioBatchOp {
 /// Native op: decodes each item (a path or encoded bytes) into a ``[C, T]`` (or ``[T, C]``) buffer, without
 /// the GIL. Arguments as :py:func:`spdl_rs.io.load_audio`.
 #[pyfunction]
-#[pyo3(signature = (*, start=None, duration=None, sample_rate=None, channels=None, dtype="float32", layout="channels_first", num_samples=None, backend="auto", limits=None))]
-#[allow(clippy::too_many_arguments)]
-fn load_audio_op(
-    start: Option<f64>,
-    duration: Option<f64>,
-    sample_rate: Option<u32>,
-    channels: Option<Bound<'_, PyAny>>,
-    dtype: &str,
-    layout: &str,
-    num_samples: Option<usize>,
-    backend: &str,
-    limits: Option<Bound<'_, PyDict>>,
-) -> PyResult<PyNativeOp> {
-    let opts = audio_options(
-        start,
-        duration,
-        sample_rate,
-        channels.as_ref(),
-        dtype,
-        layout,
-        num_samples,
-        backend,
-        limits.as_ref(),
-    )?;
+#[pyo3(signature = (**options))]
+fn load_audio_op(py: Python<'_>, options: Option<&Bound<'_, PyDict>>) -> PyResult<PyNativeOp> {
+    let opts = AudioArgs::from_call(py, "load_audio_op", options)?;
     Ok(PyNativeOp { op: Arc::new(LoadAudioOp { opts }) })
 }
 
 /// Native op: decodes each item (a list of paths or encoded bytes, e.g. after ``aggregate(16)``) into one
 /// ``[N, C, T]`` buffer, without the GIL. Arguments as :py:func:`spdl_rs.io.load_audio_batch`;
-/// ``num_threads`` defaults to 1 (the stage's ``concurrency`` gives the parallelism).
+/// ``num_threads`` (``None``) means 1 here (the stage's ``concurrency`` gives the parallelism).
 #[pyfunction]
-#[pyo3(signature = (*, num_samples, start=None, duration=None, sample_rate=None, channels=None, dtype="float32", layout="channels_first", backend="auto", limits=None, strict=true, num_threads=1))]
-#[allow(clippy::too_many_arguments)]
-fn load_audio_batch_op(
-    num_samples: usize,
-    start: Option<f64>,
-    duration: Option<f64>,
-    sample_rate: Option<u32>,
-    channels: Option<Bound<'_, PyAny>>,
-    dtype: &str,
-    layout: &str,
-    backend: &str,
-    limits: Option<Bound<'_, PyDict>>,
-    strict: bool,
-    num_threads: usize,
-) -> PyResult<PyNativeOp> {
-    let audio =
-        audio_options(start, duration, sample_rate, channels.as_ref(), dtype, layout, None, backend, limits.as_ref())?;
-    let opts = batch_options(audio, num_samples, strict, Some(num_threads))?;
+#[pyo3(signature = (**options))]
+fn load_audio_batch_op(py: Python<'_>, options: Option<&Bound<'_, PyDict>>) -> PyResult<PyNativeOp> {
+    let opts = AudioBatchArgs::from_call(py, "load_audio_batch_op", options, Some(1))?;
     Ok(PyNativeOp { op: Arc::new(AudioBatchOp { opts }) })
 }
 

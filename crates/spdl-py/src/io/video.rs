@@ -14,7 +14,8 @@ use spdl_io::video::{
 };
 
 use super::audio::window;
-use super::{io_err, media_src, src_from_value, to_numpy};
+use super::options::KeywordOptions;
+use super::{buffer_result, io_err, media_src, src_from_value};
 use crate::error::Error;
 use crate::pipeline::{NativeOp, PyNativeOp};
 use crate::value::Value;
@@ -147,48 +148,85 @@ fn limits(spec: Option<&Bound<'_, PyDict>>) -> PyResult<VideoLimits> {
     Ok(l)
 }
 
-fn demux_options(
-    start: Option<f64>,
-    duration: Option<f64>,
-    limit_spec: Option<&Bound<'_, PyDict>>,
-) -> PyResult<DemuxOptions> {
-    let window = window(start, duration);
-    if let Some(w) = &window {
-        w.validate().map_err(io_err)?;
+keyword_options! {
+    /// The options of `demux_video` and its op: the window and the bounds.
+    struct DemuxArgs {
+        start: Option<f64> = None,
+        duration: Option<f64> = None,
+        limits: Option<Py<PyDict>> = None,
     }
-    Ok(DemuxOptions { window, limits: limits(limit_spec)? })
 }
 
-#[allow(clippy::too_many_arguments)]
-fn decode_options(
-    fps: Option<f64>,
-    every_k: Option<usize>,
-    num_frames: Option<usize>,
-    width: Option<u32>,
-    height: Option<u32>,
-    pix_fmt: &str,
-    filter: &str,
-    threads: usize,
-) -> PyResult<DecodeOptions> {
-    let sampling = match (fps, every_k, num_frames) {
-        (None, None, None) => FrameSampling::All,
-        (Some(f), None, None) => FrameSampling::Fps(f),
-        (None, Some(k), None) => FrameSampling::Every(k),
-        (None, None, Some(n)) => FrameSampling::Uniform(n),
-        _ => return Err(PyValueError::new_err("give at most one of fps, every_k and num_frames")),
-    };
-    let size = match (width, height) {
-        (None, None) => None,
-        (Some(w), Some(h)) => Some((w, h)),
-        _ => return Err(PyValueError::new_err("give both width and height (or neither, for the coded size)")),
-    };
-    let opts =
-        DecodeOptions { sampling, size, pixel_format: pixel_format(pix_fmt)?, filter: scale_filter(filter)?, threads };
-    opts.validate().map_err(io_err)?;
-    Ok(opts)
+impl DemuxArgs {
+    /// The spdl-io options (validated).
+    fn options(&self, py: Python<'_>) -> PyResult<DemuxOptions> {
+        let window = window(self.start, self.duration);
+        if let Some(w) = &window {
+            w.validate().map_err(io_err)?;
+        }
+        Ok(DemuxOptions { window, limits: limits(self.limits.as_ref().map(|l| l.bind(py)))? })
+    }
 }
 
-/// The frames as a numpy array, with `(array, info)` when asked.
+keyword_options! {
+    /// The options of `decode_packets` and its op: frame sampling, output size and format.
+    struct DecodeArgs {
+        fps: Option<f64> = None,
+        every_k: Option<usize> = None,
+        num_frames: Option<usize> = None,
+        width: Option<u32> = None,
+        height: Option<u32> = None,
+        pix_fmt: String = "rgb24".to_owned(),
+        filter: String = "bicubic".to_owned(),
+        threads: usize = 1,
+    }
+}
+
+impl DecodeArgs {
+    /// The spdl-io options (validated).
+    fn options(&self) -> PyResult<DecodeOptions> {
+        let sampling = match (self.fps, self.every_k, self.num_frames) {
+            (None, None, None) => FrameSampling::All,
+            (Some(f), None, None) => FrameSampling::Fps(f),
+            (None, Some(k), None) => FrameSampling::Every(k),
+            (None, None, Some(n)) => FrameSampling::Uniform(n),
+            _ => return Err(PyValueError::new_err("give at most one of fps, every_k and num_frames")),
+        };
+        let size = match (self.width, self.height) {
+            (None, None) => None,
+            (Some(w), Some(h)) => Some((w, h)),
+            _ => return Err(PyValueError::new_err("give both width and height (or neither, for the coded size)")),
+        };
+        let opts = DecodeOptions {
+            sampling,
+            size,
+            pixel_format: pixel_format(&self.pix_fmt)?,
+            filter: scale_filter(&self.filter)?,
+            threads: self.threads,
+        };
+        opts.validate().map_err(io_err)?;
+        Ok(opts)
+    }
+}
+
+keyword_options! {
+    /// The options of `load_video` and its op: `demux_video`'s and `decode_packets`'.
+    struct VideoArgs [demux: DemuxArgs, decode: DecodeArgs] {}
+}
+
+impl VideoArgs {
+    /// The spdl-io options of a call of `func` with keyword `options`.
+    fn from_call(
+        py: Python<'_>,
+        func: &str,
+        options: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<(DemuxOptions, DecodeOptions)> {
+        let args = Self::from_kwargs(func, options)?;
+        Ok((args.demux.options(py)?, args.decode.options()?))
+    }
+}
+
+/// The frames as a :py:class:`spdl_rs.Buffer`, with `(buffer, info)` when asked.
 fn frames_result(py: Python<'_>, frames: Frames, return_info: bool) -> PyResult<Py<PyAny>> {
     let info = if return_info {
         let d = PyDict::new(py);
@@ -200,15 +238,11 @@ fn frames_result(py: Python<'_>, frames: Frames, return_info: bool) -> PyResult<
     } else {
         None
     };
-    let array = to_numpy(py, frames.buffer)?;
-    match info {
-        Some(info) => Ok((array, info).into_pyobject(py)?.into_any().unbind()),
-        None => Ok(array.unbind()),
-    }
+    buffer_result(py, frames.buffer, info)
 }
 
-/// Demuxes and decodes a video (a path or encoded bytes) into a ``uint8`` ``numpy`` array ``[N, H, W, C]``
-/// (GIL released), without a copy. FFmpeg seeks to the keyframe before ``start``; frames that are not
+/// Demuxes and decodes a video (a path or encoded bytes) into a ``uint8`` :py:class:`spdl_rs.Buffer`
+/// ``[N, H, W, C]`` (GIL released), without a copy. FFmpeg seeks to the keyframe before ``start``; frames that are not
 /// selected are decoded but never converted.
 ///
 /// Args:
@@ -233,27 +267,15 @@ fn frames_result(py: Python<'_>, frames: Frames, return_info: bool) -> PyResult<
 ///     ValueError: Invalid options.
 ///     RuntimeError: The input is corrupt, has no video stream or is over a limit; the message names it.
 #[pyfunction]
-#[pyo3(signature = (src, *, start=None, duration=None, fps=None, every_k=None, num_frames=None, width=None, height=None, pix_fmt="rgb24", filter="bicubic", threads=1, limits=None, name=None, return_info=false))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (src, *, name=None, return_info=false, **options))]
 fn load_video(
     py: Python<'_>,
     src: &Bound<'_, PyAny>,
-    start: Option<f64>,
-    duration: Option<f64>,
-    fps: Option<f64>,
-    every_k: Option<usize>,
-    num_frames: Option<usize>,
-    width: Option<u32>,
-    height: Option<u32>,
-    pix_fmt: &str,
-    filter: &str,
-    threads: usize,
-    limits: Option<Bound<'_, PyDict>>,
     name: Option<&str>,
     return_info: bool,
+    options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<Py<PyAny>> {
-    let demux = demux_options(start, duration, limits.as_ref())?;
-    let decode = decode_options(fps, every_k, num_frames, width, height, pix_fmt, filter, threads)?;
+    let (demux, decode) = VideoArgs::from_call(py, "load_video", options)?;
     let src = media_src(src, name)?;
     let frames = py
         .detach(|| {
@@ -268,40 +290,30 @@ fn load_video(
 /// GIL released, into a :py:class:`Packets` object to decode with :py:func:`decode_packets`, possibly in
 /// another thread or pipeline stage. Arguments as :py:func:`load_video`.
 #[pyfunction]
-#[pyo3(signature = (src, *, start=None, duration=None, limits=None, name=None))]
+#[pyo3(signature = (src, *, name=None, **options))]
 fn demux_video(
     py: Python<'_>,
     src: &Bound<'_, PyAny>,
-    start: Option<f64>,
-    duration: Option<f64>,
-    limits: Option<Bound<'_, PyDict>>,
     name: Option<&str>,
+    options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<PyPackets> {
-    let demux = demux_options(start, duration, limits.as_ref())?;
+    let demux = DemuxArgs::from_kwargs("demux_video", options)?.options(py)?;
     let src = media_src(src, name)?;
     let packets = py.detach(|| demux_video_rs(src.media(), &demux)).map_err(io_err)?;
     Ok(PyPackets::new(packets))
 }
 
-/// Decodes :py:class:`Packets` into a ``uint8`` ``numpy`` array ``[N, H, W, C]`` (GIL released); the packets
+/// Decodes :py:class:`Packets` into a ``uint8`` :py:class:`spdl_rs.Buffer` ``[N, H, W, C]`` (GIL released); the packets
 /// are consumed. Arguments as :py:func:`load_video`.
 #[pyfunction]
-#[pyo3(signature = (packets, *, fps=None, every_k=None, num_frames=None, width=None, height=None, pix_fmt="rgb24", filter="bicubic", threads=1, return_info=false))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (packets, *, return_info=false, **options))]
 fn decode_packets(
     py: Python<'_>,
     packets: &PyPackets,
-    fps: Option<f64>,
-    every_k: Option<usize>,
-    num_frames: Option<usize>,
-    width: Option<u32>,
-    height: Option<u32>,
-    pix_fmt: &str,
-    filter: &str,
-    threads: usize,
     return_info: bool,
+    options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<Py<PyAny>> {
-    let decode = decode_options(fps, every_k, num_frames, width, height, pix_fmt, filter, threads)?;
+    let decode = DecodeArgs::from_kwargs("decode_packets", options)?.options()?;
     let packets = packets.take()?;
     let frames = py.detach(|| decode_packets_rs(packets, &decode, &system_allocator())).map_err(io_err)?;
     frames_result(py, frames, return_info)
@@ -388,55 +400,27 @@ impl NativeOp for DecodePacketsOp {
 /// Native op: demuxes and decodes each item (a path or encoded bytes) into a ``[N, H, W, C]`` ``uint8``
 /// buffer, without the GIL. Arguments as :py:func:`spdl_rs.io.load_video`.
 #[pyfunction]
-#[pyo3(signature = (*, start=None, duration=None, fps=None, every_k=None, num_frames=None, width=None, height=None, pix_fmt="rgb24", filter="bicubic", threads=1, limits=None))]
-#[allow(clippy::too_many_arguments)]
-fn load_video_op(
-    start: Option<f64>,
-    duration: Option<f64>,
-    fps: Option<f64>,
-    every_k: Option<usize>,
-    num_frames: Option<usize>,
-    width: Option<u32>,
-    height: Option<u32>,
-    pix_fmt: &str,
-    filter: &str,
-    threads: usize,
-    limits: Option<Bound<'_, PyDict>>,
-) -> PyResult<PyNativeOp> {
-    let demux = demux_options(start, duration, limits.as_ref())?;
-    let decode = decode_options(fps, every_k, num_frames, width, height, pix_fmt, filter, threads)?;
+#[pyo3(signature = (**options))]
+fn load_video_op(py: Python<'_>, options: Option<&Bound<'_, PyDict>>) -> PyResult<PyNativeOp> {
+    let (demux, decode) = VideoArgs::from_call(py, "load_video_op", options)?;
     Ok(PyNativeOp { op: Arc::new(LoadVideoOp { demux, decode }) })
 }
 
 /// Native op: demuxes each item (a path or encoded bytes) into a :py:class:`Packets` object. Arguments as
 /// :py:func:`spdl_rs.io.demux_video`.
 #[pyfunction]
-#[pyo3(signature = (*, start=None, duration=None, limits=None))]
-fn demux_video_op(
-    start: Option<f64>,
-    duration: Option<f64>,
-    limits: Option<Bound<'_, PyDict>>,
-) -> PyResult<PyNativeOp> {
-    let demux = demux_options(start, duration, limits.as_ref())?;
+#[pyo3(signature = (**options))]
+fn demux_video_op(py: Python<'_>, options: Option<&Bound<'_, PyDict>>) -> PyResult<PyNativeOp> {
+    let demux = DemuxArgs::from_kwargs("demux_video_op", options)?.options(py)?;
     Ok(PyNativeOp { op: Arc::new(DemuxVideoOp { demux }) })
 }
 
 /// Native op: decodes each item (a :py:class:`Packets`) into a ``[N, H, W, C]`` ``uint8`` buffer, without the
 /// GIL. Arguments as :py:func:`spdl_rs.io.decode_packets`.
 #[pyfunction]
-#[pyo3(signature = (*, fps=None, every_k=None, num_frames=None, width=None, height=None, pix_fmt="rgb24", filter="bicubic", threads=1))]
-#[allow(clippy::too_many_arguments)]
-fn decode_packets_op(
-    fps: Option<f64>,
-    every_k: Option<usize>,
-    num_frames: Option<usize>,
-    width: Option<u32>,
-    height: Option<u32>,
-    pix_fmt: &str,
-    filter: &str,
-    threads: usize,
-) -> PyResult<PyNativeOp> {
-    let decode = decode_options(fps, every_k, num_frames, width, height, pix_fmt, filter, threads)?;
+#[pyo3(signature = (**options))]
+fn decode_packets_op(options: Option<&Bound<'_, PyDict>>) -> PyResult<PyNativeOp> {
+    let decode = DecodeArgs::from_kwargs("decode_packets_op", options)?.options()?;
     Ok(PyNativeOp { op: Arc::new(DecodePacketsOp { decode }) })
 }
 

@@ -1,17 +1,40 @@
 """Media decoding in Rust (spdl-io). Every function releases the GIL for its whole duration.
 
-- Images: :py:func:`load_image`, :py:func:`decode_image`, :py:func:`image_info`, :py:func:`load_image_batch`
-  return :py:class:`spdl_rs.Buffer` objects; ``numpy.asarray(buf)`` or ``buf.numpy()`` views them without a
-  copy, and ``torch.from_dlpack(buf)`` / ``numpy.from_dlpack(buf)`` take them in place.
-- Audio (pure Rust: WAV, FLAC, MP3, Vorbis, AAC, ...): :py:func:`load_audio`, :py:func:`load_audio_batch`
-  return ``numpy`` arrays viewing the decoded memory in place; :py:func:`probe` describes any media file.
+- Images: :py:func:`load_image`, :py:func:`decode_image`, :py:func:`image_info`, :py:func:`load_image_batch`.
+- Audio (pure Rust: WAV, FLAC, MP3, Vorbis, AAC, ...): :py:func:`load_audio`, :py:func:`load_audio_batch`;
+  :py:func:`probe` describes any media file.
 - Video (a build with FFmpeg, see :py:func:`has_video`): :py:func:`load_video`, or :py:func:`demux_video` then
-  :py:func:`decode_packets` in separate pipeline stages; ``numpy`` ``uint8`` arrays ``[N, H, W, C]``.
+  :py:func:`decode_packets` in separate pipeline stages.
 
-The same decoders as pipeline stages that never take the GIL are in :py:mod:`spdl_rs.io.ops`.
+**The result type.** Every decoder (images, audio, video, and the pipeline stages of
+:py:mod:`spdl_rs.io.ops`) returns a :py:class:`spdl_rs.Buffer`: the memory the decoder wrote, owned by Rust and
+never copied, with ``.shape`` and ``.dtype`` (``uint8`` images ``[H, W, C]`` / ``[N, H, W, C]``, audio
+``float32`` or ``int16`` ``[C, T]`` / ``[N, C, T]``, video ``uint8`` ``[N, H, W, C]``). ``numpy.asarray(buf)``
+(or ``buf.numpy()``) views it in place, and so do ``numpy.from_dlpack(buf)`` and ``torch.from_dlpack(buf)``;
+a view keeps the buffer alive. With ``return_info=True`` a function returns ``(buffer, info)``.
+
+Keywords are typed and checked: an unknown keyword is a ``TypeError``, an invalid value a ``ValueError`` that
+names it. SPDL's spellings (``pix_fmt``, ``timestamp=(start, end)``, ``filter_desc=None``, ``*_config=None``,
+``load_image`` of encoded bytes, :py:func:`to_numpy`) are accepted, so that code written for ``spdl.io`` runs
+with an import change.
 """
 
-from .._native import HAS_IO, HAS_VIDEO
+from __future__ import annotations
+
+from collections.abc import Sequence
+from os import PathLike
+from typing import TYPE_CHECKING, Any, Callable, Literal
+
+from .. import _native
+from .._native import HAS_VIDEO, Buffer
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer as _BufferLike
+
+    _Src = str | PathLike[str] | bytes | _BufferLike
+    """A path (``str`` or ``os.PathLike``) or encoded bytes (``bytes``, ``bytearray``, ``memoryview``, ...)."""
+    _Channels = Literal["mono", "all"] | Sequence[int] | None
+    _Result = Buffer | tuple[Buffer, dict[str, Any]]
 
 
 def has_video() -> bool:
@@ -19,39 +42,21 @@ def has_video() -> bool:
     return bool(HAS_VIDEO)
 
 
-def _missing(feature: str):
-    def missing(*_args, **_kwargs):
+def _native_fn(name: str, feature: str = "io") -> Callable[..., Any]:
+    fn = getattr(_native, name, None)
+    if fn is None:
         raise RuntimeError(f"spdl_rs was built without the `{feature}` feature")
+    return fn
 
-    return missing
-
-
-if HAS_IO:
-    from .._native import (
-        decode_image,
-        decode_memory_budget,
-        image_info,
-        load_audio,
-        load_audio_batch,
-        load_image,
-        load_image_batch,
-        probe,
-        set_decode_memory_budget,
-    )
-else:  # pragma: no cover (a build without the `io` feature)
-    decode_image = image_info = load_image = load_image_batch = _missing("io")
-    decode_memory_budget = set_decode_memory_budget = _missing("io")
-    load_audio = load_audio_batch = probe = _missing("io")
 
 if HAS_VIDEO:
-    from .._native import Packets, decode_packets, demux_video, load_video
+    from .._native import Packets
 else:
-    load_video = demux_video = decode_packets = _missing("ffmpeg")
 
     class Packets:  # type: ignore[no-redef]
         """Demuxed video packets (only made by a build with the ``ffmpeg`` feature)."""
 
-        def __init__(self, *_args, **_kwargs):
+        def __init__(self, *_args: object, **_kwargs: object) -> None:
             raise RuntimeError("spdl_rs was built without the `ffmpeg` feature")
 
 
@@ -70,15 +75,18 @@ def _pixel_format(pixel_format: str, pix_fmt: str | None) -> str:
         raise ValueError(f"pix_fmt must be one of {sorted(_PIX_FMTS)}, got {pix_fmt!r}") from None
 
 
-def _window(kwargs: dict, timestamp) -> dict:
-    if timestamp is not None:
-        if "start" in kwargs or "duration" in kwargs:
-            raise ValueError("give either timestamp=(start, end) or start/duration, not both")
-        start, end = (float(t) for t in timestamp)
-        if not end > start >= 0:
-            raise ValueError(f"timestamp must be (start, end) with 0 <= start < end, got {timestamp!r}")
-        kwargs = {**kwargs, "start": start, "duration": end - start}
-    return kwargs
+def _window(
+    timestamp: tuple[float, float] | None, start: float | None, duration: float | None
+) -> tuple[float | None, float | None]:
+    """``timestamp=(start, end)`` (SPDL) as ``start``/``duration``."""
+    if timestamp is None:
+        return start, duration
+    if start is not None or duration is not None:
+        raise ValueError("give either timestamp=(start, end) or start/duration, not both")
+    begin, end = (float(t) for t in timestamp)
+    if not end > begin >= 0:
+        raise ValueError(f"timestamp must be (start, end) with 0 <= start < end, got {timestamp!r}")
+    return begin, end - begin
 
 
 # SPDL's configuration objects (``spdl.io.demux_config(...)`` and the like) and where spdl_rs puts the same
@@ -91,83 +99,388 @@ _SPDL_CONFIGS = {
 }
 
 
-def _spdl_keywords(kwargs: dict, func: str, instead: str) -> dict:
+def _spdl_keywords(func: str, instead: str, filter_desc: str | None, **configs: object) -> None:
     """SPDL's ``filter_desc`` is an FFmpeg filter graph; spdl_rs decodes without one. ``None`` (SPDL's "no
     filter") is accepted; a graph is refused with the keywords that do the same work here. SPDL's config
     objects (``demux_config``, ``decode_config``, ``device_config``, ``storage``) are accepted as ``None`` and
     refused otherwise, naming what replaces them."""
-    if kwargs.get("filter_desc") is not None:
+    if filter_desc is not None:
         raise ValueError(
             f"{func}: filter_desc (an FFmpeg filter graph, spdl.io.get_*_filter_desc) is not supported by spdl_rs; "
             f"use {instead} instead"
         )
-    kwargs.pop("filter_desc", None)
     for key, instead_of in _SPDL_CONFIGS.items():
-        if kwargs.pop(key, None) is not None:
+        if configs.get(key) is not None:
             raise ValueError(f"{func}: SPDL's {key} is not supported by spdl_rs ({instead_of})")
-    return kwargs
 
 
-if HAS_IO:
-    _native_load_image, _native_decode_image = load_image, decode_image
-    _native_load_image_batch, _native_load_audio = load_image_batch, load_audio
-
-    def load_image(src, *, pixel_format: str = "rgb", pix_fmt: str | None = None, **kwargs):
-        """Decodes one image into an HWC ``uint8`` :py:class:`spdl_rs.Buffer` (GIL released). ``src`` is a path
-        or, as in SPDL, the encoded bytes; other keywords as :py:func:`decode_image` (``size``, ``filter``,
-        ``exif_orientation``); ``pix_fmt`` is SPDL's spelling of ``pixel_format``."""
-        pixel_format = _pixel_format(pixel_format, pix_fmt)
-        kwargs = _spdl_keywords(kwargs, "load_image", "size=(width, height), filter= and pix_fmt=")
-        if isinstance(src, (bytes, bytearray, memoryview)) or (
-            not isinstance(src, str) and not hasattr(src, "__fspath__") and hasattr(src, "__buffer__")
-        ):
-            return _native_decode_image(src, pixel_format=pixel_format, **kwargs)
-        kwargs.pop("name", None)
-        return _native_load_image(src, pixel_format=pixel_format, **kwargs)
-
-    def decode_image(data, *, pixel_format: str = "rgb", pix_fmt: str | None = None, **kwargs):
-        """Decodes one encoded image (bytes or a buffer) into an HWC ``uint8`` buffer (GIL released): see the
-        native ``decode_image`` for the keywords; ``pix_fmt`` is SPDL's spelling of ``pixel_format``."""
-        kwargs = _spdl_keywords(kwargs, "decode_image", "size=(width, height), filter= and pix_fmt=")
-        return _native_decode_image(data, pixel_format=_pixel_format(pixel_format, pix_fmt), **kwargs)
-
-    def load_image_batch(srcs, width: int, height: int, *, pixel_format: str = "rgb", pix_fmt: str | None = None,
-                         **kwargs):
-        """Decodes and resizes ``srcs`` into one ``[N, H, W, C]`` buffer in parallel (GIL released): see the native
-        ``load_image_batch`` for the keywords; ``pix_fmt`` is SPDL's spelling of ``pixel_format``."""
-        kwargs = _spdl_keywords(kwargs, "load_image_batch", "width=, height=, filter= and pix_fmt=")
-        return _native_load_image_batch(srcs, width, height, pixel_format=_pixel_format(pixel_format, pix_fmt),
-                                        **kwargs)
-
-    def load_audio(src, timestamp=None, **kwargs):
-        """Decodes audio into a ``numpy`` array (GIL released): see the native ``load_audio`` for the keywords;
-        ``timestamp=(start, end)`` in seconds is SPDL's spelling of ``start``/``duration``."""
-        kwargs = _spdl_keywords(kwargs, "load_audio", "sample_rate=, channels=, dtype= and layout=")
-        return _native_load_audio(src, **_window(kwargs, timestamp))
-
-if HAS_VIDEO:
-    _native_load_video = load_video
-
-    def load_video(src, timestamp=None, **kwargs):
-        """Decodes video frames into a ``numpy`` ``uint8`` array ``[N, H, W, C]`` (GIL released): see the native
-        ``load_video`` for the keywords; ``timestamp=(start, end)`` in seconds is SPDL's spelling of
-        ``start``/``duration``."""
-        kwargs = _spdl_keywords(kwargs, "load_video", "width=, height=, fps=, num_frames= and pix_fmt=")
-        return _native_load_video(src, **_window(kwargs, timestamp))
-
-    _native_demux_video = demux_video
-
-    def demux_video(src, *, timestamp=None, **kwargs):
-        """Demuxes a video's packets (GIL released) for :py:func:`decode_packets`: see the native
-        ``demux_video`` for the keywords; ``timestamp=(start, end)`` in seconds is SPDL's spelling of
-        ``start``/``duration``; SPDL's ``bsf=None`` and ``demux_config=None`` are accepted."""
-        if kwargs.pop("bsf", None) is not None:
-            raise ValueError("demux_video: bitstream filters (bsf=) are not supported by spdl_rs")
-        kwargs = _spdl_keywords(kwargs, "demux_video", "start=/duration=")
-        return _native_demux_video(src, **_window(kwargs, timestamp))
+_IMAGE_INSTEAD = "size=(width, height), filter= and pix_fmt="
 
 
-def to_torch(buffer):
+def _is_bytes(src: object) -> bool:
+    return isinstance(src, (bytes, bytearray, memoryview)) or (
+        not isinstance(src, str) and not hasattr(src, "__fspath__") and hasattr(src, "__buffer__")
+    )
+
+
+def load_image(
+    src: _Src,
+    *,
+    size: tuple[int, int] | None = None,
+    pixel_format: str = "rgb",
+    filter: str = "bilinear",
+    exif_orientation: bool = False,
+    name: str = "<bytes>",
+    pix_fmt: str | None = None,
+    filter_desc: str | None = None,
+    demux_config: object = None,
+    decode_config: object = None,
+    device_config: object = None,
+    storage: object = None,
+) -> Buffer:
+    """Decodes one image into an HWC ``uint8`` :py:class:`spdl_rs.Buffer` (GIL released).
+
+    Args:
+        src: A path or, as in SPDL, the encoded bytes.
+        size: ``(width, height)`` to resize to, or ``None`` for the original size.
+        pixel_format: ``"rgb"``, ``"rgba"`` or ``"gray"``.
+        filter: The resize filter (``"bilinear"``, ``"nearest"``, ``"box"``, ``"hamming"``, ``"bicubic"``).
+        exif_orientation: Apply the EXIF orientation.
+        name: The name of ``src`` in error messages when it is bytes.
+        pix_fmt: SPDL's spelling of ``pixel_format`` (``"rgb24"``, ``"rgba"``, ``"gray"``).
+        filter_desc, demux_config, decode_config, device_config, storage: SPDL's; only ``None`` is accepted.
+    """
+    _spdl_keywords("load_image", _IMAGE_INSTEAD, filter_desc, demux_config=demux_config,
+                   decode_config=decode_config, device_config=device_config, storage=storage)
+    options = dict(size=size, pixel_format=_pixel_format(pixel_format, pix_fmt), filter=filter,
+                   exif_orientation=exif_orientation)
+    if _is_bytes(src):
+        return _native_fn("decode_image")(src, name=name, **options)
+    return _native_fn("load_image")(src, **options)
+
+
+def decode_image(
+    data: bytes | _BufferLike,
+    *,
+    size: tuple[int, int] | None = None,
+    pixel_format: str = "rgb",
+    filter: str = "bilinear",
+    exif_orientation: bool = False,
+    name: str = "<bytes>",
+    pix_fmt: str | None = None,
+    filter_desc: str | None = None,
+    demux_config: object = None,
+    decode_config: object = None,
+    device_config: object = None,
+    storage: object = None,
+) -> Buffer:
+    """Decodes one encoded image (JPEG, PNG, WebP, GIF, BMP, TIFF; bytes or a buffer) into an HWC ``uint8``
+    :py:class:`spdl_rs.Buffer` (GIL released). Arguments as :py:func:`load_image`."""
+    _spdl_keywords("decode_image", _IMAGE_INSTEAD, filter_desc, demux_config=demux_config,
+                   decode_config=decode_config, device_config=device_config, storage=storage)
+    return _native_fn("decode_image")(
+        data, name=name, size=size, pixel_format=_pixel_format(pixel_format, pix_fmt), filter=filter,
+        exif_orientation=exif_orientation,
+    )
+
+
+def image_info(data: bytes | _BufferLike) -> tuple[str, int, int]:
+    """The format and size of an encoded image, from its header only: ``(format, width, height)``."""
+    return _native_fn("image_info")(data)
+
+
+def decode_memory_budget() -> int:
+    """The process-wide decode memory budget, in bytes (see :py:func:`set_decode_memory_budget`)."""
+    return _native_fn("decode_memory_budget")()
+
+
+def set_decode_memory_budget(nbytes: int) -> None:
+    """Sets the process-wide decode memory budget in bytes: large decodes (16 MiB of working memory or more)
+    reserve their bytes from it before allocating and wait while it is in use; a decode or a batch larger than
+    the whole budget fails. Default: a quarter of the machine's (or the cgroup's) memory.
+
+    Raises:
+        ValueError: ``nbytes`` is below 16 MiB.
+    """
+    _native_fn("set_decode_memory_budget")(nbytes)
+
+
+def load_image_batch(
+    srcs: Sequence[str | PathLike[str] | bytes],
+    width: int,
+    height: int,
+    *,
+    layout: Literal["NHWC", "NCHW"] = "NHWC",
+    normalize: str | tuple[Sequence[float], Sequence[float]] | None = None,
+    pixel_format: str = "rgb",
+    filter: str = "bilinear",
+    strict: bool = True,
+    num_threads: int | None = None,
+    return_info: bool = False,
+    transform: Literal["resize", "center-crop", "random-resized-crop"] = "resize",
+    seed: int = 0,
+    keys: Sequence[int] | None = None,
+    pix_fmt: str | None = None,
+    filter_desc: str | None = None,
+    demux_config: object = None,
+    decode_config: object = None,
+    device_config: object = None,
+    storage: object = None,
+) -> _Result:
+    """Decodes a batch of images (paths or encoded bytes) resized to ``width`` x ``height`` into one contiguous
+    :py:class:`spdl_rs.Buffer` of shape ``[N, H, W, C]`` (or ``[N, C, H, W]``), in parallel, GIL released.
+
+    Args:
+        srcs: Paths or encoded bytes.
+        width, height: The output size of every image.
+        layout: ``"NHWC"`` or ``"NCHW"``.
+        normalize: ``None`` (``uint8`` output), ``"imagenet"``, ``"unit"`` or ``(mean, std)`` (``float32``
+            output, ``(x / 255 - mean) / std``).
+        pixel_format: ``"rgb"``, ``"rgba"`` or ``"gray"`` (``pix_fmt``: SPDL's spelling).
+        filter: The resize filter.
+        strict: Fail the whole batch if one image fails (the message names its index and file). ``False``:
+            a failed image's slot stays zero and the failure is logged on the ``spdl_rs.io`` logger.
+        num_threads: Decoding threads (``None``: all cores).
+        return_info: Return ``(buffer, info)``, where ``info["failures"]`` lists the failed items as
+            ``(index, item, message)`` tuples.
+        transform: ``"resize"``, ``"center-crop"`` (ImageNet eval) or ``"random-resized-crop"`` (ImageNet
+            train: torchvision's ``RandomResizedCrop`` + a horizontal flip half the time).
+        seed: Seed of the random crop and flip.
+        keys: One integer per item that seeds its crop and flip with ``seed``; default: its position.
+        filter_desc, demux_config, decode_config, device_config, storage: SPDL's; only ``None`` is accepted.
+    """
+    _spdl_keywords("load_image_batch", "width=, height=, filter= and pix_fmt=", filter_desc,
+                   demux_config=demux_config, decode_config=decode_config, device_config=device_config,
+                   storage=storage)
+    return _native_fn("load_image_batch")(
+        srcs, width, height, return_info=return_info, keys=keys, layout=layout, normalize=normalize,
+        pixel_format=_pixel_format(pixel_format, pix_fmt), filter=filter, strict=strict, num_threads=num_threads,
+        transform=transform, seed=seed,
+    )
+
+
+def load_audio(
+    src: _Src,
+    timestamp: tuple[float, float] | None = None,
+    *,
+    start: float | None = None,
+    duration: float | None = None,
+    sample_rate: int | None = None,
+    channels: _Channels = None,
+    dtype: Literal["float32", "int16"] = "float32",
+    layout: Literal["channels_first", "interleaved"] = "channels_first",
+    num_samples: int | None = None,
+    backend: Literal["auto", "symphonia", "ffmpeg"] = "auto",
+    limits: dict[str, int] | None = None,
+    name: str | None = None,
+    return_info: bool = False,
+    filter_desc: str | None = None,
+    demux_config: object = None,
+    decode_config: object = None,
+    device_config: object = None,
+    storage: object = None,
+) -> _Result:
+    """Decodes one audio clip into a :py:class:`spdl_rs.Buffer` (GIL released, no copy): ``[C, T]``
+    (``layout="channels_first"``) or ``[T, C]`` (``"interleaved"``), ``float32`` in ``[-1, 1]`` or ``int16``.
+
+    WAV, FLAC, MP3, Ogg Vorbis, AAC (ADTS, MP4/M4A) and MKV/WebM audio decode in Rust (symphonia); in a build
+    with video support FFmpeg reads the rest (audio tracks of videos, Opus, ...).
+
+    Args:
+        src: A path (``str`` or ``os.PathLike``) or encoded bytes (``bytes``, ``bytearray``, ``memoryview``).
+        timestamp: SPDL's ``(start, end)`` in seconds, instead of ``start``/``duration``.
+        start: Window start in seconds (the decoder seeks to it when the container allows).
+        duration: Window length in seconds (``None``: to the end).
+        sample_rate: Output rate in Hz (``None``: the source's).
+        channels: ``None`` (all, in order), ``"mono"`` (mean of all channels) or a list of source channel
+            indices (repeats allowed, e.g. ``[0, 0]``).
+        dtype: ``"float32"`` or ``"int16"``.
+        layout: ``"channels_first"`` or ``"interleaved"``.
+        num_samples: Pad with zeros or truncate to exactly this many samples per channel.
+        backend: ``"auto"``, ``"symphonia"`` or ``"ffmpeg"`` (video builds only).
+        limits: Overrides of the decoding bounds (``max_samples``, ``max_packets``, ``max_channels``,
+            ``max_sample_rate``, ``max_bad_packets``).
+        name: The name of ``src`` in error messages when it is bytes (its extension is a format hint).
+        return_info: Also return a dict: ``sample_rate``, ``num_samples`` (samples decoded, before padding),
+            ``start`` (seconds), ``codec``, ``container``, ``source_sample_rate``, ``source_channels``.
+        filter_desc, demux_config, decode_config, device_config, storage: SPDL's; only ``None`` is accepted.
+
+    Raises:
+        OSError: The file cannot be read.
+        ValueError: Invalid options (e.g. a channel the file does not have).
+        RuntimeError: The input is empty, corrupt, in an unknown format or over a limit; the message names it.
+    """
+    _spdl_keywords("load_audio", "sample_rate=, channels=, dtype= and layout=", filter_desc,
+                   demux_config=demux_config, decode_config=decode_config, device_config=device_config,
+                   storage=storage)
+    start, duration = _window(timestamp, start, duration)
+    return _native_fn("load_audio")(
+        src, name=name, return_info=return_info, start=start, duration=duration, sample_rate=sample_rate,
+        channels=channels, dtype=dtype, layout=layout, num_samples=num_samples, backend=backend, limits=limits,
+    )
+
+
+def load_audio_batch(
+    srcs: Sequence[_Src],
+    *,
+    num_samples: int,
+    start: float | None = None,
+    duration: float | None = None,
+    sample_rate: int | None = None,
+    channels: _Channels = None,
+    dtype: Literal["float32", "int16"] = "float32",
+    layout: Literal["channels_first", "interleaved"] = "channels_first",
+    backend: Literal["auto", "symphonia", "ffmpeg"] = "auto",
+    limits: dict[str, int] | None = None,
+    strict: bool = True,
+    num_threads: int | None = None,
+    return_info: bool = False,
+) -> _Result:
+    """Decodes a batch of clips into one :py:class:`spdl_rs.Buffer` ``[N, C, T]`` (or ``[N, T, C]``), each clip
+    padded with zeros or truncated to ``num_samples``, in parallel, GIL released. Other keywords as
+    :py:func:`load_audio`.
+
+    The channel count is fixed by ``channels`` (``"mono"``, a list) or by the first clip that decodes; the rate
+    by ``sample_rate`` or the first clip. A clip that does not match fails.
+
+    Args:
+        srcs: Paths or encoded bytes (bytes are named ``<bytes #i>`` in errors).
+        num_samples: Samples per channel of every clip.
+        strict: ``True``: any failed clip raises (the message names its index and file). ``False``: failed
+            slots stay zero, each failure is logged on the ``spdl_rs.io`` logger and listed in the info.
+        num_threads: Decoding threads (``None``: all cores).
+        return_info: Also return a dict: ``sample_rate``, ``num_samples`` (per clip, samples decoded before
+            padding) and ``failures`` (``(index, item, message)`` tuples).
+    """
+    return _native_fn("load_audio_batch")(
+        srcs, return_info=return_info, num_samples=num_samples, start=start, duration=duration,
+        sample_rate=sample_rate, channels=channels, dtype=dtype, layout=layout, backend=backend, limits=limits,
+        strict=strict, num_threads=num_threads,
+    )
+
+
+def probe(src: _Src, *, name: str | None = None) -> dict[str, Any]:
+    """What a media file holds, from its headers only (no decoding): a dict with ``item``, ``format``
+    (container), ``prober`` (``"ffmpeg"``, ``"symphonia"`` or ``"image"``), ``size_bytes``, ``duration_s``,
+    ``bit_rate`` and ``streams`` (one dict per stream: ``index``, ``kind``, ``codec``, and where known
+    ``duration_s``, ``start_s``, ``num_frames``, ``bit_rate``, ``width``, ``height``, ``frame_rate``,
+    ``pixel_format``, ``sample_rate``, ``channels``, ``sample_format``). GIL released. Without video support only
+    images and audio formats are recognised."""
+    return _native_fn("probe")(src, name=name)
+
+
+_VIDEO_INSTEAD = "width=, height=, fps=, num_frames= and pix_fmt="
+
+
+def load_video(
+    src: _Src,
+    timestamp: tuple[float, float] | None = None,
+    *,
+    start: float | None = None,
+    duration: float | None = None,
+    fps: float | None = None,
+    every_k: int | None = None,
+    num_frames: int | None = None,
+    width: int | None = None,
+    height: int | None = None,
+    pix_fmt: Literal["rgb24", "gray"] = "rgb24",
+    filter: Literal["bicubic", "bilinear", "nearest", "area"] = "bicubic",
+    threads: int = 1,
+    limits: dict[str, int] | None = None,
+    name: str | None = None,
+    return_info: bool = False,
+    filter_desc: str | None = None,
+    demux_config: object = None,
+    decode_config: object = None,
+    device_config: object = None,
+    storage: object = None,
+) -> _Result:
+    """Demuxes and decodes a video (a path or encoded bytes) into a ``uint8`` :py:class:`spdl_rs.Buffer`
+    ``[N, H, W, C]`` (GIL released, no copy). FFmpeg seeks to the keyframe before ``start``; frames that are
+    not selected are decoded but never converted.
+
+    Args:
+        src: A path (``str`` or ``os.PathLike``) or encoded bytes.
+        timestamp: SPDL's ``(start, end)`` in seconds, instead of ``start``/``duration``.
+        start: Window start in seconds (presentation time).
+        duration: Window length in seconds (``None``: to the end).
+        fps: Output frame rate: at each tick the frame on screen then (frames repeat above the source rate).
+        every_k: Every k-th frame of the window.
+        num_frames: Exactly this many frames, spread uniformly over the window (repeats if it has fewer).
+            At most one of ``fps``, ``every_k``, ``num_frames``; none: every frame.
+        width, height: Output size (both or neither; neither keeps the coded size).
+        pix_fmt: ``"rgb24"`` (``C = 3``) or ``"gray"`` (``C = 1``).
+        filter: Scaling filter: ``"bicubic"``, ``"bilinear"``, ``"nearest"`` or ``"area"``.
+        threads: Decoder threads (``0``: FFmpeg picks one per core).
+        limits: Overrides of the bounds (``max_packets``, ``max_packet_bytes``, ``max_frames``, ``max_pixels``,
+            ``max_output_bytes``, ``max_bad_packets``).
+        name: The name of ``src`` in error messages when it is bytes.
+        return_info: Also return a dict: ``pts`` (seconds, per frame), ``frame_rate``, ``codec``, ``item``.
+        filter_desc, demux_config, decode_config, device_config, storage: SPDL's; only ``None`` is accepted.
+
+    Raises:
+        OSError: The file cannot be read.
+        ValueError: Invalid options.
+        RuntimeError: The input is corrupt, has no video stream or is over a limit; the message names it.
+    """
+    _spdl_keywords("load_video", _VIDEO_INSTEAD, filter_desc, demux_config=demux_config,
+                   decode_config=decode_config, device_config=device_config, storage=storage)
+    start, duration = _window(timestamp, start, duration)
+    return _native_fn("load_video", "ffmpeg")(
+        src, name=name, return_info=return_info, start=start, duration=duration, fps=fps, every_k=every_k,
+        num_frames=num_frames, width=width, height=height, pix_fmt=pix_fmt, filter=filter, threads=threads,
+        limits=limits,
+    )
+
+
+def demux_video(
+    src: _Src,
+    *,
+    timestamp: tuple[float, float] | None = None,
+    start: float | None = None,
+    duration: float | None = None,
+    limits: dict[str, int] | None = None,
+    name: str | None = None,
+    bsf: str | None = None,
+    filter_desc: str | None = None,
+    demux_config: object = None,
+    decode_config: object = None,
+    device_config: object = None,
+    storage: object = None,
+) -> Packets:
+    """Reads the packets of the best video stream that the window needs (from the keyframe before ``start``),
+    GIL released, into a :py:class:`Packets` object to decode with :py:func:`decode_packets`, possibly in
+    another thread or pipeline stage. Arguments as :py:func:`load_video`; SPDL's ``bsf=None`` is accepted."""
+    if bsf is not None:
+        raise ValueError("demux_video: bitstream filters (bsf=) are not supported by spdl_rs")
+    _spdl_keywords("demux_video", "start=/duration=", filter_desc, demux_config=demux_config,
+                   decode_config=decode_config, device_config=device_config, storage=storage)
+    start, duration = _window(timestamp, start, duration)
+    return _native_fn("demux_video", "ffmpeg")(src, name=name, start=start, duration=duration, limits=limits)
+
+
+def decode_packets(
+    packets: Packets,
+    *,
+    fps: float | None = None,
+    every_k: int | None = None,
+    num_frames: int | None = None,
+    width: int | None = None,
+    height: int | None = None,
+    pix_fmt: Literal["rgb24", "gray"] = "rgb24",
+    filter: Literal["bicubic", "bilinear", "nearest", "area"] = "bicubic",
+    threads: int = 1,
+    return_info: bool = False,
+) -> _Result:
+    """Decodes :py:class:`Packets` into a ``uint8`` :py:class:`spdl_rs.Buffer` ``[N, H, W, C]`` (GIL released);
+    the packets are consumed (a second decode raises ``ValueError``). Arguments as :py:func:`load_video`."""
+    return _native_fn("decode_packets", "ffmpeg")(
+        packets, return_info=return_info, fps=fps, every_k=every_k, num_frames=num_frames, width=width,
+        height=height, pix_fmt=pix_fmt, filter=filter, threads=threads,
+    )
+
+
+def to_torch(buffer: Any) -> Any:
     """A ``torch.Tensor`` sharing the buffer's memory (``torch.from_dlpack``; no copy): SPDL's ``to_torch``."""
     import torch
 
@@ -176,7 +489,7 @@ def to_torch(buffer):
     return torch.from_numpy(buffer)
 
 
-def to_numpy(buffer):
+def to_numpy(buffer: Any) -> Any:
     """A ``numpy`` view of a :py:class:`spdl_rs.Buffer` (no copy), or the array itself: SPDL's ``to_numpy``."""
     import numpy
 

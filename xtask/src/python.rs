@@ -380,6 +380,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn asks_an_interpreter_about_its_gil_or_fails() {
+        assert!(gil_enabled(Path::new("/nonexistent/python3.13t")).is_err());
+        if let Ok(python) = which("python3") {
+            // `True`/`False` from 3.13 on, the AttributeError's line before: never empty.
+            assert!(!gil_enabled(&python).expect("python3 runs").is_empty());
+        }
+    }
+
+    #[test]
     fn finds_a_mirror_or_says_why() {
         // On Debian this names the archive; elsewhere it must fail with a message, not panic.
         match debian_mirror() {

@@ -44,6 +44,7 @@
 //! # Ok::<(), Error>(())
 //! ```
 #![deny(missing_docs)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod buffer;
 mod dlpack;

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from os import PathLike
-from typing import TYPE_CHECKING, Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal, overload
 
 from .. import _native
 from .._native import HAS_VIDEO, Buffer
@@ -205,6 +205,81 @@ def set_decode_memory_budget(nbytes: int) -> None:
     _native_fn("set_decode_memory_budget")(nbytes)
 
 
+@overload
+def load_image_batch(
+    srcs: Sequence[str | PathLike[str] | bytes],
+    width: int,
+    height: int,
+    *,
+    layout: Literal["NHWC", "NCHW"] = "NHWC",
+    normalize: str | tuple[Sequence[float], Sequence[float]] | None = None,
+    pixel_format: str = "rgb",
+    filter: str = "bilinear",
+    strict: bool = True,
+    num_threads: int | None = None,
+    return_info: Literal[False] = False,
+    transform: Literal["resize", "center-crop", "random-resized-crop"] = "resize",
+    seed: int = 0,
+    keys: Sequence[int] | None = None,
+    pix_fmt: str | None = None,
+    filter_desc: str | None = None,
+    demux_config: object = None,
+    decode_config: object = None,
+    device_config: object = None,
+    storage: object = None,
+) -> Buffer: ...
+
+
+@overload
+def load_image_batch(
+    srcs: Sequence[str | PathLike[str] | bytes],
+    width: int,
+    height: int,
+    *,
+    layout: Literal["NHWC", "NCHW"] = "NHWC",
+    normalize: str | tuple[Sequence[float], Sequence[float]] | None = None,
+    pixel_format: str = "rgb",
+    filter: str = "bilinear",
+    strict: bool = True,
+    num_threads: int | None = None,
+    return_info: Literal[True],
+    transform: Literal["resize", "center-crop", "random-resized-crop"] = "resize",
+    seed: int = 0,
+    keys: Sequence[int] | None = None,
+    pix_fmt: str | None = None,
+    filter_desc: str | None = None,
+    demux_config: object = None,
+    decode_config: object = None,
+    device_config: object = None,
+    storage: object = None,
+) -> tuple[Buffer, dict[str, Any]]: ...
+
+
+@overload
+def load_image_batch(
+    srcs: Sequence[str | PathLike[str] | bytes],
+    width: int,
+    height: int,
+    *,
+    layout: Literal["NHWC", "NCHW"] = "NHWC",
+    normalize: str | tuple[Sequence[float], Sequence[float]] | None = None,
+    pixel_format: str = "rgb",
+    filter: str = "bilinear",
+    strict: bool = True,
+    num_threads: int | None = None,
+    return_info: bool,
+    transform: Literal["resize", "center-crop", "random-resized-crop"] = "resize",
+    seed: int = 0,
+    keys: Sequence[int] | None = None,
+    pix_fmt: str | None = None,
+    filter_desc: str | None = None,
+    demux_config: object = None,
+    decode_config: object = None,
+    device_config: object = None,
+    storage: object = None,
+) -> _Result: ...
+
+
 def load_image_batch(
     srcs: Sequence[str | PathLike[str] | bytes],
     width: int,
@@ -257,6 +332,78 @@ def load_image_batch(
         pixel_format=_pixel_format(pixel_format, pix_fmt), filter=filter, strict=strict, num_threads=num_threads,
         transform=transform, seed=seed,
     )
+
+
+@overload
+def load_audio(
+    src: _Src,
+    timestamp: tuple[float, float] | None = None,
+    *,
+    start: float | None = None,
+    duration: float | None = None,
+    sample_rate: int | None = None,
+    channels: _Channels = None,
+    dtype: Literal["float32", "int16"] = "float32",
+    layout: Literal["channels_first", "interleaved"] = "channels_first",
+    num_samples: int | None = None,
+    backend: Literal["auto", "symphonia", "ffmpeg"] = "auto",
+    limits: dict[str, int] | None = None,
+    name: str | None = None,
+    return_info: Literal[False] = False,
+    filter_desc: str | None = None,
+    demux_config: object = None,
+    decode_config: object = None,
+    device_config: object = None,
+    storage: object = None,
+) -> Buffer: ...
+
+
+@overload
+def load_audio(
+    src: _Src,
+    timestamp: tuple[float, float] | None = None,
+    *,
+    start: float | None = None,
+    duration: float | None = None,
+    sample_rate: int | None = None,
+    channels: _Channels = None,
+    dtype: Literal["float32", "int16"] = "float32",
+    layout: Literal["channels_first", "interleaved"] = "channels_first",
+    num_samples: int | None = None,
+    backend: Literal["auto", "symphonia", "ffmpeg"] = "auto",
+    limits: dict[str, int] | None = None,
+    name: str | None = None,
+    return_info: Literal[True],
+    filter_desc: str | None = None,
+    demux_config: object = None,
+    decode_config: object = None,
+    device_config: object = None,
+    storage: object = None,
+) -> tuple[Buffer, dict[str, Any]]: ...
+
+
+@overload
+def load_audio(
+    src: _Src,
+    timestamp: tuple[float, float] | None = None,
+    *,
+    start: float | None = None,
+    duration: float | None = None,
+    sample_rate: int | None = None,
+    channels: _Channels = None,
+    dtype: Literal["float32", "int16"] = "float32",
+    layout: Literal["channels_first", "interleaved"] = "channels_first",
+    num_samples: int | None = None,
+    backend: Literal["auto", "symphonia", "ffmpeg"] = "auto",
+    limits: dict[str, int] | None = None,
+    name: str | None = None,
+    return_info: bool,
+    filter_desc: str | None = None,
+    demux_config: object = None,
+    decode_config: object = None,
+    device_config: object = None,
+    storage: object = None,
+) -> _Result: ...
 
 
 def load_audio(
@@ -320,6 +467,63 @@ def load_audio(
     )
 
 
+@overload
+def load_audio_batch(
+    srcs: Sequence[_Src],
+    *,
+    num_samples: int,
+    start: float | None = None,
+    duration: float | None = None,
+    sample_rate: int | None = None,
+    channels: _Channels = None,
+    dtype: Literal["float32", "int16"] = "float32",
+    layout: Literal["channels_first", "interleaved"] = "channels_first",
+    backend: Literal["auto", "symphonia", "ffmpeg"] = "auto",
+    limits: dict[str, int] | None = None,
+    strict: bool = True,
+    num_threads: int | None = None,
+    return_info: Literal[False] = False,
+) -> Buffer: ...
+
+
+@overload
+def load_audio_batch(
+    srcs: Sequence[_Src],
+    *,
+    num_samples: int,
+    start: float | None = None,
+    duration: float | None = None,
+    sample_rate: int | None = None,
+    channels: _Channels = None,
+    dtype: Literal["float32", "int16"] = "float32",
+    layout: Literal["channels_first", "interleaved"] = "channels_first",
+    backend: Literal["auto", "symphonia", "ffmpeg"] = "auto",
+    limits: dict[str, int] | None = None,
+    strict: bool = True,
+    num_threads: int | None = None,
+    return_info: Literal[True],
+) -> tuple[Buffer, dict[str, Any]]: ...
+
+
+@overload
+def load_audio_batch(
+    srcs: Sequence[_Src],
+    *,
+    num_samples: int,
+    start: float | None = None,
+    duration: float | None = None,
+    sample_rate: int | None = None,
+    channels: _Channels = None,
+    dtype: Literal["float32", "int16"] = "float32",
+    layout: Literal["channels_first", "interleaved"] = "channels_first",
+    backend: Literal["auto", "symphonia", "ffmpeg"] = "auto",
+    limits: dict[str, int] | None = None,
+    strict: bool = True,
+    num_threads: int | None = None,
+    return_info: bool,
+) -> _Result: ...
+
+
 def load_audio_batch(
     srcs: Sequence[_Src],
     *,
@@ -370,6 +574,84 @@ def probe(src: _Src, *, name: str | None = None) -> dict[str, Any]:
 
 
 _VIDEO_INSTEAD = "width=, height=, fps=, num_frames= and pix_fmt="
+
+
+@overload
+def load_video(
+    src: _Src,
+    timestamp: tuple[float, float] | None = None,
+    *,
+    start: float | None = None,
+    duration: float | None = None,
+    fps: float | None = None,
+    every_k: int | None = None,
+    num_frames: int | None = None,
+    width: int | None = None,
+    height: int | None = None,
+    pix_fmt: Literal["rgb24", "gray"] = "rgb24",
+    filter: Literal["bicubic", "bilinear", "nearest", "area"] = "bicubic",
+    threads: int = 1,
+    limits: dict[str, int] | None = None,
+    name: str | None = None,
+    return_info: Literal[False] = False,
+    filter_desc: str | None = None,
+    demux_config: object = None,
+    decode_config: object = None,
+    device_config: object = None,
+    storage: object = None,
+) -> Buffer: ...
+
+
+@overload
+def load_video(
+    src: _Src,
+    timestamp: tuple[float, float] | None = None,
+    *,
+    start: float | None = None,
+    duration: float | None = None,
+    fps: float | None = None,
+    every_k: int | None = None,
+    num_frames: int | None = None,
+    width: int | None = None,
+    height: int | None = None,
+    pix_fmt: Literal["rgb24", "gray"] = "rgb24",
+    filter: Literal["bicubic", "bilinear", "nearest", "area"] = "bicubic",
+    threads: int = 1,
+    limits: dict[str, int] | None = None,
+    name: str | None = None,
+    return_info: Literal[True],
+    filter_desc: str | None = None,
+    demux_config: object = None,
+    decode_config: object = None,
+    device_config: object = None,
+    storage: object = None,
+) -> tuple[Buffer, dict[str, Any]]: ...
+
+
+@overload
+def load_video(
+    src: _Src,
+    timestamp: tuple[float, float] | None = None,
+    *,
+    start: float | None = None,
+    duration: float | None = None,
+    fps: float | None = None,
+    every_k: int | None = None,
+    num_frames: int | None = None,
+    width: int | None = None,
+    height: int | None = None,
+    pix_fmt: Literal["rgb24", "gray"] = "rgb24",
+    filter: Literal["bicubic", "bilinear", "nearest", "area"] = "bicubic",
+    threads: int = 1,
+    limits: dict[str, int] | None = None,
+    name: str | None = None,
+    return_info: bool,
+    filter_desc: str | None = None,
+    demux_config: object = None,
+    decode_config: object = None,
+    device_config: object = None,
+    storage: object = None,
+) -> _Result: ...
 
 
 def load_video(
@@ -457,6 +739,54 @@ def demux_video(
                    decode_config=decode_config, device_config=device_config, storage=storage)
     start, duration = _window(timestamp, start, duration)
     return _native_fn("demux_video", "ffmpeg")(src, name=name, start=start, duration=duration, limits=limits)
+
+
+@overload
+def decode_packets(
+    packets: Packets,
+    *,
+    fps: float | None = None,
+    every_k: int | None = None,
+    num_frames: int | None = None,
+    width: int | None = None,
+    height: int | None = None,
+    pix_fmt: Literal["rgb24", "gray"] = "rgb24",
+    filter: Literal["bicubic", "bilinear", "nearest", "area"] = "bicubic",
+    threads: int = 1,
+    return_info: Literal[False] = False,
+) -> Buffer: ...
+
+
+@overload
+def decode_packets(
+    packets: Packets,
+    *,
+    fps: float | None = None,
+    every_k: int | None = None,
+    num_frames: int | None = None,
+    width: int | None = None,
+    height: int | None = None,
+    pix_fmt: Literal["rgb24", "gray"] = "rgb24",
+    filter: Literal["bicubic", "bilinear", "nearest", "area"] = "bicubic",
+    threads: int = 1,
+    return_info: Literal[True],
+) -> tuple[Buffer, dict[str, Any]]: ...
+
+
+@overload
+def decode_packets(
+    packets: Packets,
+    *,
+    fps: float | None = None,
+    every_k: int | None = None,
+    num_frames: int | None = None,
+    width: int | None = None,
+    height: int | None = None,
+    pix_fmt: Literal["rgb24", "gray"] = "rgb24",
+    filter: Literal["bicubic", "bilinear", "nearest", "area"] = "bicubic",
+    threads: int = 1,
+    return_info: bool,
+) -> _Result: ...
 
 
 def decode_packets(

@@ -386,8 +386,7 @@ impl BatchSpec {
             }
             self.decoder.decode_keyed(&items, keys)?
         };
-        let failures =
-            out.failures.iter().map(crate::error::batch_failure).collect();
+        let failures = out.failures.iter().map(crate::error::batch_failure).collect();
         Ok((out.buffer, failures))
     }
 }

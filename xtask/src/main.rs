@@ -70,7 +70,7 @@ fn cargo() -> Command {
 
 /// Features that the Rust test run turns on: every optional capability whose system dependencies
 /// `sys::ensure_system_packages` installs (and the benches that need them, for clippy `--all-targets`).
-const TEST_FEATURES: &str = "spdl-io/ffmpeg,spdl-io/turbojpeg,spdl-source/http,spdl-source/s3,spdl-cuda/cuda,spdl-cli/ffmpeg,spdl-cli/cuda,spdl-cli/s3,spdl-cli/http,spdl-cli/turbojpeg,spdl-benches/s3,spdl-benches/ffmpeg";
+const TEST_FEATURES: &str = "spdl-io/ffmpeg,spdl-io/turbojpeg,spdl-io/cli-media-tests,spdl-source/http,spdl-source/s3,spdl-cuda/cuda,spdl-cli/ffmpeg,spdl-cli/cuda,spdl-cli/s3,spdl-cli/http,spdl-cli/turbojpeg,spdl-benches/s3,spdl-benches/ffmpeg";
 
 /// Below this much free disk after the Rust suites, `cargo xtask test` frees target/debug before the
 /// Python step (about 2 GB in target/py for the module builds, 1.3 GB more for spdl-py's clippy, rustdoc and

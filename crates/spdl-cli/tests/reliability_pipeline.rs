@@ -90,8 +90,10 @@ fn image_pipeline(items: Vec<PathBuf>) -> Outcomes {
                 let mut slots: Vec<Result<Vec<u8>, String>> =
                     out.buffer.as_bytes().chunks(size.max(1)).map(|s| Ok(s.to_vec())).collect();
                 for f in out.failures {
-                    if let Some(slot) = slots.get_mut(f.index) {
-                        *slot = Err(f.error.to_string());
+                    if let Some((i, cause)) = f.batch_item()
+                        && let Some(slot) = slots.get_mut(i)
+                    {
+                        *slot = Err(cause.to_string());
                     }
                 }
                 let paths = batch.into_iter().map(|(p, _)| p);

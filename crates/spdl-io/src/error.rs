@@ -2,7 +2,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 
 /// Boxed cause carried by decode errors.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// Every error from spdl-io. Each variant names the item (a path, or the name given to in-memory bytes)
 /// so a failure in a pipeline of millions of files says which one and why.
@@ -67,7 +67,8 @@ pub enum Error {
     /// Options that cannot be satisfied (zero size, crop larger than the image, ...).
     #[error("invalid options: {0}")]
     InvalidOptions(String),
-    /// An item of a strict batch failed (the first failing index; the batch has no output).
+    /// An item of a batch failed: in a strict batch, the first failing index (the batch has no
+    /// output); otherwise one of the batch's `failures` (its slot is zero).
     #[error("batch item {index}: {source}")]
     BatchItem {
         /// Position of the item in the batch.
@@ -79,6 +80,29 @@ pub enum Error {
     /// Allocating or shaping the output buffer failed.
     #[error("output buffer: {0}")]
     Buffer(#[from] spdl_buffer::BufferError),
+}
+
+impl Error {
+    /// The item this error names (a path, or the name given to in-memory bytes), if it names one.
+    pub fn item(&self) -> Option<&str> {
+        match self {
+            Error::Empty { item }
+            | Error::UnknownFormat { item, .. }
+            | Error::Decode { item, .. }
+            | Error::LimitExceeded { item, .. } => Some(item),
+            Error::Io { path, .. } | Error::NotRegularFile { path, .. } => path.to_str(),
+            Error::BatchItem { source, .. } => source.item(),
+            _ => None,
+        }
+    }
+
+    /// For an [`Error::BatchItem`], the item's position in its batch and why it failed.
+    pub fn batch_item(&self) -> Option<(usize, &Error)> {
+        match self {
+            Error::BatchItem { index, source } => Some((*index, source)),
+            _ => None,
+        }
+    }
 }
 
 /// Result alias for spdl-io.

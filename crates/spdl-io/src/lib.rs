@@ -77,7 +77,7 @@ pub mod synth;
 pub mod video;
 
 pub use budget::{UNMETERED_BYTES, decode_memory_budget, default_decode_memory_budget, set_decode_memory_budget};
-pub use error::{BoxError, Error, Result};
+pub use error::{Error, Result};
 pub use input::{DEFAULT_MAX_FILE_BYTES, MediaInput, ReadLimits, TimeWindow, read_file};
 
 #[cfg(feature = "audio")]

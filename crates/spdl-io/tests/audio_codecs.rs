@@ -1,7 +1,7 @@
 //! Audio codecs and containers on media made by the `ffmpeg` CLI (a stereo tone: 440 Hz left, 1000 Hz
 //! right, 3 s at 44.1 kHz): sample values, windows with seeking, resampling, probing, and damaged files.
 //! Needs the `ffmpeg` CLI (`cargo xtask test` installs it); fails, never skips, without it.
-#![cfg(feature = "audio")]
+#![cfg(feature = "cli-media-tests")]
 
 mod audio_video_util;
 

@@ -54,7 +54,7 @@ fn aspect_ratio_bomb_is_refused_before_the_resize() {
     let out =
         dec.decode(&[("wide.png", png.as_slice()), ("ok.png", good.as_slice())]).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(out.failures.len(), 1);
-    assert_eq!((out.failures[0].index, out.failures[0].item.as_str()), (0, "wide.png"));
+    assert_eq!((out.failures[0].batch_item().map(|(i, _)| i), out.failures[0].item()), (Some(0), Some("wide.png")));
 }
 
 #[test]

@@ -208,8 +208,8 @@ fn files_are_read_by_the_workers_and_missing_files_are_failures() {
     let out = load_image_batch(&paths, &o, &alloc()).unwrap();
     assert_eq!(out.buffer.shape()[0], 5);
     assert_eq!(out.failures.len(), 1);
-    assert_eq!(out.failures[0].index, 2);
-    assert!(matches!(&out.failures[0].error, Error::Io { path, .. } if path.ends_with("missing.jpg")));
+    assert_eq!(out.failures[0].batch_item().map(|(i, _)| i), Some(2));
+    assert!(matches!(out.failures[0].batch_item(), Some((_, Error::Io { path, .. })) if path.ends_with("missing.jpg")));
 }
 
 #[test]

@@ -306,11 +306,13 @@ fn corrupt_items_in_a_batch_are_reported_by_index() {
         ..BatchOptions::default()
     };
     let out = decode_image_batch(&items, &opts, &alloc()).unwrap();
-    let failed: Vec<(usize, &str)> = out.failures.iter().map(|f| (f.index, f.item.as_str())).collect();
+    let failed: Vec<(usize, &str)> =
+        out.failures.iter().map(|f| (f.batch_item().map_or(usize::MAX, |(i, _)| i), f.item().unwrap_or(""))).collect();
     assert_eq!(failed, [(7, "zero.jpg"), (8, "cut.jpg"), (9, "bomb.png")]);
-    assert!(matches!(out.failures[0].error, Error::Empty { .. }));
-    assert!(matches!(out.failures[1].error, Error::Decode { .. }));
-    assert!(matches!(out.failures[2].error, Error::LimitExceeded { .. }));
+    let cause = |k: usize| out.failures[k].batch_item().map(|(_, e)| e);
+    assert!(matches!(cause(0), Some(Error::Empty { .. })));
+    assert!(matches!(cause(1), Some(Error::Decode { .. })));
+    assert!(matches!(cause(2), Some(Error::LimitExceeded { .. })));
     for i in [7, 8, 9] {
         assert!(out.buffer.outer_slot(i).unwrap().iter().all(|&v| v == 0), "slot {i} not zeroed");
     }

@@ -199,9 +199,9 @@ fn check(e: &Entry, nb: &Neighbours, alloc: &SharedAllocator) -> Vec<Call> {
             assert!(s[0] == nb.image_slots[0] && s[2] == nb.image_slots[1], "{name}: a good neighbour changed");
             match out.failures.as_slice() {
                 [] => Ok(()),
-                [f] if f.index == 1 && f.item == name => {
+                [f] if f.batch_item().map(|(i, _)| i) == Some(1) && f.item() == Some(name) => {
                     assert!(s[1].iter().all(|&x| x == 0), "{name}: a failed slot is not zero");
-                    Err(f.error.to_string())
+                    Err(cause(f))
                 }
                 other => panic!("{name}: unexpected failures {other:?}"),
             }
@@ -213,7 +213,7 @@ fn check(e: &Entry, nb: &Neighbours, alloc: &SharedAllocator) -> Vec<Call> {
             let out = image_decoder(false).load(&[&e.path]).map_err(|x| format!("non-strict batch failed: {x}"))?;
             match out.failures.first() {
                 None => Ok(()),
-                Some(f) => Err(f.error.to_string()),
+                Some(f) => Err(cause(f)),
             }
         }),
         call("probe", "audio-header", &path, || probe(e.path.as_path()).map(drop).map_err(|x| x.to_string())),
@@ -236,7 +236,7 @@ fn check(e: &Entry, nb: &Neighbours, alloc: &SharedAllocator) -> Vec<Call> {
             assert!(s[0] == nb.audio_slots[0] && s[2] == nb.audio_slots[1], "{name}: a good neighbour changed");
             match out.failures.as_slice() {
                 [] => Ok(()),
-                [f] if f.index == 1 && f.item == name => Err(f.error.to_string()),
+                [f] if f.batch_item().map(|(i, _)| i) == Some(1) && f.item() == Some(name) => Err(cause(f)),
                 other => panic!("{name}: unexpected failures {other:?}"),
             }
         }),
@@ -254,6 +254,11 @@ fn check(e: &Entry, nb: &Neighbours, alloc: &SharedAllocator) -> Vec<Call> {
         };
     }
     calls
+}
+
+/// Why a batch item failed (its own error, without the batch position).
+fn cause(f: &spdl_io::Error) -> String {
+    f.batch_item().map_or_else(|| f.to_string(), |(_, e)| e.to_string())
 }
 
 /// Checks one call against the file's expectation; returns a violation, if any.

@@ -517,8 +517,15 @@ impl ImageLoader {
             let named: Vec<(&str, &[u8])> = batch.iter().map(|e| (e.location.as_str(), e.bytes.as_slice())).collect();
             let keys: Vec<u64> = batch.iter().map(|e| e.seed_key).collect();
             let out = decoder.decode_keyed(&named, &keys)?;
-            let failures: Vec<ItemFailure> =
-                out.failures.iter().map(|f| ItemFailure::part(f.item.clone(), f.error.to_string())).collect();
+            let failures: Vec<ItemFailure> = out
+                .failures
+                .iter()
+                .map(|f| {
+                    let (i, cause) = f.batch_item().unwrap_or((usize::MAX, f));
+                    let item = batch.get(i).map_or_else(|| f.item().unwrap_or("?").to_owned(), |e| e.location.clone());
+                    ItemFailure::part(item, cause.to_string())
+                })
+                .collect();
             let output = Batch {
                 images: Images::Host(out.buffer),
                 labels: batch.iter().map(|e| e.label).collect(),

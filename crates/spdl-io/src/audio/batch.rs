@@ -32,17 +32,6 @@ impl Default for AudioBatchOptions {
     }
 }
 
-/// One clip of a batch that could not be decoded.
-#[derive(Debug)]
-pub struct ItemFailure {
-    /// Position in the input.
-    pub index: usize,
-    /// The item's name (or path).
-    pub item: String,
-    /// Why (the error also names the item).
-    pub error: Error,
-}
-
 /// A decoded batch.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -53,8 +42,9 @@ pub struct AudioBatch {
     pub sample_rate: u32,
     /// Frames of each clip that hold decoded audio (the rest of its slot is zero padding).
     pub frames: Vec<usize>,
-    /// Clips that failed, by index (only with `strict: false`); their slots are zero.
-    pub failures: Vec<ItemFailure>,
+    /// Clips that failed, in input order (only with `strict: false`), each an [`Error::BatchItem`] with
+    /// the clip's position ([`Error::batch_item`]) and name ([`Error::item`]); their slots are zero.
+    pub failures: Vec<Error>,
 }
 
 /// Decodes `inputs` into one batch buffer from `allocator`.
@@ -251,14 +241,14 @@ fn run<T: OutSample>(
         match outcome {
             Some(Ok(f)) => frames[i] = f,
             Some(Err(e)) if opts.strict => return Err(Error::BatchItem { index: i, source: Box::new(e) }),
-            Some(Err(error)) => failures.push(ItemFailure { index: i, item: name(), error }),
+            Some(Err(error)) => failures.push(Error::BatchItem { index: i, source: Box::new(error) }),
             None => {
                 let error =
                     Error::Decode { item: name(), format: "audio".into(), cause: "worker thread panicked".into() };
                 if opts.strict {
                     return Err(Error::BatchItem { index: i, source: Box::new(error) });
                 }
-                failures.push(ItemFailure { index: i, item: name(), error });
+                failures.push(Error::BatchItem { index: i, source: Box::new(error) });
             }
         }
     }

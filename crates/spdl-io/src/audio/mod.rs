@@ -62,7 +62,7 @@ use spdl_buffer::{Buffer, DType, SharedAllocator};
 
 pub use crate::input::{MediaInput, TimeWindow};
 pub use crate::probe::{MediaInfo, StreamInfo, StreamKind, probe};
-pub use batch::{AudioBatch, AudioBatchOptions, ItemFailure, decode_audio_batch};
+pub use batch::{AudioBatch, AudioBatchOptions, decode_audio_batch};
 pub use options::{AudioBackend, AudioLayout, AudioLimits, AudioOptions, ChannelSelect, SampleType};
 pub use wav::encode_wav_i16;
 

@@ -86,24 +86,14 @@ impl Default for BatchOptions {
     }
 }
 
-/// One item of a batch that could not be decoded.
-#[derive(Debug)]
-pub struct ItemFailure {
-    /// Position in the input.
-    pub index: usize,
-    /// The item's name (or path).
-    pub item: String,
-    /// Why (the error also names the item).
-    pub error: Error,
-}
-
 /// A decoded batch.
 #[derive(Debug)]
 pub struct BatchOutput {
     /// `[N, H, W, C]` or `[N, C, H, W]`, `u8` or `f32` (with [`BatchOptions::normalize`]).
     pub buffer: Buffer,
-    /// Items that failed, by index (only in non-strict mode); their slots are zero.
-    pub failures: Vec<ItemFailure>,
+    /// Items that failed, in input order (only in non-strict mode), each an [`Error::BatchItem`] with the
+    /// item's position ([`Error::batch_item`]) and name ([`Error::item`]); their slots are zero.
+    pub failures: Vec<Error>,
 }
 
 /// A batch decoder with validated options and precomputed tables, to be reused for every batch.
@@ -119,7 +109,8 @@ pub struct BatchOutput {
 /// let items: Vec<(String, Vec<u8>)> = vec![("broken.jpg".into(), b"not an image".to_vec())];
 /// let out = dec.decode(&items)?;
 /// assert_eq!(out.buffer.shape(), &[1, 224, 224, 3]);
-/// assert_eq!(out.failures[0].index, 0);
+/// assert_eq!(out.failures[0].batch_item().map(|(i, _)| i), Some(0));
+/// assert_eq!(out.failures[0].item(), Some("broken.jpg"));
 /// assert!(out.buffer.as_bytes().iter().all(|&b| b == 0));
 /// # Ok::<(), spdl_io::Error>(())
 /// ```
@@ -312,7 +303,7 @@ impl BatchDecoder {
                 if let Err(error) = result {
                     slot.zero();
                     stop.store(true, Ordering::Relaxed);
-                    let failure = ItemFailure { index: i, item: name.into_owned(), error };
+                    let failure = Error::BatchItem { index: i, source: Box::new(error) };
                     failures.lock().unwrap_or_else(PoisonError::into_inner).push(failure);
                 }
             }
@@ -335,10 +326,9 @@ impl BatchDecoder {
         }
 
         let mut failures = failures.into_inner().unwrap_or_else(PoisonError::into_inner);
-        failures.sort_by_key(|f| f.index);
+        failures.sort_by_key(|f| f.batch_item().map_or(usize::MAX, |(i, _)| i));
         if strict && !failures.is_empty() {
-            let first = failures.swap_remove(0);
-            return Err(Error::BatchItem { index: first.index, source: Box::new(first.error) });
+            return Err(failures.swap_remove(0));
         }
         Ok(BatchOutput { buffer, failures })
     }

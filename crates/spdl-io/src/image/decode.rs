@@ -98,7 +98,7 @@ pub(crate) fn admit(
     budget::reserve(item, bytes)
 }
 
-pub(crate) fn decode_error(item: &str, format: ImageFormat, cause: impl Into<crate::BoxError>) -> Error {
+pub(crate) fn decode_error(item: &str, format: ImageFormat, cause: impl Into<crate::error::BoxError>) -> Error {
     Error::Decode { item: item.to_owned(), format: format.name().to_owned(), cause: cause.into() }
 }
 

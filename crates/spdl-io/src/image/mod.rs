@@ -62,9 +62,7 @@ use std::path::Path;
 use fast_image_resize::Resizer;
 use spdl_buffer::{Buffer, DType, Layout, SharedAllocator};
 
-pub use batch::{
-    BatchDecoder, BatchOptions, BatchOutput, ItemFailure, Normalize, decode_image_batch, load_image_batch,
-};
+pub use batch::{BatchDecoder, BatchOptions, BatchOutput, Normalize, decode_image_batch, load_image_batch};
 pub use format::ImageFormat;
 pub use transform::{ResizeFilter, Transform};
 

@@ -74,6 +74,8 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pipeline::AsyncBridge>()?;
     m.add_class::<pipeline::Reply>()?;
     m.add_class::<pipeline::RegionInputs>()?;
+    m.add_class::<pipeline::CoreOptions>()?;
+    pipeline::register_specs(m)?;
     m.add_class::<pipeline::PyNativeOp>()?;
     pipeline::tstate::register(m)?;
     #[cfg(feature = "io")]

@@ -16,6 +16,18 @@ __all__ = [
     "AsyncBridge",
     "Reply",
     "RegionInputs",
+    "IterSource",
+    "RangeSource",
+    "ListSource",
+    "AsyncSource",
+    "MergeSource",
+    "PipeStep",
+    "AggregateStep",
+    "AggregatorStep",
+    "DisaggregateStep",
+    "PathVariantsStep",
+    "ThroughStep",
+    "CoreOptions",
     "NativeOp",
     "load_image",
     "decode_image",
@@ -142,19 +154,127 @@ class RegionInputs:
     def __next__(self) -> Any: ...
 
 @final
+class IterSource:
+    """Internal: a Python iterable source (``continuous``: iterated again every epoch)."""
+
+    def __new__(cls, iterable: Any, *, continuous: bool = False) -> IterSource: ...
+
+@final
+class RangeSource:
+    """Internal: a ``range`` source, iterated in Rust."""
+
+    def __new__(cls, start: int, stop: int, step: int) -> RangeSource: ...
+
+@final
+class ListSource:
+    """Internal: a ``list``/``tuple`` source, taken into Rust at build time."""
+
+    def __new__(cls, items: Any) -> ListSource: ...
+
+@final
+class AsyncSource:
+    """Internal: an async iterator source, iterated on the pipeline's event loop."""
+
+    def __new__(cls, aiter: Any) -> AsyncSource: ...
+
+_Source = IterSource | RangeSource | ListSource | AsyncSource | MergeSource
+_Step = PipeStep | AggregateStep | AggregatorStep | DisaggregateStep | PathVariantsStep | ThroughStep
+
+@final
+class MergeSource:
+    """Internal: a merge of sources, each with its own steps."""
+
+    def __new__(
+        cls,
+        name: str,
+        inputs: list[tuple[_Source, list[_Step]]],
+        *,
+        policy: str = "as_available",  # "as_available", "round_robin" or "weighted"
+        weights: list[float] | None = None,
+        stop_after: int = 0,
+        seed: int = 0,
+    ) -> MergeSource: ...
+
+@final
+class PipeStep:
+    """Internal: a ``pipe`` step (``kind``: "sync", "gen", "async", "asyncgen" or "native")."""
+
+    def __new__(
+        cls,
+        name: str,
+        kind: str,
+        op: Any,
+        *,
+        concurrency: int = 1,
+        output_order: str = "completion",
+        max_failures: int | None = None,
+        max_failure_fraction: float | None = None,
+    ) -> PipeStep: ...
+
+@final
+class AggregateStep:
+    """Internal: ``aggregate(size)``."""
+
+    def __new__(cls, size: int, *, drop_last: bool = False) -> AggregateStep: ...
+
+@final
+class AggregatorStep:
+    """Internal: a custom aggregation (``accumulate``/``flush``)."""
+
+    def __new__(cls, name: str, aggregator: Any, *, drop_last: bool = False) -> AggregatorStep: ...
+
+@final
+class DisaggregateStep:
+    """Internal: ``disaggregate()``."""
+
+    def __new__(cls) -> DisaggregateStep: ...
+
+@final
+class PathVariantsStep:
+    """Internal: ``path_variants``: a router and its paths (lists of steps)."""
+
+    def __new__(
+        cls,
+        name: str,
+        router: Any,
+        paths: list[list[_Step]],
+        *,
+        is_async: bool = False,
+        batched: bool = False,
+        output_order: str = "completion",
+    ) -> PathVariantsStep: ...
+
+@final
+class ThroughStep:
+    """Internal: a stage run by ``func(inputs)`` once per epoch (a ``.to()`` region)."""
+
+    def __new__(cls, name: str, func: Any) -> ThroughStep: ...
+
+@final
+class CoreOptions:
+    """Internal: the whole pipeline's options."""
+
+    def __new__(
+        cls,
+        *,
+        buffer_size: int,
+        num_threads: int,
+        max_failures: int | None = None,
+        max_failure_fraction: float | None = None,
+        stage_buffer_size: int = ...,  # 2
+    ) -> CoreOptions: ...
+
+@final
 class PipelineCore:
     """Internal: the engine pipeline behind :py:class:`spdl_rs.pipeline.Pipeline`."""
 
     def __new__(
         cls,
-        source: tuple[Any, ...],
-        steps: list[tuple[Any, ...]],
+        source: _Source,
+        steps: list[_Step],
+        options: CoreOptions,
         *,
-        buffer_size: int,
-        num_threads: int,
-        max_failures: tuple[str, Any] | None = None,
         bridge: AsyncBridge | None = None,
-        stage_buffer_size: int = ...,  # 2
     ) -> PipelineCore: ...
     def start(self) -> None:
         """Starts the scheduler and the pool."""

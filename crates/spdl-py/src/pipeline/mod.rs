@@ -4,6 +4,7 @@
 
 mod bridge;
 mod ops;
+mod spec;
 pub(crate) mod tstate;
 mod wiring;
 
@@ -14,14 +15,15 @@ use std::time::{Duration, Instant};
 
 use pyo3::exceptions::{PyRuntimeError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple};
-use spdl_exec::{BuildOptions, FailureBudget, Item, OutputOrder, Pipeline, PipelineBuilder, PipelineError, state};
+use pyo3::types::{PyDict, PyList};
+use spdl_exec::{BuildOptions, FailureBudget, Item, Pipeline, PipelineBuilder, PipelineError, state};
 
 pub use bridge::{AsyncBridge, Reply};
-use ops::{Failures, PyOpKind};
+use ops::Failures;
+pub use ops::{NativeOp, PyNativeOp};
+pub(crate) use spec::register as register_specs;
 use wiring::Chain;
 pub use wiring::RegionInputs;
-pub use ops::{NativeOp, PyNativeOp};
 
 use crate::error::Error;
 use crate::value::Value;
@@ -111,38 +113,6 @@ impl Sink {
     }
 }
 
-/// Parses a failure budget from the Python layer: `None`, `("count", n)` or `("fraction", x)`.
-pub(crate) fn budget(spec: Option<Bound<'_, PyAny>>) -> PyResult<FailureBudget> {
-    let Some(spec) = spec.filter(|s| !s.is_none()) else {
-        return Ok(FailureBudget::Unlimited);
-    };
-    let (kind, value): (String, Bound<'_, PyAny>) = spec.extract()?;
-    match kind.as_str() {
-        "count" => Ok(FailureBudget::Count(value.extract()?)),
-        "fraction" => Ok(FailureBudget::Fraction(value.extract()?)),
-        other => Err(PyValueError::new_err(format!("unknown failure budget kind {other:?}"))),
-    }
-}
-
-pub(crate) fn order(name: &str) -> PyResult<OutputOrder> {
-    match name {
-        "completion" => Ok(OutputOrder::Completion),
-        "input" => Ok(OutputOrder::Input),
-        other => Err(PyValueError::new_err(format!("output_order must be \"completion\" or \"input\", got {other:?}"))),
-    }
-}
-
-pub(crate) fn op_kind(name: &str) -> PyResult<Option<PyOpKind>> {
-    Ok(Some(match name {
-        "sync" => PyOpKind::Sync,
-        "gen" => PyOpKind::Gen,
-        "async" => PyOpKind::Async,
-        "asyncgen" => PyOpKind::AsyncGen,
-        "native" => return Ok(None),
-        other => return Err(PyValueError::new_err(format!("unknown op kind {other:?}"))),
-    }))
-}
-
 /// A built pipeline, driven by the Python `spdl_rs.pipeline.Pipeline` (which adds the Python-facing
 /// behaviour: `auto_stop`, iterators, `PipelineFailure`, stats logging).
 #[pyclass(module = "spdl_rs._native", frozen)]
@@ -172,32 +142,61 @@ impl PipelineCore {
     }
 }
 
-impl PipelineCore {
-    #[allow(clippy::too_many_arguments)]
-    fn build(
-        py: Python<'_>,
-        source: Bound<'_, PyTuple>,
-        steps: Vec<Bound<'_, PyTuple>>,
+/// The whole pipeline's options (`spdl_rs._native.CoreOptions`).
+#[pyclass(module = "spdl_rs._native", frozen, from_py_object)]
+#[derive(Debug, Clone)]
+pub struct CoreOptions {
+    buffer_size: usize,
+    num_threads: usize,
+    budget: FailureBudget,
+    stage_buffer_size: usize,
+}
+
+#[pymethods]
+impl CoreOptions {
+    /// `buffer_size`: the sink's (0: a large one); `max_failures` (a count) or `max_failure_fraction`: the
+    /// pipeline's failure budget; `stage_buffer_size`: each queue's capacity.
+    #[new]
+    #[pyo3(signature = (*, buffer_size, num_threads, max_failures=None, max_failure_fraction=None, stage_buffer_size=DEFAULT_STAGE_BUFFER))]
+    fn new(
         buffer_size: usize,
         num_threads: usize,
-        max_failures: Option<Bound<'_, PyAny>>,
-        bridge: Option<Bound<'_, AsyncBridge>>,
+        max_failures: Option<u64>,
+        max_failure_fraction: Option<f64>,
         stage_buffer_size: usize,
     ) -> PyResult<Self> {
-        let failures = Arc::new(Failures::new(py)?);
-        let submitter = bridge.as_ref().map(|b| b.get().submitter());
-        let ctx = wiring::Ctx { failures: &failures, submitter: submitter.as_ref(), chunk: stage_buffer_size };
-        let chain = wiring::steps_on(Chain::One(wiring::source(&source, &ctx)?), &steps, &ctx)?;
-
-        let buffer_size = if buffer_size == 0 { UNBOUNDED_SINK } else { buffer_size };
         if stage_buffer_size == 0 {
             return Err(PyValueError::new_err("stage_buffer_size must be at least 1"));
         }
+        Ok(Self {
+            buffer_size,
+            num_threads,
+            budget: spec::budget(max_failures, max_failure_fraction)?,
+            stage_buffer_size,
+        })
+    }
+}
+
+impl PipelineCore {
+    fn build(
+        py: Python<'_>,
+        source: &Bound<'_, PyAny>,
+        steps: &[Bound<'_, PyAny>],
+        options: &CoreOptions,
+        bridge: Option<Bound<'_, AsyncBridge>>,
+    ) -> PyResult<Self> {
+        let CoreOptions { buffer_size, num_threads, budget, stage_buffer_size } = *options;
+        let failures = Arc::new(Failures::new(py)?);
+        let submitter = bridge.as_ref().map(|b| b.get().submitter());
+        let ctx = wiring::Ctx { failures: &failures, submitter: submitter.as_ref(), chunk: stage_buffer_size };
+        let chain = wiring::steps_on(Chain::One(wiring::source(source, &ctx)?), steps, &ctx)?;
+
+        let buffer_size = if buffer_size == 0 { UNBOUNDED_SINK } else { buffer_size };
         let opts = BuildOptions {
             num_threads,
             queue_capacity: stage_buffer_size,
             batch_queue_capacity: stage_buffer_size,
-            failure_budget: budget(max_failures)?,
+            failure_budget: budget,
             // Stats are reported by the Python layer (through `logging`), not by the engine's hook.
             report_interval: None,
             ..BuildOptions::default()
@@ -218,29 +217,20 @@ impl PipelineCore {
 
 #[pymethods]
 impl PipelineCore {
-    /// Builds the pipeline.
-    ///
-    /// `source`: `("iter", iterable, continuous)`, `("aiter", async_iterable)`, `("range", start, stop,
-    /// step)` or `("list", list_or_tuple)`. `steps`: `("pipe", name, kind, op, concurrency, output_order,
-    /// max_failures)`, `("aggregate", n, drop_last)`, `("aggregator", name, obj, drop_last)` (an object with
-    /// `accumulate`/`flush`) or `("disaggregate",)`; kind is `sync`, `gen`,
-    /// `async`, `asyncgen` or `native`. `bridge` is required when an op or the source is async.
+    /// Builds the pipeline from typed descriptions (`spdl_rs._native`): `source` is an `IterSource`,
+    /// `RangeSource`, `ListSource`, `AsyncSource` or `MergeSource`; `steps` are `PipeStep`, `AggregateStep`,
+    /// `AggregatorStep`, `DisaggregateStep`, `PathVariantsStep` or `ThroughStep` objects. `bridge` is
+    /// required when an op, a router or the source is async.
     #[new]
-    #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (source, steps, *, buffer_size, num_threads, max_failures=None, bridge=None, stage_buffer_size=DEFAULT_STAGE_BUFFER))]
+    #[pyo3(signature = (source, steps, options, *, bridge=None))]
     fn new(
         py: Python<'_>,
-        source: Bound<'_, PyTuple>,
-        steps: Vec<Bound<'_, PyTuple>>,
-        buffer_size: usize,
-        num_threads: usize,
-        max_failures: Option<Bound<'_, PyAny>>,
+        source: Bound<'_, PyAny>,
+        steps: Vec<Bound<'_, PyAny>>,
+        options: CoreOptions,
         bridge: Option<Bound<'_, AsyncBridge>>,
-        stage_buffer_size: usize,
     ) -> PyResult<Self> {
-        no_panic("PipelineCore()", || {
-            Self::build(py, source, steps, buffer_size, num_threads, max_failures, bridge, stage_buffer_size)
-        })
+        no_panic("PipelineCore()", || Self::build(py, &source, &steps, &options, bridge))
     }
 
     /// Starts the scheduler and the thread pool.

@@ -6,12 +6,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
 use spdl_exec::{Branch, Inputs, MergeOptions, MergePolicy, MergeStop, OutputOrder, PipelineBuilder, Stage};
 
 use super::bridge::{JobContext, JobKind, Produced, Submitter};
 use super::ops::{Failures, OpImpl, PipeSpec, PyAggregator, PyIter, PyIterable, RangeIter, make_stage};
-use super::{budget, op_kind, order};
+use super::spec::{
+    AggregateStep, AggregatorStep, AsyncSource, DisaggregateStep, IterSource, ListSource, MergeSource,
+    PathVariantsStep, PipeStep, Policy, RangeSource, ThroughStep, not_a,
+};
 use crate::error::Error;
 use crate::value::Value;
 
@@ -45,86 +47,62 @@ fn split() -> Stage<Value, Vec<Value>> {
     Stage::map("split", |v: Value| Ok::<_, Error>(v.into_items()))
 }
 
-fn step_kind(step: &Bound<'_, PyTuple>) -> Option<String> {
-    step.get_item(0).ok().and_then(|s| s.extract::<String>().ok())
+/// Whether the step after step `i` is a `disaggregate`.
+fn next_is_disaggregate(steps: &[Bound<'_, PyAny>], i: usize) -> bool {
+    steps.get(i + 1).is_some_and(|s| s.is_instance_of::<DisaggregateStep>())
 }
 
-/// Whether the step after step `i` is a `what` step.
-fn next_is(steps: &[Bound<'_, PyTuple>], i: usize, what: &str) -> bool {
-    steps.get(i + 1).and_then(step_kind).is_some_and(|s| s == what)
-}
-
-fn as_tuples<'py>(obj: Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
-    obj.try_iter()?.map(|s| Ok(s?.cast_into::<PyTuple>()?)).collect()
-}
-
-/// The source: `("iter", iterable, continuous)`, `("range", start, stop, step)`, `("list", seq)`,
-/// `("aiter", async_iterator)` or `("merge", name, inputs, policy, weights, stop_after, seed)`, where each
-/// input is `(source, steps)`.
-pub(crate) fn source(source: &Bound<'_, PyTuple>, ctx: &Ctx<'_>) -> PyResult<PipelineBuilder<Value>> {
-    let kind: String = source.get_item(0)?.extract()?;
+/// The source: an [`IterSource`], [`RangeSource`], [`ListSource`], [`AsyncSource`] or [`MergeSource`] (whose
+/// inputs are sources with their own steps).
+pub(crate) fn source(source: &Bound<'_, PyAny>, ctx: &Ctx<'_>) -> PyResult<PipelineBuilder<Value>> {
     let start = PipelineBuilder::new();
-    Ok(match kind.as_str() {
-        "iter" => {
-            let iterable = Arc::new(source.get_item(1)?.unbind());
-            let continuous: bool = source.get_item(2)?.extract()?;
-            if continuous {
-                start.continuous_source(PyIterable { iterable, failures: Arc::clone(ctx.failures), chunk: ctx.chunk })
-            } else {
-                start.source(PyIter::new(iterable, Arc::clone(ctx.failures), ctx.chunk))
-            }
+    if let Ok(s) = source.cast::<IterSource>() {
+        let IterSource { iterable, continuous } = s.get();
+        let iterable = Arc::clone(iterable);
+        return Ok(if *continuous {
+            start.continuous_source(PyIterable { iterable, failures: Arc::clone(ctx.failures), chunk: ctx.chunk })
+        } else {
+            start.source(PyIter::new(iterable, Arc::clone(ctx.failures), ctx.chunk))
+        });
+    }
+    if let Ok(s) = source.cast::<RangeSource>() {
+        let RangeSource { start: next, stop, step } = *s.get();
+        return Ok(start.source(RangeIter { next, stop, step }));
+    }
+    if let Ok(s) = source.cast::<ListSource>() {
+        // Snapshot: taken into Rust values now, so the source runs without the GIL.
+        let seq = s.get().items.bind(source.py());
+        let values: Vec<Value> = seq.try_iter()?.map(|o| o.map(Value::from_py)).collect::<PyResult<_>>()?;
+        return Ok(start.source(values));
+    }
+    if let Ok(s) = source.cast::<AsyncSource>() {
+        let submitter =
+            ctx.submitter.ok_or_else(|| PyValueError::new_err("an async source needs the pipeline's event loop"))?;
+        let aiter = Arc::clone(&s.get().aiter);
+        return Ok(start.source_stream(super::ops::async_source(aiter, submitter.clone(), Arc::clone(ctx.failures))));
+    }
+    if let Ok(s) = source.cast::<MergeSource>() {
+        let py = source.py();
+        let m = s.get();
+        let mut inputs = Vec::with_capacity(m.inputs.len());
+        for (src, steps) in &m.inputs {
+            let steps: Vec<Bound<'_, PyAny>> = steps.iter().map(|s| s.bind(py).clone()).collect();
+            let chain = steps_on(Chain::One(self::source(src.bind(py), ctx)?), &steps, ctx)?;
+            inputs.push(one(chain));
         }
-        "range" => {
-            let (next, stop, step): (i64, i64, i64) =
-                (source.get_item(1)?.extract()?, source.get_item(2)?.extract()?, source.get_item(3)?.extract()?);
-            if step == 0 {
-                return Err(PyValueError::new_err("range() step must not be zero"));
-            }
-            start.source(RangeIter { next, stop, step })
-        }
-        "list" => {
-            // Snapshot: taken into Rust values now, so the source runs without the GIL.
-            let seq = source.get_item(1)?;
-            let values: Vec<Value> = seq.try_iter()?.map(|o| o.map(Value::from_py)).collect::<PyResult<_>>()?;
-            start.source(values)
-        }
-        "aiter" => {
-            let submitter =
-                ctx.submitter.ok_or_else(|| PyValueError::new_err("an async source needs the pipeline's event loop"))?;
-            let aiter = Arc::new(source.get_item(1)?.unbind());
-            start.source_stream(super::ops::async_source(aiter, submitter.clone(), Arc::clone(ctx.failures)))
-        }
-        "merge" => {
-            let name: String = source.get_item(1)?.extract()?;
-            let mut inputs = Vec::new();
-            for input in source.get_item(2)?.try_iter()? {
-                let (src, steps): (Bound<'_, PyTuple>, Bound<'_, PyAny>) = input?.extract()?;
-                let chain = steps_on(Chain::One(self::source(&src, ctx)?), &as_tuples(steps)?, ctx)?;
-                inputs.push(one(chain));
-            }
-            let policy: String = source.get_item(3)?.extract()?;
-            let weights: Option<Vec<f64>> = source.get_item(4)?.extract()?;
-            let stop_after: i64 = source.get_item(5)?.extract()?;
-            let seed: u64 = source.get_item(6)?.extract()?;
-            let policy = match policy.as_str() {
-                "as_available" => MergePolicy::AsAvailable,
-                "round_robin" => MergePolicy::RoundRobin,
-                "weighted" => MergePolicy::Weighted {
-                    weights: weights.ok_or_else(|| PyValueError::new_err("a weighted merge needs weights"))?,
-                    seed,
-                },
-                other => return Err(PyValueError::new_err(format!("unknown merge policy {other:?}"))),
-            };
-            let stop = match stop_after {
-                0 => MergeStop::AllExhausted,
-                -1 => MergeStop::FirstExhausted,
-                n if n > 0 => MergeStop::AfterItems(n.unsigned_abs()),
-                n => return Err(PyValueError::new_err(format!("`stop_after` must be greater than or equal to -1. Found: {n}"))),
-            };
-            start.merge(inputs, MergeOptions::new(name).policy(policy).stop(stop))
-        }
-        other => return Err(PyValueError::new_err(format!("unknown source kind {other:?}"))),
-    })
+        let policy = match &m.policy {
+            Policy::AsAvailable => MergePolicy::AsAvailable,
+            Policy::RoundRobin => MergePolicy::RoundRobin,
+            Policy::Weighted(weights, seed) => MergePolicy::Weighted { weights: weights.clone(), seed: *seed },
+        };
+        let stop = match m.stop_after {
+            0 => MergeStop::AllExhausted,
+            -1 => MergeStop::FirstExhausted,
+            n => MergeStop::AfterItems(n.unsigned_abs()),
+        };
+        return Ok(start.merge(inputs, MergeOptions::new(m.name.clone()).policy(policy).stop(stop)));
+    }
+    Err(not_a("source", source))
 }
 
 /// Single items: a batch becomes one `list` item.
@@ -145,88 +123,81 @@ fn branch_one<X: Send + 'static>(chain: BranchChain<X>) -> Branch<X, Value> {
 /// Applies the steps to a [`Chain`] or a [`BranchChain`]: the same methods exist on both.
 macro_rules! apply_steps {
     ($chain:expr, $Ch:ident, $steps:expr, $ctx:expr) => {{
-        let steps: &[Bound<'_, PyTuple>] = $steps;
+        let steps: &[Bound<'_, PyAny>] = $steps;
         let ctx: &Ctx<'_> = $ctx;
         let mut chain = $chain;
         for (i, step) in steps.iter().enumerate() {
-            let what: String = step.get_item(0)?.extract()?;
-            chain = match what.as_str() {
-                "pipe" => {
-                    let spec = pipe_spec(step, next_is(steps, i, "disaggregate"))?;
-                    match chain {
-                        $Ch::One(b) => $Ch::One(b.pipe(make_stage(spec, ctx.failures, ctx.submitter)?)),
-                        $Ch::Batch(b) => $Ch::One(b.pipe(make_stage(spec, ctx.failures, ctx.submitter)?)),
-                    }
+            chain = if let Ok(p) = step.cast::<PipeStep>() {
+                let spec = pipe_spec(p.get(), step.py(), next_is_disaggregate(steps, i))?;
+                match chain {
+                    $Ch::One(b) => $Ch::One(b.pipe(make_stage(spec, ctx.failures, ctx.submitter)?)),
+                    $Ch::Batch(b) => $Ch::One(b.pipe(make_stage(spec, ctx.failures, ctx.submitter)?)),
                 }
-                "aggregate" => {
-                    let n: usize = step.get_item(1)?.extract()?;
-                    let drop_last: bool = step.get_item(2)?.extract()?;
-                    let b = match chain {
-                        $Ch::One(b) => b,
-                        // A batch of batches: each inner batch becomes one `list` item first.
-                        $Ch::Batch(b) => b.pipe(collate()),
-                    };
-                    $Ch::Batch(if drop_last { b.aggregate_drop_last(n) } else { b.aggregate(n) })
+            } else if let Ok(a) = step.cast::<AggregateStep>() {
+                let AggregateStep { size, drop_last } = *a.get();
+                let b = match chain {
+                    $Ch::One(b) => b,
+                    // A batch of batches: each inner batch becomes one `list` item first.
+                    $Ch::Batch(b) => b.pipe(collate()),
+                };
+                $Ch::Batch(if drop_last { b.aggregate_drop_last(size) } else { b.aggregate(size) })
+            } else if let Ok(a) = step.cast::<AggregatorStep>() {
+                let a = a.get();
+                let agg = PyAggregator {
+                    stage: a.name.clone(),
+                    agg: a.aggregator.clone_ref(step.py()),
+                    failures: Arc::clone(ctx.failures),
+                    split_output: next_is_disaggregate(steps, i),
+                };
+                let (name, drop_last) = (a.name.clone(), a.drop_last);
+                match chain {
+                    $Ch::One(b) => $Ch::One(b.aggregate_with(name, agg, drop_last)),
+                    $Ch::Batch(b) => $Ch::One(b.aggregate_with(name, agg, drop_last)),
                 }
-                "aggregator" => {
-                    let stage: String = step.get_item(1)?.extract()?;
-                    let drop_last: bool = step.get_item(3)?.extract()?;
-                    let agg = PyAggregator {
-                        stage: stage.clone(),
-                        agg: step.get_item(2)?.unbind(),
-                        failures: Arc::clone(ctx.failures),
-                        split_output: next_is(steps, i, "disaggregate"),
-                    };
-                    match chain {
-                        $Ch::One(b) => $Ch::One(b.aggregate_with(stage, agg, drop_last)),
-                        $Ch::Batch(b) => $Ch::One(b.aggregate_with(stage, agg, drop_last)),
-                    }
-                }
-                "disaggregate" => match chain {
+            } else if step.is_instance_of::<DisaggregateStep>() {
+                match chain {
                     $Ch::One(b) => $Ch::One(b.disaggregate()),
                     $Ch::Batch(b) => $Ch::One(b.disaggregate()),
-                },
-                "path_variants" => {
-                    let route = RouteSpec::parse(step)?;
-                    // Routed as single values (a batch as one `list`); an async router is awaited first.
-                    let b = match chain {
-                        $Ch::One(b) => b,
-                        $Ch::Batch(b) => b.pipe(collate()),
-                    };
-                    let b = match route.awaited(ctx)? {
-                        Some(stage) => b.pipe(stage),
-                        None => b,
-                    };
-                    if route.batched {
-                        let b = b.pipe(Stage::map("batch", |v: Value| Ok::<_, Error>(vec![v])));
-                        $Ch::Batch(b.route_batched_with(route.batch_classifier(ctx), route.batch_branches(ctx)?))
-                    } else {
-                        $Ch::One(b.route_with(route.item_classifier(ctx), route.item_branches(ctx)?, route.order))
-                    }
                 }
-                "through" => {
-                    let name: String = step.get_item(1)?.extract()?;
-                    let func = Arc::new(step.get_item(2)?.unbind());
-                    let b = match chain {
-                        $Ch::One(b) => b,
-                        $Ch::Batch(b) => b.pipe(collate()),
-                    };
-                    $Ch::One(through(b, name, func, Arc::clone(ctx.failures))?)
+            } else if let Ok(pv) = step.cast::<PathVariantsStep>() {
+                let route = RouteSpec::new(pv.get(), step.py());
+                // Routed as single values (a batch as one `list`); an async router is awaited first.
+                let b = match chain {
+                    $Ch::One(b) => b,
+                    $Ch::Batch(b) => b.pipe(collate()),
+                };
+                let b = match route.awaited(ctx)? {
+                    Some(stage) => b.pipe(stage),
+                    None => b,
+                };
+                if route.batched {
+                    let b = b.pipe(Stage::map("batch", |v: Value| Ok::<_, Error>(vec![v])));
+                    $Ch::Batch(b.route_batched_with(route.batch_classifier(ctx), route.batch_branches(ctx)?))
+                } else {
+                    $Ch::One(b.route_with(route.item_classifier(ctx), route.item_branches(ctx)?, route.order))
                 }
-                other => return Err(PyValueError::new_err(format!("unknown pipeline step {other:?}"))),
+            } else if let Ok(t) = step.cast::<ThroughStep>() {
+                let t = t.get();
+                let b = match chain {
+                    $Ch::One(b) => b,
+                    $Ch::Batch(b) => b.pipe(collate()),
+                };
+                $Ch::One(through(b, t.name.clone(), Arc::clone(&t.func), Arc::clone(ctx.failures))?)
+            } else {
+                return Err(not_a("step", step));
             };
         }
         chain
     }};
 }
 
-pub(crate) fn steps_on(chain: Chain, steps: &[Bound<'_, PyTuple>], ctx: &Ctx<'_>) -> PyResult<Chain> {
+pub(crate) fn steps_on(chain: Chain, steps: &[Bound<'_, PyAny>], ctx: &Ctx<'_>) -> PyResult<Chain> {
     Ok(apply_steps!(chain, Chain, steps, ctx))
 }
 
 fn branch_steps<X: Send + 'static>(
     chain: BranchChain<X>,
-    steps: &[Bound<'_, PyTuple>],
+    steps: &[Bound<'_, PyAny>],
     ctx: &Ctx<'_>,
 ) -> PyResult<BranchChain<X>> {
     Ok(apply_steps!(chain, BranchChain, steps, ctx))
@@ -256,7 +227,12 @@ impl<X> Through for Branch<X, Value> {
 }
 
 /// Calls the Python function of a `through` step with this epoch's inputs; returns its outputs.
-fn start_through(stage: &str, func: &Py<PyAny>, inputs: Inputs<Value>, failures: &Arc<Failures>) -> Result<PyOutputs, Error> {
+fn start_through(
+    stage: &str,
+    func: &Py<PyAny>,
+    inputs: Inputs<Value>,
+    failures: &Arc<Failures>,
+) -> Result<PyOutputs, Error> {
     super::tstate::attach(|py| {
         let run = || -> PyResult<Py<PyAny>> {
             let feed = Py::new(py, RegionInputs { inputs: Mutex::new(Some(inputs)) })?;
@@ -339,30 +315,28 @@ impl RegionInputs {
     }
 }
 
-/// A `pipe` step: `("pipe", name, kind, op, concurrency, output_order, max_failures)`.
-fn pipe_spec(step: &Bound<'_, PyTuple>, split_output: bool) -> PyResult<PipeSpec> {
-    let kind: String = step.get_item(2)?.extract()?;
-    let op = step.get_item(3)?;
-    let op = match op_kind(&kind)? {
-        Some(kind) => OpImpl::Python { kind, op: Arc::new(op.unbind()) },
-        None => OpImpl::Native(Arc::clone(&op.cast::<super::PyNativeOp>()?.get().op)),
+/// The engine's description of a `pipe` step.
+fn pipe_spec(p: &PipeStep, py: Python<'_>, split_output: bool) -> PyResult<PipeSpec> {
+    let op = match p.kind {
+        Some(kind) => OpImpl::Python { kind, op: Arc::new(p.op.clone_ref(py)) },
+        None => OpImpl::Native(Arc::clone(&p.op.bind(py).cast::<super::PyNativeOp>()?.get().op)),
     };
     Ok(PipeSpec {
-        name: step.get_item(1)?.extract()?,
+        name: p.name.clone(),
         op,
-        concurrency: step.get_item(4)?.extract()?,
-        order: order(&step.get_item(5)?.extract::<String>()?)?,
-        budget: budget(Some(step.get_item(6)?))?,
+        concurrency: p.concurrency,
+        order: p.order,
+        budget: p.budget,
         split_output,
     })
 }
 
-/// A `path_variants` step: `("path_variants", name, router_kind, router, paths, batched, output_order)`.
+/// A `path_variants` step, with its paths' steps bound.
 struct RouteSpec<'py> {
     name: String,
     is_async: bool,
     router: Arc<Py<PyAny>>,
-    paths: Vec<Vec<Bound<'py, PyTuple>>>,
+    paths: Vec<Vec<Bound<'py, PyAny>>>,
     batched: bool,
     order: OutputOrder,
 }
@@ -371,24 +345,15 @@ struct RouteSpec<'py> {
 const PAIR: &std::ffi::CStr = c"async def pair(router, item):\n    return (await router(item), item)\n";
 
 impl<'py> RouteSpec<'py> {
-    fn parse(step: &Bound<'py, PyTuple>) -> PyResult<Self> {
-        let kind: String = step.get_item(2)?.extract()?;
-        let paths = step.get_item(4)?.try_iter()?.map(|p| as_tuples(p?)).collect::<PyResult<Vec<_>>>()?;
-        if paths.is_empty() {
-            return Err(PyValueError::new_err("PathVariantsConfig must have at least 1 path."));
+    fn new(pv: &PathVariantsStep, py: Python<'py>) -> Self {
+        Self {
+            name: pv.name.clone(),
+            is_async: pv.is_async,
+            router: Arc::clone(&pv.router),
+            paths: pv.paths.iter().map(|p| p.iter().map(|s| s.bind(py).clone()).collect()).collect(),
+            batched: pv.batched,
+            order: pv.order,
         }
-        Ok(Self {
-            name: step.get_item(1)?.extract()?,
-            is_async: match kind.as_str() {
-                "sync" => false,
-                "async" => true,
-                other => return Err(PyValueError::new_err(format!("a router must be sync or async, got {other:?}"))),
-            },
-            router: Arc::new(step.get_item(3)?.unbind()),
-            paths,
-            batched: step.get_item(5)?.extract()?,
-            order: order(&step.get_item(6)?.extract::<String>()?)?,
-        })
     }
 
     /// For an async router: a stage (`name/router`) that awaits it on the pipeline's loop and gives
@@ -397,14 +362,18 @@ impl<'py> RouteSpec<'py> {
         if !self.is_async {
             return Ok(None);
         }
-        let submitter =
-            ctx.submitter.ok_or_else(|| PyValueError::new_err("an async router needs the pipeline's event loop"))?.clone();
+        let submitter = ctx
+            .submitter
+            .ok_or_else(|| PyValueError::new_err("an async router needs the pipeline's event loop"))?
+            .clone();
         let op = Python::attach(|py| -> PyResult<_> {
             let module = PyModule::from_code(py, PAIR, c"spdl_rs_route.py", c"spdl_rs_route")?;
-            let partial = py.import("functools")?.getattr("partial")?.call1((module.getattr("pair")?, self.router.bind(py)))?;
+            let partial =
+                py.import("functools")?.getattr("partial")?.call1((module.getattr("pair")?, self.router.bind(py)))?;
             Ok(Arc::new(partial.unbind()))
         })?;
-        let context = Arc::new(JobContext { stage: self.name.clone(), split: false, failures: Arc::clone(ctx.failures) });
+        let context =
+            Arc::new(JobContext { stage: self.name.clone(), split: false, failures: Arc::clone(ctx.failures) });
         Ok(Some(Stage::map_async(format!("{}/router", self.name), move |item: Value| {
             let rx = submitter.submit(JobKind::Call, &op, item, &context);
             let stage = context.stage.clone();

@@ -37,23 +37,24 @@ def _check_size(what: str, value: Any, *, minimum: int) -> None:
         raise ValueError(f"{what} must be an integer in [{minimum}, 2**48], got {value!r}")
 
 
-def _budget(max_failures: int | Fraction | None, what: str) -> tuple[str, Any] | None:
-    """``None``/-1: unlimited; an int n >= 0: stop after more than n failures; a Fraction in (0, 1]: stop when
-    more than that share of the calls failed (judged after 100 calls)."""
+def _budget(max_failures: int | Fraction | None, what: str) -> dict[str, Any]:
+    """The engine's keywords for a failure budget: none (``None``/-1: unlimited), ``max_failures=n`` (an int
+    n >= 0: stop after more than n failures) or ``max_failure_fraction=x`` (a Fraction in (0, 1]: stop when
+    more than that share of the calls failed, judged after 100 calls)."""
     if max_failures is None:
-        return None
+        return {}
     if isinstance(max_failures, bool):
         raise TypeError(f"{what} must be an int or a fractions.Fraction, got a bool")
     if isinstance(max_failures, Fraction):
         if not (0 < max_failures <= 1):
             raise ValueError(f"{what} as a Fraction must be in (0, 1], got {max_failures}")
-        return ("fraction", float(max_failures))
+        return {"max_failure_fraction": float(max_failures)}
     if isinstance(max_failures, int):
         if max_failures == -1:
-            return None
+            return {}
         if max_failures < 0:
             raise ValueError(f"{what} must be -1 (unlimited) or >= 0, got {max_failures}")
-        return ("count", max_failures)
+        return {"max_failures": max_failures}
     raise TypeError(f"{what} must be an int or a fractions.Fraction, got {type(max_failures).__name__}")
 
 
@@ -105,24 +106,31 @@ def _op_name(op: Any) -> str:
     return type(op).__name__
 
 
-def _source_tuple(source: Any, continuous: bool) -> tuple[tuple[Any, ...], bool]:
-    """The engine's source tuple for an iterable or async iterable, and whether it needs the event loop."""
+def _check_source(source: Any, continuous: bool) -> None:
+    """Checks that ``source`` can be a pipeline's source."""
     if hasattr(source, "__aiter__"):
         if continuous:
             raise ValueError("continuous=True needs a sync iterable (an async iterator cannot be restarted)")
-        return ("aiter", source), True
+    elif not hasattr(source, "__iter__"):
+        raise TypeError(f"source must be an iterable or an async iterable, got {type(source).__name__}")
+
+
+def _source_spec(source: Any, continuous: bool) -> tuple[Any, bool]:
+    """The engine's description of an iterable or async iterable source (a ``spdl_rs._native`` source object),
+    and whether it needs the event loop. An async iterable's iterator is made here, at build time."""
+    _check_source(source, continuous)
+    if hasattr(source, "__aiter__"):
+        return _native.AsyncSource(source.__aiter__()), True
     if isinstance(source, range) and not continuous and all(
         _I64[0] <= v <= _I64[1] for v in (source.start, source.stop, source.step)
     ):
-        return ("range", source.start, source.stop, source.step), False
+        return _native.RangeSource(source.start, source.stop, source.step), False
     if isinstance(source, (list, tuple)) and not continuous:
-        return ("list", source), False
-    if hasattr(source, "__iter__"):
-        return ("iter", source, bool(continuous)), False
-    raise TypeError(f"source must be an iterable or an async iterable, got {type(source).__name__}")
+        return _native.ListSource(source), False
+    return _native.IterSource(source, continuous=bool(continuous)), False
 
 
-def _pipe_step(cfg: Any) -> tuple[tuple[Any, ...], bool]:
+def _pipe_step(cfg: Any) -> tuple[Any, bool]:
     """The engine step of a ``PipeConfig``, and whether it needs the event loop."""
     concurrency = cfg.concurrency
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
@@ -132,12 +140,19 @@ def _pipe_step(cfg: Any) -> tuple[tuple[Any, ...], bool]:
     kind, fn = _op_kind(cfg.op)
     if cfg.executor is not None:
         kind, fn = _in_executor(kind, fn, cfg.executor)
-    step = ("pipe", cfg.name, kind, fn, concurrency, cfg.output_order, _budget(cfg.max_failures, "max_failures"))
+    step = _native.PipeStep(
+        cfg.name,
+        kind,
+        fn,
+        concurrency=concurrency,
+        output_order=cfg.output_order,
+        **_budget(cfg.max_failures, "max_failures"),
+    )
     return step, kind in ("async", "asyncgen")
 
 
 class _Conversion:
-    """What turning configs into engine tuples collects: whether an event loop is needed, and the objects
+    """What turning configs into engine steps collects: whether an event loop is needed, and the objects
     (``.to()`` regions, custom merges) the pipeline must stop and close with it."""
 
     def __init__(
@@ -164,15 +179,13 @@ def _source_continuity(src: Any) -> set[bool]:
     return {bool(getattr(src, "continuous", False))}
 
 
-def _convert_source(src: Any, conv: _Conversion) -> tuple[Any, ...]:
+def _convert_source(src: Any, conv: _Conversion) -> Any:
     from . import defs
 
     if isinstance(src, defs.SourceConfig):
-        tup, loop = _source_tuple(src.source, src.continuous)
+        spec, loop = _source_spec(src.source, src.continuous)
         conv.needs_loop |= loop
-        if tup[0] == "aiter":
-            tup = ("aiter", tup[1].__aiter__())
-        return tup
+        return spec
     if isinstance(src, defs.MergeConfig):
         continuity = _source_continuity(src)
         if len(continuity) > 1:
@@ -185,14 +198,14 @@ def _convert_source(src: Any, conv: _Conversion) -> tuple[Any, ...]:
                 raise TypeError(f"Merge takes PipelineConfig inputs, got {type(cfg).__name__}")
         if src.op is None:
             inputs = [(_convert_source(c.src, conv), _convert_steps(c.pipes, conv)) for c in src.pipeline_configs]
-            return ("merge", "merge", inputs, "as_available", None, 0, 0)
+            return _native.MergeSource("merge", inputs, policy="as_available")
         merge = _CustomMerge(src.op, src.pipeline_configs, continuous=continuity == {True}, conv=conv)
         conv.resources.append(merge)
-        return ("iter", merge, continuity == {True})
+        return _native.IterSource(merge, continuous=continuity == {True})
     raise TypeError(f"the source must be a SourceConfig or a MergeConfig, got {type(src).__name__}")
 
 
-def _convert_step(cfg: Any, conv: _Conversion) -> tuple[Any, ...]:
+def _convert_step(cfg: Any, conv: _Conversion) -> Any:
     """The engine step of one stage config (not a placement marker)."""
     from . import defs
 
@@ -203,7 +216,7 @@ def _convert_step(cfg: Any, conv: _Conversion) -> tuple[Any, ...]:
     if isinstance(cfg, defs.AggregateConfig):
         return defs._aggregator_step(cfg.op, bool(cfg.drop_last))
     if isinstance(cfg, defs.DisaggregateConfig):
-        return ("disaggregate",)
+        return _native.DisaggregateStep()
     if isinstance(cfg, defs.PathVariantsConfig):
         kind, router = _op_kind(cfg.router)
         if kind not in ("sync", "async"):
@@ -218,19 +231,26 @@ def _convert_step(cfg: Any, conv: _Conversion) -> tuple[Any, ...]:
                         f"Path {i}, position {j}: a to() placement marker is not allowed inside PathVariants paths."
                     )
             paths.append([_convert_step(stage, conv) for stage in path])
-        return ("path_variants", cfg.name, kind, router, paths, bool(cfg.batched), cfg.output_order)
+        return _native.PathVariantsStep(
+            cfg.name,
+            router,
+            paths,
+            is_async=kind == "async",
+            batched=bool(cfg.batched),
+            output_order=cfg.output_order,
+        )
     raise TypeError(
         f"a {type(cfg).__name__} step is not supported (Pipe, Aggregate, Disaggregate, PathVariants and "
         "PlacementConfig markers are)"
     )
 
 
-def _convert_steps(pipes: Sequence[Any], conv: _Conversion) -> list[tuple[Any, ...]]:
+def _convert_steps(pipes: Sequence[Any], conv: _Conversion) -> list[Any]:
     """The engine steps of a pipeline's ``pipes``: each ``.to()`` region (the stages between a marker with a
     worker-pool target and the next marker, or the end) becomes one ``through`` step running them in the pool."""
     from . import defs
 
-    steps: list[tuple[Any, ...]] = []
+    steps: list[Any] = []
     target: Any = defs.MAIN_PROCESS
     input_buffer_size = 1
     region: list[Any] = []
@@ -256,7 +276,7 @@ def _convert_steps(pipes: Sequence[Any], conv: _Conversion) -> list[tuple[Any, .
 
 def _region_step(
     stages: list[Any], target: Any, input_buffer_size: int, output_buffer_size: int, conv: _Conversion
-) -> tuple[Any, ...]:
+) -> Any:
     from . import _region, defs
 
     if isinstance(target, defs.InterpreterPoolExecutorConfig):
@@ -276,7 +296,7 @@ def _region_step(
         stage_buffer_size=conv.stage_buffer_size,
     )
     conv.resources.append(region)
-    return ("through", region.name, region)
+    return _native.ThroughStep(region.name, region)
 
 
 def _check_buffer_size(buffer_size: Any) -> None:
@@ -355,15 +375,13 @@ def _build(
         source = _convert_source(src, conv)
         steps = _convert_steps(pipes, conv)
         loop = _EventLoop() if conv.needs_loop else None
-        core = _native.PipelineCore(
-            source,
-            steps,
+        options = _native.CoreOptions(
             buffer_size=buffer_size,
             num_threads=num_threads,
-            max_failures=_budget(max_failures, "max_failures"),
-            bridge=loop.bridge if loop is not None else None,
             stage_buffer_size=stage_buffer_size,
+            **_budget(max_failures, "max_failures"),
         )
+        core = _native.PipelineCore(source, steps, options, bridge=loop.bridge if loop is not None else None)
     except BaseException:
         for r in conv.resources:
             r.close()
@@ -417,7 +435,7 @@ class PipelineBuilder(Generic[T, U]):
 
         if self._src is not None:
             raise ValueError("Source is already set.")
-        _source_tuple(source, continuous)  # validates
+        _check_source(source, continuous)
         self._src = defs.SourceConfig(source, continuous=bool(continuous))
         return self
 

@@ -1,7 +1,7 @@
 """``.to()`` regions: stages run as one nested pipeline in each worker of a process (or subinterpreter) pool.
 
 The builder turns the stages between a worker-pool marker and the next marker into one engine step,
-``("through", name, region)``. The engine calls ``region(inputs)`` once per epoch (once for a one-pass
+a ``ThroughStep(name, region)``. The engine calls ``region(inputs)`` once per epoch (once for a one-pass
 source) on a thread of its own; ``inputs`` iterates that epoch's items, and what the returned iterator yields
 goes downstream.
 
@@ -689,7 +689,7 @@ class _Pool:
 
 
 class Region:
-    """The ``fn`` of a ``("through", name, fn)`` step: runs ``stages`` in a pool described by ``target``."""
+    """The ``func`` of a ``ThroughStep(name, func)``: runs ``stages`` in a pool described by ``target``."""
 
     def __init__(
         self,

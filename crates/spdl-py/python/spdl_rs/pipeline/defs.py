@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Generic, TypeVar
 
+from .. import _native
 from ._builder import _op_name
 
 __all__ = [
@@ -187,7 +188,7 @@ class AggregateConfig(Generic[T]):
         return self.name
 
 
-def _aggregator_step(op: Any, drop_last: bool) -> tuple[Any, ...]:
+def _aggregator_step(op: Any, drop_last: bool) -> Any:
     """The engine step for a batch size, a plain :py:class:`Collate`, or any object with
     ``accumulate``/``flush``."""
     if isinstance(op, bool):
@@ -195,13 +196,13 @@ def _aggregator_step(op: Any, drop_last: bool) -> tuple[Any, ...]:
     if isinstance(op, int):
         if not 1 <= op <= 2**48:
             raise ValueError(f"aggregate needs a positive integer (at most 2**48), got {op!r}")
-        return ("aggregate", op, drop_last)
+        return _native.AggregateStep(op, drop_last=drop_last)
     if type(op) is Collate:
-        return ("aggregate", op.n, drop_last)
+        return _native.AggregateStep(op.n, drop_last=drop_last)
     if callable(getattr(op, "accumulate", None)) and callable(getattr(op, "flush", None)):
         name = getattr(op, "name", None)
         name = name if isinstance(name, str) else f"aggregate({type(op).__name__})"
-        return ("aggregator", name, op, drop_last)
+        return _native.AggregatorStep(name, op, drop_last=drop_last)
     raise TypeError(
         f"aggregate needs a positive integer or an Aggregator (accumulate/flush), got {type(op).__name__}"
     )

@@ -115,8 +115,7 @@ pub struct LoaderArgs {
     #[arg(long, default_value_t = 1)]
     pub epochs: usize,
     /// Concurrent reads (default: 16 for local files, 64 for an object store, where each GET waits on the
-    /// network: measured 121 / 376 / 672 img/s at 4 / 16 / 64 from a local S3 server, 64 reaching the decode
-    /// bound).
+    /// network; docs/benchmarks.md has the measurements behind these defaults).
     #[arg(long)]
     pub io_concurrency: Option<usize>,
     /// Normalize batches to f32 with ImageNet's mean/std (fused into the batch write).

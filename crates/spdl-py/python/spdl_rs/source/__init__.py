@@ -14,7 +14,9 @@
 The protocols :py:class:`IterableWithShuffle`, :py:class:`SizedIterable` and
 :py:class:`SizedIterableWithShuffle` are those of ``spdl.source``; the helpers that use them
 (``MergeIterator``, ``embed_shuffle``, ``repeat_source``) live in :py:mod:`spdl_rs.source.utils`,
-as in ``spdl.source.utils``:
+as in ``spdl.source.utils``. SPDL's index samplers :py:class:`DistributedRandomSampler` and
+:py:class:`DistributedDeterministicSampler` are here too, and :py:mod:`spdl_rs.source.imagenet` is
+``spdl.source.imagenet``:
 
 .. code-block:: python
 
@@ -24,6 +26,7 @@ as in ``spdl.source.utils``:
 """
 
 from .._native import HAS_SOURCE
+from ._sampler import DistributedDeterministicSampler, DistributedRandomSampler
 from ._types import IterableWithShuffle, SizedIterable, SizedIterableWithShuffle
 
 if HAS_SOURCE:
@@ -37,6 +40,8 @@ else:  # pragma: no cover (a build without the `source` feature)
 
 
 __all__ = [
+    "DistributedDeterministicSampler",
+    "DistributedRandomSampler",
     "IterableWithShuffle",
     "Sampler",
     "SizedIterable",

@@ -1,4 +1,4 @@
-//! Keyword options: each decoder's options are one struct, declared with [`keyword_options!`] (names, types
+//! Keyword options: each decoder's options are one struct, declared with `keyword_options!` (names, types
 //! and defaults) and taken from a call's `**options` by [`KeywordOptions::from_kwargs`], the one place that
 //! reads them. The plain function and its native op extract the same struct, then convert it to spdl-io's
 //! options (validation and error text) with one method of it.

@@ -118,7 +118,7 @@ def _tokenize(x: int) -> int:
     text = "the quick brown fox jumps over the lazy dog " * 40
     vocab: dict[str, int] = {}
     h = x
-    for _ in range(8):
+    for _ in range(20):
         for word in text.split():
             tok = vocab.setdefault(word, len(vocab))
             h = (h * 31 + tok) & 0xFFFFFFFF
@@ -205,7 +205,7 @@ def main() -> None:
     ap.add_argument("--images", default=None, help="a directory of JPEG/PNG files for the image benchmark")
     ap.add_argument("--num-threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--cpu-items", type=int, default=1000, help="items of the CPU-bound benchmark")
+    ap.add_argument("--cpu-items", type=int, default=2000, help="items of the CPU-bound benchmark")
     ap.add_argument("--only", default=None, help="comma-separated benchmarks to run (trivial, graph, cpu, images)")
     ap.add_argument("--bench", choices=["trivial", "graph", "cpu1", "cpu2", "cpu4", "images"], help=argparse.SUPPRESS)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

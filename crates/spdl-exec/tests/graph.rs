@@ -6,10 +6,11 @@ mod common;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use common::{mix, watchdog};
+use common::graph::{big_graph, branches, delay};
+use common::watchdog;
 use spdl_exec::{
     Branch, BuildOptions, FailureBudget, Inputs, Item, MergeOptions, MergePolicy, MergeStop, OutputOrder, Pipeline,
     PipelineBuilder, PipelineError, Stage, state,
@@ -154,34 +155,6 @@ fn epochs_end_downstream_once_every_merge_input_has_ended_them() {
 
 fn a_clone(v: &[u64]) -> PipelineBuilder<u64, state::Open> {
     PipelineBuilder::new().continuous_source(v.to_vec())
-}
-
-fn delay(x: u64) {
-    std::thread::sleep(Duration::from_micros(mix(x) % 300));
-}
-
-fn branches() -> Vec<Branch<u64, u64>> {
-    vec![
-        Branch::new().pipe(
-            Stage::map("double", |x: u64| {
-                delay(x);
-                Ok::<_, std::io::Error>(x * 2)
-            })
-            .concurrency(4),
-        ),
-        Branch::new()
-            .pipe(
-                Stage::filter_map("odd_or_fail", |x: u64| {
-                    delay(x);
-                    if x.is_multiple_of(9) {
-                        return Err(format!("{x} is a multiple of 9"));
-                    }
-                    Ok((!x.is_multiple_of(5)).then_some(x))
-                })
-                .concurrency(3),
-            )
-            .pipe(Stage::flat_map("twice", |x: u64| Ok::<_, std::io::Error>([x * 10, x * 10 + 1])).concurrency(2)),
-    ]
 }
 
 /// What the route above makes of `0..n`, in input order.
@@ -466,30 +439,6 @@ fn a_through_stage_sees_each_epoch_as_a_stream_and_its_failures_count() {
         assert_eq!(row.items_out, 2);
         assert_eq!(row.items_failed, 1 + 7);
     });
-}
-
-/// A graph with every kind of node, for the lifecycle tests.
-fn big_graph(counter: Arc<AtomicU64>) -> Pipeline<u64> {
-    let c = Arc::clone(&counter);
-    let a = PipelineBuilder::new().source(0..u64::MAX).pipe(
-        Stage::map("a", move |x: u64| {
-            c.fetch_add(1, Ordering::Relaxed);
-            Ok::<_, std::io::Error>(x)
-        })
-        .concurrency(2),
-    );
-    let b = PipelineBuilder::new()
-        .source(0..u64::MAX)
-        .pipe(Stage::map_async("b", |x: u64| async move { Ok::<_, std::io::Error>(x) }));
-    let body = Branch::new().pipe(Stage::map("r", |x: u64| Ok::<_, std::io::Error>(x + 1)).concurrency(2));
-    PipelineBuilder::new()
-        .merge(vec![a, b], MergeOptions::new("m").policy(MergePolicy::Weighted { weights: vec![1.0, 2.0], seed: 1 }))
-        .route("route", |x: &u64| Ok::<_, std::io::Error>((x % 2) as usize), branches(), OutputOrder::Input)
-        .region("region", 2, body)
-        .through("t", |inputs: Inputs<u64>| Ok::<_, std::io::Error>(inputs.map(Ok::<_, std::io::Error>)))
-        .sink(2)
-        .build(opts())
-        .unwrap()
 }
 
 #[test]

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from os import PathLike
-from typing import TYPE_CHECKING, Any, Callable, Literal, overload
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from .. import _native
 from .._native import HAS_VIDEO, Buffer
@@ -35,6 +35,17 @@ if TYPE_CHECKING:
     """A path (``str`` or ``os.PathLike``) or encoded bytes (``bytes``, ``bytearray``, ``memoryview``, ...)."""
     _Channels = Literal["mono", "all"] | Sequence[int] | None
     _Result = Buffer | tuple[Buffer, dict[str, Any]]
+
+    from typing_extensions import TypedDict, Unpack
+
+    class _SpdlKeywords(TypedDict, total=False):
+        """SPDL's keywords that spdl_rs takes only as ``None`` (see ``_spdl_keywords``)."""
+
+        filter_desc: str | None
+        demux_config: object
+        decode_config: object
+        device_config: object
+        storage: object
 
 
 def has_video() -> bool:
@@ -99,11 +110,16 @@ _SPDL_CONFIGS = {
 }
 
 
-def _spdl_keywords(func: str, instead: str, filter_desc: str | None, **configs: object) -> None:
-    """SPDL's ``filter_desc`` is an FFmpeg filter graph; spdl_rs decodes without one. ``None`` (SPDL's "no
-    filter") is accepted; a graph is refused with the keywords that do the same work here. SPDL's config
-    objects (``demux_config``, ``decode_config``, ``device_config``, ``storage``) are accepted as ``None`` and
-    refused otherwise, naming what replaces them."""
+def _spdl_keywords(func: str, instead: str, configs: _SpdlKeywords) -> None:
+    """SPDL's keywords without a counterpart (:py:class:`_SpdlKeywords`). ``filter_desc`` is an FFmpeg filter
+    graph; spdl_rs decodes without one. ``None`` (SPDL's "no filter") is accepted; a graph is refused with the
+    keywords that do the same work here. SPDL's config objects (``demux_config``, ``decode_config``,
+    ``device_config``, ``storage``) are accepted as ``None`` and refused otherwise, naming what replaces them.
+    Any other keyword is a ``TypeError``, as for a function that does not take it."""
+    unknown = sorted(set(configs) - {"filter_desc", *_SPDL_CONFIGS})
+    if unknown:
+        raise TypeError(f"{func}() got an unexpected keyword argument {unknown[0]!r}")
+    filter_desc = configs.get("filter_desc")
     if filter_desc is not None:
         raise ValueError(
             f"{func}: filter_desc (an FFmpeg filter graph, spdl.io.get_*_filter_desc) is not supported by spdl_rs; "
@@ -132,11 +148,7 @@ def load_image(
     exif_orientation: bool = False,
     name: str = "<bytes>",
     pix_fmt: str | None = None,
-    filter_desc: str | None = None,
-    demux_config: object = None,
-    decode_config: object = None,
-    device_config: object = None,
-    storage: object = None,
+    **spdl: Unpack[_SpdlKeywords],
 ) -> Buffer:
     """Decodes one image into an HWC ``uint8`` :py:class:`spdl_rs.Buffer` (GIL released).
 
@@ -150,8 +162,7 @@ def load_image(
         pix_fmt: SPDL's spelling of ``pixel_format`` (``"rgb24"``, ``"rgba"``, ``"gray"``).
         filter_desc, demux_config, decode_config, device_config, storage: SPDL's; only ``None`` is accepted.
     """
-    _spdl_keywords("load_image", _IMAGE_INSTEAD, filter_desc, demux_config=demux_config,
-                   decode_config=decode_config, device_config=device_config, storage=storage)
+    _spdl_keywords("load_image", _IMAGE_INSTEAD, spdl)
     options = dict(size=size, pixel_format=_pixel_format(pixel_format, pix_fmt), filter=filter,
                    exif_orientation=exif_orientation)
     if _is_bytes(src):
@@ -168,16 +179,11 @@ def decode_image(
     exif_orientation: bool = False,
     name: str = "<bytes>",
     pix_fmt: str | None = None,
-    filter_desc: str | None = None,
-    demux_config: object = None,
-    decode_config: object = None,
-    device_config: object = None,
-    storage: object = None,
+    **spdl: Unpack[_SpdlKeywords],
 ) -> Buffer:
     """Decodes one encoded image (JPEG, PNG, WebP, GIF, BMP, TIFF; bytes or a buffer) into an HWC ``uint8``
     :py:class:`spdl_rs.Buffer` (GIL released). Arguments as :py:func:`load_image`."""
-    _spdl_keywords("decode_image", _IMAGE_INSTEAD, filter_desc, demux_config=demux_config,
-                   decode_config=decode_config, device_config=device_config, storage=storage)
+    _spdl_keywords("decode_image", _IMAGE_INSTEAD, spdl)
     return _native_fn("decode_image")(
         data, name=name, size=size, pixel_format=_pixel_format(pixel_format, pix_fmt), filter=filter,
         exif_orientation=exif_orientation,
@@ -205,81 +211,6 @@ def set_decode_memory_budget(nbytes: int) -> None:
     _native_fn("set_decode_memory_budget")(nbytes)
 
 
-@overload
-def load_image_batch(
-    srcs: Sequence[str | PathLike[str] | bytes],
-    width: int,
-    height: int,
-    *,
-    layout: Literal["NHWC", "NCHW"] = "NHWC",
-    normalize: str | tuple[Sequence[float], Sequence[float]] | None = None,
-    pixel_format: str = "rgb",
-    filter: str = "bilinear",
-    strict: bool = True,
-    num_threads: int | None = None,
-    return_info: Literal[False] = False,
-    transform: Literal["resize", "center-crop", "random-resized-crop"] = "resize",
-    seed: int = 0,
-    keys: Sequence[int] | None = None,
-    pix_fmt: str | None = None,
-    filter_desc: str | None = None,
-    demux_config: object = None,
-    decode_config: object = None,
-    device_config: object = None,
-    storage: object = None,
-) -> Buffer: ...
-
-
-@overload
-def load_image_batch(
-    srcs: Sequence[str | PathLike[str] | bytes],
-    width: int,
-    height: int,
-    *,
-    layout: Literal["NHWC", "NCHW"] = "NHWC",
-    normalize: str | tuple[Sequence[float], Sequence[float]] | None = None,
-    pixel_format: str = "rgb",
-    filter: str = "bilinear",
-    strict: bool = True,
-    num_threads: int | None = None,
-    return_info: Literal[True],
-    transform: Literal["resize", "center-crop", "random-resized-crop"] = "resize",
-    seed: int = 0,
-    keys: Sequence[int] | None = None,
-    pix_fmt: str | None = None,
-    filter_desc: str | None = None,
-    demux_config: object = None,
-    decode_config: object = None,
-    device_config: object = None,
-    storage: object = None,
-) -> tuple[Buffer, dict[str, Any]]: ...
-
-
-@overload
-def load_image_batch(
-    srcs: Sequence[str | PathLike[str] | bytes],
-    width: int,
-    height: int,
-    *,
-    layout: Literal["NHWC", "NCHW"] = "NHWC",
-    normalize: str | tuple[Sequence[float], Sequence[float]] | None = None,
-    pixel_format: str = "rgb",
-    filter: str = "bilinear",
-    strict: bool = True,
-    num_threads: int | None = None,
-    return_info: bool,
-    transform: Literal["resize", "center-crop", "random-resized-crop"] = "resize",
-    seed: int = 0,
-    keys: Sequence[int] | None = None,
-    pix_fmt: str | None = None,
-    filter_desc: str | None = None,
-    demux_config: object = None,
-    decode_config: object = None,
-    device_config: object = None,
-    storage: object = None,
-) -> _Result: ...
-
-
 def load_image_batch(
     srcs: Sequence[str | PathLike[str] | bytes],
     width: int,
@@ -296,11 +227,7 @@ def load_image_batch(
     seed: int = 0,
     keys: Sequence[int] | None = None,
     pix_fmt: str | None = None,
-    filter_desc: str | None = None,
-    demux_config: object = None,
-    decode_config: object = None,
-    device_config: object = None,
-    storage: object = None,
+    **spdl: Unpack[_SpdlKeywords],
 ) -> _Result:
     """Decodes a batch of images (paths or encoded bytes) resized to ``width`` x ``height`` into one contiguous
     :py:class:`spdl_rs.Buffer` of shape ``[N, H, W, C]`` (or ``[N, C, H, W]``), in parallel, GIL released.
@@ -324,86 +251,12 @@ def load_image_batch(
         keys: One integer per item that seeds its crop and flip with ``seed``; default: its position.
         filter_desc, demux_config, decode_config, device_config, storage: SPDL's; only ``None`` is accepted.
     """
-    _spdl_keywords("load_image_batch", "width=, height=, filter= and pix_fmt=", filter_desc,
-                   demux_config=demux_config, decode_config=decode_config, device_config=device_config,
-                   storage=storage)
+    _spdl_keywords("load_image_batch", "width=, height=, filter= and pix_fmt=", spdl)
     return _native_fn("load_image_batch")(
         srcs, width, height, return_info=return_info, keys=keys, layout=layout, normalize=normalize,
         pixel_format=_pixel_format(pixel_format, pix_fmt), filter=filter, strict=strict, num_threads=num_threads,
         transform=transform, seed=seed,
     )
-
-
-@overload
-def load_audio(
-    src: _Src,
-    timestamp: tuple[float, float] | None = None,
-    *,
-    start: float | None = None,
-    duration: float | None = None,
-    sample_rate: int | None = None,
-    channels: _Channels = None,
-    dtype: Literal["float32", "int16"] = "float32",
-    layout: Literal["channels_first", "interleaved"] = "channels_first",
-    num_samples: int | None = None,
-    backend: Literal["auto", "symphonia", "ffmpeg"] = "auto",
-    limits: dict[str, int] | None = None,
-    name: str | None = None,
-    return_info: Literal[False] = False,
-    filter_desc: str | None = None,
-    demux_config: object = None,
-    decode_config: object = None,
-    device_config: object = None,
-    storage: object = None,
-) -> Buffer: ...
-
-
-@overload
-def load_audio(
-    src: _Src,
-    timestamp: tuple[float, float] | None = None,
-    *,
-    start: float | None = None,
-    duration: float | None = None,
-    sample_rate: int | None = None,
-    channels: _Channels = None,
-    dtype: Literal["float32", "int16"] = "float32",
-    layout: Literal["channels_first", "interleaved"] = "channels_first",
-    num_samples: int | None = None,
-    backend: Literal["auto", "symphonia", "ffmpeg"] = "auto",
-    limits: dict[str, int] | None = None,
-    name: str | None = None,
-    return_info: Literal[True],
-    filter_desc: str | None = None,
-    demux_config: object = None,
-    decode_config: object = None,
-    device_config: object = None,
-    storage: object = None,
-) -> tuple[Buffer, dict[str, Any]]: ...
-
-
-@overload
-def load_audio(
-    src: _Src,
-    timestamp: tuple[float, float] | None = None,
-    *,
-    start: float | None = None,
-    duration: float | None = None,
-    sample_rate: int | None = None,
-    channels: _Channels = None,
-    dtype: Literal["float32", "int16"] = "float32",
-    layout: Literal["channels_first", "interleaved"] = "channels_first",
-    num_samples: int | None = None,
-    backend: Literal["auto", "symphonia", "ffmpeg"] = "auto",
-    limits: dict[str, int] | None = None,
-    name: str | None = None,
-    return_info: bool,
-    filter_desc: str | None = None,
-    demux_config: object = None,
-    decode_config: object = None,
-    device_config: object = None,
-    storage: object = None,
-) -> _Result: ...
 
 
 def load_audio(
@@ -421,11 +274,7 @@ def load_audio(
     limits: dict[str, int] | None = None,
     name: str | None = None,
     return_info: bool = False,
-    filter_desc: str | None = None,
-    demux_config: object = None,
-    decode_config: object = None,
-    device_config: object = None,
-    storage: object = None,
+    **spdl: Unpack[_SpdlKeywords],
 ) -> _Result:
     """Decodes one audio clip into a :py:class:`spdl_rs.Buffer` (GIL released, no copy): ``[C, T]``
     (``layout="channels_first"``) or ``[T, C]`` (``"interleaved"``), ``float32`` in ``[-1, 1]`` or ``int16``.
@@ -457,71 +306,12 @@ def load_audio(
         ValueError: Invalid options (e.g. a channel the file does not have).
         RuntimeError: The input is empty, corrupt, in an unknown format or over a limit; the message names it.
     """
-    _spdl_keywords("load_audio", "sample_rate=, channels=, dtype= and layout=", filter_desc,
-                   demux_config=demux_config, decode_config=decode_config, device_config=device_config,
-                   storage=storage)
+    _spdl_keywords("load_audio", "sample_rate=, channels=, dtype= and layout=", spdl)
     start, duration = _window(timestamp, start, duration)
     return _native_fn("load_audio")(
         src, name=name, return_info=return_info, start=start, duration=duration, sample_rate=sample_rate,
         channels=channels, dtype=dtype, layout=layout, num_samples=num_samples, backend=backend, limits=limits,
     )
-
-
-@overload
-def load_audio_batch(
-    srcs: Sequence[_Src],
-    *,
-    num_samples: int,
-    start: float | None = None,
-    duration: float | None = None,
-    sample_rate: int | None = None,
-    channels: _Channels = None,
-    dtype: Literal["float32", "int16"] = "float32",
-    layout: Literal["channels_first", "interleaved"] = "channels_first",
-    backend: Literal["auto", "symphonia", "ffmpeg"] = "auto",
-    limits: dict[str, int] | None = None,
-    strict: bool = True,
-    num_threads: int | None = None,
-    return_info: Literal[False] = False,
-) -> Buffer: ...
-
-
-@overload
-def load_audio_batch(
-    srcs: Sequence[_Src],
-    *,
-    num_samples: int,
-    start: float | None = None,
-    duration: float | None = None,
-    sample_rate: int | None = None,
-    channels: _Channels = None,
-    dtype: Literal["float32", "int16"] = "float32",
-    layout: Literal["channels_first", "interleaved"] = "channels_first",
-    backend: Literal["auto", "symphonia", "ffmpeg"] = "auto",
-    limits: dict[str, int] | None = None,
-    strict: bool = True,
-    num_threads: int | None = None,
-    return_info: Literal[True],
-) -> tuple[Buffer, dict[str, Any]]: ...
-
-
-@overload
-def load_audio_batch(
-    srcs: Sequence[_Src],
-    *,
-    num_samples: int,
-    start: float | None = None,
-    duration: float | None = None,
-    sample_rate: int | None = None,
-    channels: _Channels = None,
-    dtype: Literal["float32", "int16"] = "float32",
-    layout: Literal["channels_first", "interleaved"] = "channels_first",
-    backend: Literal["auto", "symphonia", "ffmpeg"] = "auto",
-    limits: dict[str, int] | None = None,
-    strict: bool = True,
-    num_threads: int | None = None,
-    return_info: bool,
-) -> _Result: ...
 
 
 def load_audio_batch(
@@ -576,84 +366,6 @@ def probe(src: _Src, *, name: str | None = None) -> dict[str, Any]:
 _VIDEO_INSTEAD = "width=, height=, fps=, num_frames= and pix_fmt="
 
 
-@overload
-def load_video(
-    src: _Src,
-    timestamp: tuple[float, float] | None = None,
-    *,
-    start: float | None = None,
-    duration: float | None = None,
-    fps: float | None = None,
-    every_k: int | None = None,
-    num_frames: int | None = None,
-    width: int | None = None,
-    height: int | None = None,
-    pix_fmt: Literal["rgb24", "gray"] = "rgb24",
-    filter: Literal["bicubic", "bilinear", "nearest", "area"] = "bicubic",
-    threads: int = 1,
-    limits: dict[str, int] | None = None,
-    name: str | None = None,
-    return_info: Literal[False] = False,
-    filter_desc: str | None = None,
-    demux_config: object = None,
-    decode_config: object = None,
-    device_config: object = None,
-    storage: object = None,
-) -> Buffer: ...
-
-
-@overload
-def load_video(
-    src: _Src,
-    timestamp: tuple[float, float] | None = None,
-    *,
-    start: float | None = None,
-    duration: float | None = None,
-    fps: float | None = None,
-    every_k: int | None = None,
-    num_frames: int | None = None,
-    width: int | None = None,
-    height: int | None = None,
-    pix_fmt: Literal["rgb24", "gray"] = "rgb24",
-    filter: Literal["bicubic", "bilinear", "nearest", "area"] = "bicubic",
-    threads: int = 1,
-    limits: dict[str, int] | None = None,
-    name: str | None = None,
-    return_info: Literal[True],
-    filter_desc: str | None = None,
-    demux_config: object = None,
-    decode_config: object = None,
-    device_config: object = None,
-    storage: object = None,
-) -> tuple[Buffer, dict[str, Any]]: ...
-
-
-@overload
-def load_video(
-    src: _Src,
-    timestamp: tuple[float, float] | None = None,
-    *,
-    start: float | None = None,
-    duration: float | None = None,
-    fps: float | None = None,
-    every_k: int | None = None,
-    num_frames: int | None = None,
-    width: int | None = None,
-    height: int | None = None,
-    pix_fmt: Literal["rgb24", "gray"] = "rgb24",
-    filter: Literal["bicubic", "bilinear", "nearest", "area"] = "bicubic",
-    threads: int = 1,
-    limits: dict[str, int] | None = None,
-    name: str | None = None,
-    return_info: bool,
-    filter_desc: str | None = None,
-    demux_config: object = None,
-    decode_config: object = None,
-    device_config: object = None,
-    storage: object = None,
-) -> _Result: ...
-
-
 def load_video(
     src: _Src,
     timestamp: tuple[float, float] | None = None,
@@ -671,11 +383,7 @@ def load_video(
     limits: dict[str, int] | None = None,
     name: str | None = None,
     return_info: bool = False,
-    filter_desc: str | None = None,
-    demux_config: object = None,
-    decode_config: object = None,
-    device_config: object = None,
-    storage: object = None,
+    **spdl: Unpack[_SpdlKeywords],
 ) -> _Result:
     """Demuxes and decodes a video (a path or encoded bytes) into a ``uint8`` :py:class:`spdl_rs.Buffer`
     ``[N, H, W, C]`` (GIL released, no copy). FFmpeg seeks to the keyframe before ``start``; frames that are
@@ -705,8 +413,7 @@ def load_video(
         ValueError: Invalid options.
         RuntimeError: The input is corrupt, has no video stream or is over a limit; the message names it.
     """
-    _spdl_keywords("load_video", _VIDEO_INSTEAD, filter_desc, demux_config=demux_config,
-                   decode_config=decode_config, device_config=device_config, storage=storage)
+    _spdl_keywords("load_video", _VIDEO_INSTEAD, spdl)
     start, duration = _window(timestamp, start, duration)
     return _native_fn("load_video", "ffmpeg")(
         src, name=name, return_info=return_info, start=start, duration=duration, fps=fps, every_k=every_k,
@@ -724,69 +431,16 @@ def demux_video(
     limits: dict[str, int] | None = None,
     name: str | None = None,
     bsf: str | None = None,
-    filter_desc: str | None = None,
-    demux_config: object = None,
-    decode_config: object = None,
-    device_config: object = None,
-    storage: object = None,
+    **spdl: Unpack[_SpdlKeywords],
 ) -> Packets:
     """Reads the packets of the best video stream that the window needs (from the keyframe before ``start``),
     GIL released, into a :py:class:`Packets` object to decode with :py:func:`decode_packets`, possibly in
     another thread or pipeline stage. Arguments as :py:func:`load_video`; SPDL's ``bsf=None`` is accepted."""
     if bsf is not None:
         raise ValueError("demux_video: bitstream filters (bsf=) are not supported by spdl_rs")
-    _spdl_keywords("demux_video", "start=/duration=", filter_desc, demux_config=demux_config,
-                   decode_config=decode_config, device_config=device_config, storage=storage)
+    _spdl_keywords("demux_video", "start=/duration=", spdl)
     start, duration = _window(timestamp, start, duration)
     return _native_fn("demux_video", "ffmpeg")(src, name=name, start=start, duration=duration, limits=limits)
-
-
-@overload
-def decode_packets(
-    packets: Packets,
-    *,
-    fps: float | None = None,
-    every_k: int | None = None,
-    num_frames: int | None = None,
-    width: int | None = None,
-    height: int | None = None,
-    pix_fmt: Literal["rgb24", "gray"] = "rgb24",
-    filter: Literal["bicubic", "bilinear", "nearest", "area"] = "bicubic",
-    threads: int = 1,
-    return_info: Literal[False] = False,
-) -> Buffer: ...
-
-
-@overload
-def decode_packets(
-    packets: Packets,
-    *,
-    fps: float | None = None,
-    every_k: int | None = None,
-    num_frames: int | None = None,
-    width: int | None = None,
-    height: int | None = None,
-    pix_fmt: Literal["rgb24", "gray"] = "rgb24",
-    filter: Literal["bicubic", "bilinear", "nearest", "area"] = "bicubic",
-    threads: int = 1,
-    return_info: Literal[True],
-) -> tuple[Buffer, dict[str, Any]]: ...
-
-
-@overload
-def decode_packets(
-    packets: Packets,
-    *,
-    fps: float | None = None,
-    every_k: int | None = None,
-    num_frames: int | None = None,
-    width: int | None = None,
-    height: int | None = None,
-    pix_fmt: Literal["rgb24", "gray"] = "rgb24",
-    filter: Literal["bicubic", "bilinear", "nearest", "area"] = "bicubic",
-    threads: int = 1,
-    return_info: bool,
-) -> _Result: ...
 
 
 def decode_packets(

@@ -50,7 +50,14 @@ fn run_all(bytes: &[u8], name: &str) -> Vec<(&'static str, String)> {
         BatchDecoder::new(BatchOptions { strict: false, threads: Some(1), ..BatchOptions::default() }, alloc.clone())
             .map_err(|e| e.to_string())
             .and_then(|d| d.decode(&[(name, bytes)]).map_err(|e| e.to_string()));
-    note("BatchDecoder", batch.and_then(|o| o.failures.first().map_or(Ok(()), |f| Err(f.error.to_string()))));
+    note(
+        "BatchDecoder",
+        batch.and_then(|o| {
+            o.failures
+                .first()
+                .map_or(Ok(()), |f| Err(f.batch_item().map_or_else(|| f.to_string(), |(_, e)| e.to_string())))
+        }),
+    );
     note("probe", probe(MediaInput::bytes(bytes, name)).map(drop).map_err(|e| e.to_string()));
     note(
         "decode_audio",
@@ -62,7 +69,11 @@ fn run_all(bytes: &[u8], name: &str) -> Vec<(&'static str, String)> {
     let audio_batch = decode_audio_batch(&[MediaInput::bytes(bytes, name)], &opts, &alloc).map_err(|e| e.to_string());
     note(
         "decode_audio_batch",
-        audio_batch.and_then(|b| b.failures.first().map_or(Ok(()), |f| Err(f.error.to_string()))),
+        audio_batch.and_then(|b| {
+            b.failures
+                .first()
+                .map_or(Ok(()), |f| Err(f.batch_item().map_or_else(|| f.to_string(), |(_, e)| e.to_string())))
+        }),
     );
     let mut reader = ShardReader::new(bytes, name);
     let wds = reader.samples().map_err(|e| e.to_string()).and_then(|samples| {

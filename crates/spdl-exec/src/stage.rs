@@ -276,7 +276,7 @@ impl<T: Send + 'static, U: Send + 'static> Stage<T, U> {
 
     /// A blocking function over a group of parts (a batch of images, of clips) whose parts
     /// may fail one by one: it returns a [`Partial`], the output of the parts that did not
-    /// fail and an [`ItemFailure`] per part that did. Each failed part is booked against this
+    /// fail and an [`ItemFailure`](crate::ItemFailure) per part that did. Each failed part is booked against this
     /// stage, as a failed item: the `failed` column of the stats, the stage's
     /// [`FailureBudget`] and the pipeline's. An `Err` (or a panic) fails the whole call, as for
     /// [`Stage::map`].

@@ -7,7 +7,7 @@
 //! objects (the decoded memory, zero-copy; `numpy.asarray` and DLPack view them in place).
 
 #[macro_use]
-mod options;
+pub(crate) mod options;
 mod audio;
 #[cfg(feature = "ffmpeg")]
 mod video;

@@ -51,6 +51,8 @@ mod dlpack;
 mod error;
 #[cfg(feature = "io")]
 mod io;
+#[cfg(feature = "loader")]
+mod loader;
 mod pipeline;
 #[cfg(any(feature = "io", feature = "source"))]
 mod signals;
@@ -85,5 +87,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     #[cfg(feature = "source")]
     source::register(m)?;
     m.add("HAS_SOURCE", cfg!(feature = "source"))?;
+    #[cfg(feature = "loader")]
+    loader::register(m)?;
     Ok(())
 }

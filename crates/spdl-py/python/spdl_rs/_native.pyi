@@ -28,6 +28,7 @@ __all__ = [
     "PathVariantsStep",
     "ThroughStep",
     "CoreOptions",
+    "ImageLoader",
     "NativeOp",
     "load_image",
     "decode_image",
@@ -539,3 +540,33 @@ def list_dataset(
     root: str | PathLike[str], *, extensions: Sequence[str] = ..., layout: Literal["class_folders", "flat"] = "class_folders"
 ) -> tuple[list[str], list[int | None], list[str]]:
     """``(keys, labels, classes)`` of a dataset directory, keys sorted."""
+
+@final
+class ImageLoader:
+    """The image-loading recipe: batches of images from a directory, a list file or an object store."""
+
+    def __new__(
+        cls,
+        path: str,
+        *,
+        batch_size: int = 32,
+        num_threads: int = 4,
+        io_concurrency: int | None = None,
+        epochs: int = 1,
+        size: int = 224,
+        transform: str = "center-crop",  # "center-crop", "resize" or "random-resized-crop"
+        seed: int = 0,
+        normalize: bool = False,
+        layout: str = "NHWC",  # or "NCHW"
+        store: str | None = None,
+        endpoint: str | None = None,
+        limit: int | None = None,
+    ) -> ImageLoader: ...
+    def __iter__(self) -> ImageLoader: ...
+    def __next__(self) -> tuple[Buffer, list[int]]: ...
+    @property
+    def images_per_epoch(self) -> int: ...
+    @property
+    def failed_images(self) -> int: ...
+    def stats_table(self) -> str: ...
+    def stop(self) -> None: ...

@@ -83,3 +83,4 @@ macro_rules! keyword_options {
         }
     };
 }
+pub(crate) use keyword_options;

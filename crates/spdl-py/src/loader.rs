@@ -1,0 +1,166 @@
+//! `spdl_rs.loader.ImageLoader`: spdl-loader's image-loading recipe for Python (list → read through the
+//! store → decode a batch → batches of `spdl_rs.Buffer`), the same pipeline `spdl bench` runs, with no Python
+//! call per image.
+
+use std::sync::Arc;
+
+use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use spdl_buffer::Layout;
+use spdl_exec::Item;
+use spdl_io::image::{ResizeFilter, Transform};
+use spdl_loader::{GpuMode, ListOptions, Listing, LoaderError, LoaderOptions};
+
+use crate::buffer::PyBuffer;
+use crate::io::options::{KeywordOptions, keyword_options};
+use crate::signals::{SIGNAL_POLL, wait_with_signals};
+
+fn loader_err(e: LoaderError) -> PyErr {
+    match e {
+        LoaderError::List { .. } => PyOSError::new_err(e.to_string()),
+        other => PyValueError::new_err(other.to_string()),
+    }
+}
+
+fn transform(name: &str, size: u32, seed: u64) -> PyResult<Transform> {
+    if size == 0 {
+        return Err(PyValueError::new_err("size must be at least 1"));
+    }
+    Ok(match name {
+        "center-crop" => spdl_loader::eval_transform(size),
+        "resize" => Transform::Resize { width: size, height: size, filter: ResizeFilter::Bilinear },
+        "random-resized-crop" => Transform::imagenet_train(size, seed),
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "transform must be \"center-crop\", \"resize\" or \"random-resized-crop\", got {other:?}"
+            )));
+        }
+    })
+}
+
+keyword_options! {
+    /// The loader's keyword options.
+    struct Args {
+        batch_size: usize = 32,
+        num_threads: usize = 4,
+        io_concurrency: Option<usize> = None,
+        epochs: usize = 1,
+        size: u32 = 224,
+        transform: String = "center-crop".to_owned(),
+        seed: u64 = 0,
+        normalize: bool = false,
+        layout: String = "NHWC".to_owned(),
+        store: Option<String> = None,
+        endpoint: Option<String> = None,
+        limit: Option<usize> = None,
+    }
+}
+
+/// Loads batches of images from a directory (class folders give labels), a list file or an object store
+/// (`s3://bucket/prefix`; `http(s)://` with `store=` and a list file), decoded and transformed in Rust.
+/// Iterating yields `(images, labels)`: an `spdl_rs.Buffer` `[N, H, W, 3]` (`uint8`, or `float32` with
+/// `normalize`) and a list of ints (-1: no label). An image that fails is logged and counted (`failed_images`).
+#[pyclass(module = "spdl_rs._native", frozen)]
+pub struct ImageLoader {
+    inner: spdl_loader::ImageLoader,
+}
+
+impl std::fmt::Debug for ImageLoader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+#[pymethods]
+impl ImageLoader {
+    /// Lists `path` and builds the pipeline (it starts on the first batch asked). Keywords: `batch_size`,
+    /// `num_threads`, `io_concurrency`, `epochs`, `size`, `transform` (`"center-crop"`, `"resize"`,
+    /// `"random-resized-crop"`), `seed`, `normalize`, `layout` (`"NHWC"`, `"NCHW"`), `store`, `endpoint`,
+    /// `limit` (images per epoch).
+    #[new]
+    #[pyo3(signature = (path, **options))]
+    fn new(py: Python<'_>, path: String, options: Option<Bound<'_, pyo3::types::PyDict>>) -> PyResult<Self> {
+        let args = Args::from_kwargs("ImageLoader", options.as_ref())?;
+        let layout = match args.layout.as_str() {
+            "NHWC" => Layout::Nhwc,
+            "NCHW" => Layout::Nchw,
+            other => return Err(PyValueError::new_err(format!("layout must be \"NHWC\" or \"NCHW\", got {other:?}"))),
+        };
+        let opts = LoaderOptions {
+            batch_size: args.batch_size,
+            threads: args.num_threads,
+            io_concurrency: args.io_concurrency,
+            epochs: args.epochs,
+            transform: transform(&args.transform, args.size, args.seed)?,
+            normalize: args.normalize,
+            layout,
+            gpu: GpuMode::Off,
+            ..LoaderOptions::default()
+        };
+        let list_opts = ListOptions { store: args.store.clone(), endpoint: args.endpoint.clone() };
+        let limit = args.limit;
+        let inner = py.detach(move || -> Result<spdl_loader::ImageLoader, Box<LoaderError>> {
+            let mut listing = Listing::open(&path, &list_opts)?;
+            if let Some(n) = limit {
+                listing.truncate(n);
+            }
+            Ok(spdl_loader::ImageLoader::new(listing, opts)?)
+        });
+        Ok(Self { inner: inner.map_err(|e| loader_err(*e))? })
+    }
+
+    fn __iter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    /// The next batch, waiting without the GIL (Ctrl-C raises `KeyboardInterrupt`).
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<(Py<PyBuffer>, Vec<i64>)>> {
+        let pipeline = self.inner.pipeline();
+        let next = wait_with_signals(py, || match pipeline.get_item(Some(SIGNAL_POLL)) {
+            Ok(Some(Item::Data(batch))) => Some(Ok(Some(batch))),
+            Ok(Some(Item::EpochEnd { .. })) => None,
+            Ok(None) => Some(Ok(None)),
+            Err(e) if e.is_timeout() => None,
+            Err(e) => Some(Err(e)),
+        })?;
+        match next {
+            Ok(Some(batch)) => match batch.images {
+                spdl_loader::Images::Host(buffer) => {
+                    Ok(Some((Py::new(py, PyBuffer::from_arc(Arc::new(buffer)))?, batch.labels)))
+                }
+                spdl_loader::Images::Device(_) => {
+                    Err(PyRuntimeError::new_err("a device batch from a host-only loader"))
+                }
+            },
+            Ok(None) => Ok(None),
+            Err(e) => Err(PyRuntimeError::new_err(format!("the image loader failed: {e}"))),
+        }
+    }
+
+    /// Images per epoch (after `limit`).
+    #[getter]
+    fn images_per_epoch(&self) -> usize {
+        self.inner.images_per_epoch()
+    }
+
+    /// Images that failed to read or decode so far (each also logged).
+    #[getter]
+    fn failed_images(&self) -> u64 {
+        self.inner.failed_images()
+    }
+
+    /// The per-stage stats table (the bottleneck is marked).
+    fn stats_table(&self, py: Python<'_>) -> String {
+        py.detach(|| self.inner.pipeline().stats().to_string())
+    }
+
+    /// Stops the pipeline and joins its threads (GIL released); iteration then ends.
+    fn stop(&self, py: Python<'_>) {
+        py.detach(|| self.inner.pipeline().stop());
+    }
+}
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<ImageLoader>()?;
+    Ok(())
+}

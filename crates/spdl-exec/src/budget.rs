@@ -59,8 +59,18 @@ impl Shared {
         self.record_failure(cell, index, item, cause);
     }
 
+    /// Books `n` items that failed for one `cause` (inputs a through-stage's function left untaken): counted
+    /// one by one, logged and kept once.
+    pub(crate) fn fail_many(&self, cell: &StageCell, index: u64, n: u64, cause: String) {
+        self.record_failures(cell, index, None, cause, n);
+    }
+
     fn record_failure(&self, cell: &StageCell, index: u64, item: Option<String>, cause: String) {
-        cell.failed.fetch_add(1, Ordering::Relaxed);
+        self.record_failures(cell, index, item, cause, 1);
+    }
+
+    fn record_failures(&self, cell: &StageCell, index: u64, item: Option<String>, cause: String, n: u64) {
+        cell.failed.fetch_add(n, Ordering::Relaxed);
         tracing::warn!(
             target: "spdl_exec",
             stage = %cell.name,

@@ -253,8 +253,7 @@ where
         }
         if left > 0 {
             let cause = format!("{left} inputs of the epoch were not taken by the stage's function");
-            shared.fail_late(&cell, index, None, cause);
-            cell.failed.fetch_add(left.saturating_sub(1), Relaxed);
+            shared.fail_many(&cell, index, left, cause);
         }
         match state.end() {
             End::Epoch(e) => {

@@ -101,6 +101,7 @@ pub(crate) fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// A failed item of a spdl-io batch, as Python sees it: `(index, item, cause)`.
+#[cfg(feature = "io")]
 pub(crate) fn batch_failure(f: &spdl_io::Error) -> (usize, String, String) {
     let (index, cause) = f.batch_item().unwrap_or((usize::MAX, f));
     (index, cause.item().unwrap_or_default().to_owned(), error_chain(cause))

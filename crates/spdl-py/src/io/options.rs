@@ -83,4 +83,5 @@ macro_rules! keyword_options {
         }
     };
 }
+#[cfg_attr(not(feature = "loader"), allow(unused_imports))]
 pub(crate) use keyword_options;

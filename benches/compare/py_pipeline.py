@@ -43,6 +43,18 @@ def _builder(impl: str):
     return PipelineBuilder
 
 
+def _drain(pipeline, items: int) -> dict:
+    """Iterates the whole pipeline; its wall and CPU time (all threads of the process)."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    n = 0
+    with pipeline.auto_stop():
+        for _ in pipeline:
+            n += 1
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+    assert n == items, (n, items)
+    return {"items": n, "seconds": dt, "cpu_seconds": cpu}
+
+
 def bench_trivial(impl: str, items: int, num_threads: int) -> dict:
     PipelineBuilder = _builder(impl)
 
@@ -64,14 +76,7 @@ def bench_trivial(impl: str, items: int, num_threads: int) -> dict:
         .add_sink(3)
         .build(num_threads=num_threads)
     )
-    t0, c0 = time.perf_counter(), time.process_time()
-    n = 0
-    with pipeline.auto_stop():
-        for _ in pipeline:
-            n += 1
-    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
-    assert n == items, (n, items)
-    return {"items": n, "seconds": dt, "cpu_seconds": cpu}
+    return _drain(pipeline, items)
 
 
 def bench_graph(impl: str, items: int, num_threads: int) -> dict:
@@ -103,14 +108,7 @@ def bench_graph(impl: str, items: int, num_threads: int) -> dict:
         sink=SinkConfig(3),
     )
     pipeline = build_pipeline(cfg, num_threads=num_threads)
-    t0, c0 = time.perf_counter(), time.process_time()
-    n = 0
-    with pipeline.auto_stop():
-        for _ in pipeline:
-            n += 1
-    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
-    assert n == items, (n, items)
-    return {"items": n, "seconds": dt, "cpu_seconds": cpu}
+    return _drain(pipeline, items)
 
 
 def _tokenize(x: int) -> int:
@@ -134,14 +132,7 @@ def bench_cpu(impl: str, items: int, concurrency: int) -> dict:
         .add_sink(3)
         .build(num_threads=concurrency)
     )
-    t0, c0 = time.perf_counter(), time.process_time()
-    n = 0
-    with pipeline.auto_stop():
-        for _ in pipeline:
-            n += 1
-    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
-    assert n == items, (n, items)
-    return {"items": n, "seconds": dt, "cpu_seconds": cpu}
+    return _drain(pipeline, items)
 
 
 def _image_paths(directory: str) -> list[str]:

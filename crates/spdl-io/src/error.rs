@@ -108,8 +108,9 @@ impl Error {
 /// Result alias for spdl-io.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Runs `f`, turning a panic inside a decoder into [`Error::Decode`].
-#[cfg_attr(not(feature = "audio"), allow(dead_code))]
+/// Runs `f`, turning a panic inside a decoder into [`Error::Decode`] for `item` (every decoder, image and
+/// audio, goes through this one guard).
+#[cfg_attr(not(any(feature = "audio", feature = "image")), allow(dead_code))]
 pub(crate) fn guarded<T>(item: &str, format: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| {
         let msg = payload

@@ -8,7 +8,8 @@ use std::sync::{Mutex, PoisonError};
 use fast_image_resize::Resizer;
 use spdl_buffer::{Buffer, DType, Layout, SharedAllocator};
 
-use crate::image::decode::{self, guarded};
+use crate::error::guarded;
+use crate::image::decode;
 use crate::image::pixels::{NormalizeLut, Pixels, SlotMut, byte_len, resize_into, sized};
 use crate::image::{ImageOptions, Transform};
 use crate::{Error, Result};

@@ -4,10 +4,9 @@
 //! one header parse, Y-only output for grayscale) or, when the transform shrinks the image at least 4x, to
 //! jpeg-decoder's reduced-scale IDCT (1/2, 1/4), which skips most of the IDCT, upsampling and color
 //! conversion work. Other formats go through the `image` crate's decoders with its `Limits` capped.
-//! Every decoder call runs under `catch_unwind`: a decoder bug on hostile input is an `Error::Decode`.
+//! Every decoder call runs under `crate::error::guarded`: a decoder bug on hostile input is an `Error::Decode`.
 
 use std::io::Cursor;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use image::metadata::Orientation;
 use image::{ColorType, DynamicImage, ImageDecoder, ImageReader, Limits};
@@ -16,6 +15,7 @@ use zune_core::colorspace::ColorSpace;
 use zune_core::options::DecoderOptions;
 
 use crate::budget::{self, Reservation};
+use crate::error::guarded;
 use crate::image::format::{ImageFormat, detect_or_error};
 use crate::image::pixels::{PixelStore, byte_len, oriented_dims, remap, sized};
 use crate::image::transform::{Plan, Transform};
@@ -32,8 +32,6 @@ const REDUCED_SCALE_MIN_GAP: f64 = 2.0;
 /// Why a decode failed, when the decoder itself did not say (the `cause` of [`Error::Decode`]).
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum Issue {
-    #[error("the decoder panicked: {0}")]
-    Panic(String),
     #[error(
         "the data ends before the JPEG end-of-image marker (truncated file); \
          ImageOptions::allow_truncated decodes what is there"
@@ -100,18 +98,6 @@ pub(crate) fn admit(
 
 pub(crate) fn decode_error(item: &str, format: ImageFormat, cause: impl Into<crate::error::BoxError>) -> Error {
     Error::Decode { item: item.to_owned(), format: format.name().to_owned(), cause: cause.into() }
-}
-
-/// Runs `f`, turning a panic into `Error::Decode` for `item`.
-pub(crate) fn guarded<T>(item: &str, format: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| {
-        let msg = payload
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "non-string panic payload".to_owned());
-        Err(Error::Decode { item: item.to_owned(), format: format.to_owned(), cause: Box::new(Issue::Panic(msg)) })
-    })
 }
 
 pub(crate) fn check_size(item: &str, format: ImageFormat, w: u32, h: u32, max_pixels: u64) -> Result<()> {

@@ -228,7 +228,7 @@ pub fn decode_image(
     let plan = d.plan.ok_or_else(|| Error::InvalidOptions(format!("{name}: transform {transform:?} has no plan")))?;
     let shape = [plan.out_h as usize, plan.out_w as usize, usize::from(d.channels)];
     let mut buf = Buffer::zeros(DType::U8, &shape, Layout::Hwc, allocator)?;
-    decode::guarded(name, "resize", || {
+    crate::error::guarded(name, "resize", || {
         resize_into(&mut Resizer::new(), &pixels, &plan, transform.filter(), buf.as_bytes_mut(), name)
     })?;
     Ok(buf)

@@ -482,6 +482,88 @@ def to_numpy(buffer: Any) -> Any:
 
 from . import ops  # noqa: E402
 
+# SPDL's other ``spdl.io`` names, each in the module that implements it; loaded on first use.
+_LAZY: dict[str, str] = {
+    # arrays: NumPy formats and interop
+    "load_npy": "._array",
+    "load_npz": "._array",
+    "NpzFile": "._array",
+    "ArrayInterface": "._array",
+    "CUDAArrayInterface": "._array",
+    "convert_array": "._array",
+    "to_jax": "._array",
+    "to_numba": "._array",
+    # WAV and tar
+    "load_wav": "._wav",
+    "parse_wav": "._wav",
+    "WAVHeader": "._wav",
+    "iter_tarfile": "._tar",
+    # FFmpeg filter descriptions
+    "get_filter_desc": "._filter_desc",
+    "get_video_filter_desc": "._filter_desc",
+    "get_audio_filter_desc": "._filter_desc",
+    "get_buffer_desc": "._filter_desc",
+    "get_abuffer_desc": "._filter_desc",
+    # demuxing and decoding objects
+    "Demuxer": "._media",
+    "Decoder": "._media",
+    "AudioDecoder": "._media",
+    "VideoDecoder": "._media",
+    "demux_audio": "._media",
+    "demux_image": "._media",
+    "sample_decode_video": "._media",
+    "AudioPackets": "._media",
+    "VideoPackets": "._media",
+    "ImagePackets": "._media",
+    "AudioFrames": "._media",
+    "VideoFrames": "._media",
+    "ImageFrames": "._media",
+    "AudioCodec": "._media",
+    "VideoCodec": "._media",
+    "ImageCodec": "._media",
+    "DemuxConfig": "._media",
+    "DecodeConfig": "._media",
+    "demux_config": "._media",
+    "decode_config": "._media",
+    "convert_frames": "._media",
+    "create_reference_audio_frame": "._media",
+    "create_reference_video_frame": "._media",
+    "CPUBuffer": "._media",
+    "FilterGraph": "._media",
+    "BSF": "._media",
+    "apply_bsf": "._media",
+    # encoding
+    "encode_image": "._encode",
+    "save_image": "._encode",
+    # host/device memory
+    "transfer_tensor": "._cuda",
+    "transfer_tensor_h2d": "._cuda",
+    "transfer_tensor_d2h": "._cuda",
+    "transfer_buffer": "._cuda",
+    "transfer_buffer_cpu": "._cuda",
+    "cpu_storage": "._cuda",
+    "CPUStorage": "._cuda",
+    "CUDAConfig": "._cuda",
+    "cuda_config": "._cuda",
+    "CUDABuffer": "._cuda",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
 __all__ = [
     "Packets",
     "decode_image",
@@ -500,4 +582,5 @@ __all__ = [
     "set_decode_memory_budget",
     "to_numpy",
     "to_torch",
+    *_LAZY,
 ]

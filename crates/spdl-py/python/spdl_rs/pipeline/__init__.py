@@ -11,6 +11,54 @@ from ._failure import EOF, EPOCH_END, PipelineFailure, is_eof, is_epoch_end
 from ._pipeline import Pipeline, PipelineIterator
 from ._stats import QueuePerfStats, StageStats, TaskPerfStats
 
+# Names whose modules load on first use (subprocess and shared-memory machinery, profiling, hooks): importing
+# ``spdl_rs.pipeline`` stays cheap, and ``from spdl_rs.pipeline import X`` works as in SPDL.
+_LAZY: dict[str, str] = {
+    # hooks, queues, background tasks
+    "TaskHook": "._hooks",
+    "TaskStatsHook": "._hooks",
+    "StageInfo": "._hooks",
+    "create_task": "._hooks",
+    "AsyncQueue": "._queues",
+    "StatsQueue": "._queues",
+    "BackgroundTask": "._bg_task",
+    "BackgroundTaskFactory": "._bg_task",
+    # profiling
+    "profile_pipeline": "._profile",
+    "ProfileHook": "._profile",
+    "ProfileResult": "._profile",
+    # running elsewhere
+    "iterate_in_subprocess": "._subprocess",
+    "run_pipeline_in_subprocess": "._subprocess",
+    "iterate_in_subinterpreter": "._subprocess",
+    "run_pipeline_in_subinterpreter": "._subprocess",
+    "cache_iterator": "._subprocess",
+    "SharedMemoryRingBuffer": "._arena",
+    "SharedMemorySegmentPool": "._arena",
+    "PriorityExecutorEntrypoint": "._priority",
+    "PriorityThreadPoolExecutor": "._priority",
+    "PriorityProcessPoolExecutor": "._priority",
+    "PriorityInterpreterPoolExecutor": "._priority",
+    "ProcessGroupResourceUsage": "._pgrp_stats",
+    "ProcessGroupStatsMonitor": "._pgrp_stats",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
 __all__ = [
     "EOF",
     "EPOCH_END",
@@ -23,6 +71,7 @@ __all__ = [
     "TaskPerfStats",
     "build_pipeline",
     "defs",
+    *_LAZY,
     "is_eof",
     "is_epoch_end",
 ]

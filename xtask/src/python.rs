@@ -25,6 +25,11 @@ const TEST_PACKAGES: &[&str] = &["maturin==1.16.0", "pytest==9.2.0", "numpy==2.4
 /// Python packages of the type checks, pinned; only in `.venv` (the checks run once, on the GIL build).
 const CHECK_PACKAGES: &[&str] = &["mypy==2.4.1"];
 
+/// Packages of the distributed-training tests (the torchrun example, `get_pytorch_dataloader`, Ray Data),
+/// pinned; only in `.venv`: neither has a wheel for the free-threaded interpreter. torch pulls its CUDA
+/// packages (about 5 GB; it runs on CPU here), which pip caches between runs.
+const DIST_PACKAGES: &[&str] = &["torch==2.15.0", "ray==2.60.0"];
+
 /// A free-threaded interpreter to use instead of building one (see the module docs).
 const FT_PYTHON_ENV: &str = "SPDL_FT_PYTHON";
 
@@ -60,8 +65,9 @@ pub fn python_tests(root: &Path, s3s_fs: &Path, quick: bool) -> Result<()> {
     let venv = ensure_venv(&root.join(".venv"), &system_python)?;
     run(Command::new(venv_python(&venv))
         .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
-        .args(CHECK_PACKAGES))
-    .with_context(|| format!("installing the type-check packages into {}", venv.display()))?;
+        .args(CHECK_PACKAGES)
+        .args(DIST_PACKAGES))
+    .with_context(|| format!("installing the type-check and distributed-test packages into {}", venv.display()))?;
     rust_gates(&venv, &target_dir, quick)?;
     build_module(&venv, &crate_dir, &target_dir)?;
     type_checks(&venv, &crate_dir)?;

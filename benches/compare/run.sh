@@ -16,7 +16,10 @@
 #    benches/compare/av_compare.py, which makes its media once under target/compare-av (ffmpeg CLI) and writes
 #    docs/benchmarks.md's "## Audio/video comparison" section.
 #
-# AV_ONLY=1 runs only step 5 (after the venv); its arguments then go to av_compare.py (e.g. --formats flac,mp3
+# 6. then benches/compare/api_surface.py: SPDL 0.8.0's public names that spdl_rs lacks, per module (spdl_rs from
+#    `.venv`, built there if it does not import); a gap missing from README.md's list fails the run.
+#
+# API_ONLY=1 runs only step 6. AV_ONLY=1 runs only step 5 (after the venv); its arguments then go to av_compare.py (e.g. --formats flac,mp3
 # --threads 1 --no-docs). SPDL_COMPARE_NO_AV=1 skips step 5; SPDL_AV_ARGS adds options to av_compare.py when it
 # runs after the image comparison (`--no-docs` given to compare.py is passed on too).
 #
@@ -87,8 +90,28 @@ run_av() {
     "$VENV/bin/python" "$ROOT/benches/compare/av_compare.py" --rust-bin "$bin" "$@"
 }
 
+
+# The API surface: SPDL 0.8.0's public names that spdl_rs lacks, each of which must be on README.md's list.
+run_api_surface() {
+    local rs_python="$ROOT/.venv/bin/python"
+    if [[ ! -x "$rs_python" ]]; then
+        log "no $rs_python: run \`cargo xtask test\` once to make it, then the API-surface check runs here"
+        return 1
+    fi
+    if ! "$rs_python" -c 'import spdl_rs' 2>/dev/null; then
+        log "building spdl_rs into $ROOT/.venv for the API-surface check"
+        (cd "$ROOT" && CARGO_TARGET_DIR=target/py VIRTUAL_ENV="$ROOT/.venv" "$ROOT/.venv/bin/maturin" develop --release \
+            --manifest-path crates/spdl-py/Cargo.toml) || return 1
+    fi
+    "$VENV/bin/python" "$ROOT/benches/compare/api_surface.py" --spdl-python "$VENV/bin/python" --spdl-rs-python "$rs_python"
+}
+
 setup_venv
 setup_dali
+if [[ "${API_ONLY:-0}" == 1 ]]; then
+    run_api_surface
+    exit
+fi
 if [[ "${SPDL_COMPARE_SETUP_ONLY:-0}" == 1 ]]; then
     exit 0
 fi
@@ -144,4 +167,6 @@ if [[ "${SPDL_COMPARE_NO_AV:-0}" != 1 ]]; then
     export SPDL_AV_COMPARE_COMMAND="$SPDL_COMPARE_COMMAND${SPDL_AV_ARGS:+ (SPDL_AV_ARGS=$SPDL_AV_ARGS)}"
     run_av "${av_args[@]}" || status=$?
 fi
+
+run_api_surface || status=$?
 exit "$status"

@@ -14,6 +14,10 @@ from fractions import Fraction
 from typing import Any, Generic, TypeVar
 
 from .. import _native
+from ._bg_task import BackgroundTaskFactory
+from ._extensions import Extensions, _next_pipeline_id
+from ._hooks import StageInfo, TaskHook
+from ._queues import AsyncQueue
 from ._pipeline import Pipeline, _EventLoop
 
 __all__ = ["PipelineBuilder", "build_pipeline"]
@@ -130,8 +134,9 @@ def _source_spec(source: Any, continuous: bool) -> tuple[Any, bool]:
     return _native.IterSource(source, continuous=bool(continuous)), False
 
 
-def _pipe_step(cfg: Any) -> tuple[Any, bool]:
-    """The engine step of a ``PipeConfig``, and whether it needs the event loop."""
+def _pipe_step(cfg: Any, hooks: list[Any] | None = None, ext: Extensions | None = None) -> tuple[Any, bool]:
+    """The engine step of a ``PipeConfig``, and whether it needs the event loop. With ``hooks``, the op runs
+    inside them on the event loop."""
     concurrency = cfg.concurrency
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
         raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
@@ -140,6 +145,8 @@ def _pipe_step(cfg: Any) -> tuple[Any, bool]:
     kind, fn = _op_kind(cfg.op)
     if cfg.executor is not None:
         kind, fn = _in_executor(kind, fn, cfg.executor)
+    if hooks and ext is not None:
+        kind, fn = ext.hooked_op(kind, fn, hooks)
     step = _native.PipeStep(
         cfg.name,
         kind,
@@ -156,9 +163,19 @@ class _Conversion:
     (``.to()`` regions, custom merges) the pipeline must stop and close with it."""
 
     def __init__(
-        self, *, num_threads: int, max_failures: Any, report_stats_interval: float, stage_buffer_size: int
+        self,
+        *,
+        num_threads: int,
+        max_failures: Any,
+        report_stats_interval: float,
+        stage_buffer_size: int,
+        ext: Extensions | None = None,
     ) -> None:
         self.needs_loop = False
+        #: Relay steps of the source's custom queue, to put first in the pipeline's steps.
+        self.source_relays: list[Any] = []
+        #: Hooks, custom queues and background tasks (``None``: only validating).
+        self.ext = ext
         self.resources: list[Any] = []
         self.num_threads = num_threads
         self.max_failures = max_failures
@@ -185,6 +202,9 @@ def _convert_source(src: Any, conv: _Conversion) -> Any:
     if isinstance(src, defs.SourceConfig):
         spec, loop = _source_spec(src.source, src.continuous)
         conv.needs_loop |= loop
+        if conv.ext is not None:
+            stage = conv.ext.add_stage(conv.ext.stage_info("src"), "source", hooked=False)
+            conv.source_relays.extend(_relay_steps(stage, _STAGE_BUFFER_SIZE, conv))
         return spec
     if isinstance(src, defs.MergeConfig):
         continuity = _source_continuity(src)
@@ -197,7 +217,14 @@ def _convert_source(src: Any, conv: _Conversion) -> Any:
             if not isinstance(cfg, defs.PipelineConfig):
                 raise TypeError(f"Merge takes PipelineConfig inputs, got {type(cfg).__name__}")
         if src.op is None:
-            inputs = [(_convert_source(c.src, conv), _convert_steps(c.pipes, conv)) for c in src.pipeline_configs]
+            inputs = []
+            for c in src.pipeline_configs:
+                sub_source = _convert_source(c.src, conv)
+                relays, conv.source_relays = conv.source_relays, []
+                inputs.append((sub_source, relays + _convert_steps(c.pipes, conv)))
+            if conv.ext is not None:
+                stage = conv.ext.add_stage(conv.ext.stage_info("merge"), "merge", hooked=False)
+                conv.source_relays.extend(_relay_steps(stage, _STAGE_BUFFER_SIZE, conv))
             return _native.MergeSource("merge", inputs, policy="as_available")
         merge = _CustomMerge(src.op, src.pipeline_configs, continuous=continuity == {True}, conv=conv)
         conv.resources.append(merge)
@@ -205,24 +232,58 @@ def _convert_source(src: Any, conv: _Conversion) -> Any:
     raise TypeError(f"the source must be a SourceConfig or a MergeConfig, got {type(src).__name__}")
 
 
-def _convert_step(cfg: Any, conv: _Conversion) -> Any:
-    """The engine step of one stage config (not a placement marker)."""
+def _relay_steps(stage: Any, buffer_size: int, conv: _Conversion) -> list[Any]:
+    """The relay step that passes a stage's output through its custom queue (none for the engine's own)."""
+    ext = conv.ext
+    if ext is None or stage is None:
+        return []
+    q = ext.make_queue(stage, buffer_size)
+    if q is None:
+        return []
+    conv.needs_loop = True
+    return [_native.PipeStep(f"{stage.info.stage_name}_queue", "async", ext.relay(q), concurrency=1)]
+
+
+def _convert_step(cfg: Any, conv: _Conversion) -> list[Any]:
+    """The engine steps of one stage config (not a placement marker): the stage's own, then the relay of its
+    custom output queue, if any."""
     from . import defs
 
+    ext = conv.ext
     if isinstance(cfg, defs.PipeConfig):
-        step, loop = _pipe_step(cfg)
+        stage = None if ext is None else ext.add_stage(ext.stage_info(cfg.name, cfg.concurrency), cfg.name, hooked=True)
+        step, loop = _pipe_step(cfg, stage.hooks if stage is not None else None, ext)
         conv.needs_loop |= loop
-        return step
+        return [step, *_relay_steps(stage, _STAGE_BUFFER_SIZE, conv)]
     if isinstance(cfg, defs.AggregateConfig):
-        return defs._aggregator_step(cfg.op, bool(cfg.drop_last))
+        stage = None if ext is None else ext.add_stage(ext.stage_info(cfg.name), None, hooked=True)
+        if ext is not None and stage is not None and stage.hooks:
+            defs._aggregator_step(cfg.op, bool(cfg.drop_last))  # validates
+            agg = defs.Collate(cfg.op.n) if type(cfg.op) is defs.Collate else cfg.op
+            step = _native.AggregatorStep(
+                cfg.name, ext.hooked_aggregator(agg, stage.hooks, bool(cfg.drop_last)), drop_last=bool(cfg.drop_last)
+            )
+            conv.needs_loop = True
+        else:
+            step = defs._aggregator_step(cfg.op, bool(cfg.drop_last))
+        return [step, *_relay_steps(stage, _STAGE_BUFFER_SIZE, conv)]
     if isinstance(cfg, defs.DisaggregateConfig):
-        return _native.DisaggregateStep()
+        stage = None if ext is None else ext.add_stage(ext.stage_info("disaggregate"), "disaggregate", hooked=True)
+        if ext is not None and stage is not None and stage.hooks:
+            step = _native.PipeStep("disaggregate", "asyncgen", ext.hooked_disaggregate(stage.hooks), concurrency=1)
+            conv.needs_loop = True
+        else:
+            step = _native.DisaggregateStep()
+        return [step, *_relay_steps(stage, _STAGE_BUFFER_SIZE, conv)]
     if isinstance(cfg, defs.PathVariantsConfig):
         kind, router = _op_kind(cfg.router)
         if kind not in ("sync", "async"):
             raise TypeError(f"a path_variants router must be a function or an async function, got a {kind} op")
         if kind == "async":
             conv.needs_loop = True
+        router_stage = None
+        if ext is not None:
+            router_stage = ext.add_stage(ext.stage_info(cfg.name or "path_variants_router"), None, hooked=False)
         paths = []
         for i, path in enumerate(cfg.paths):
             for j, stage in enumerate(path):
@@ -230,8 +291,11 @@ def _convert_step(cfg: Any, conv: _Conversion) -> Any:
                     raise ValueError(
                         f"Path {i}, position {j}: a to() placement marker is not allowed inside PathVariants paths."
                     )
-            paths.append([_convert_step(stage, conv) for stage in path])
-        return _native.PathVariantsStep(
+            paths.append([s for stage in path for s in _convert_step(stage, conv)])
+        merge_stage = None
+        if router_stage is not None and ext is not None:
+            merge_stage = ext.add_stage(ext.stage_info("path_variants_merge"), None, hooked=False)
+        step = _native.PathVariantsStep(
             cfg.name,
             router,
             paths,
@@ -239,6 +303,7 @@ def _convert_step(cfg: Any, conv: _Conversion) -> Any:
             batched=bool(cfg.batched),
             output_order=cfg.output_order,
         )
+        return [step, *_relay_steps(merge_stage, _STAGE_BUFFER_SIZE, conv)]
     raise TypeError(
         f"a {type(cfg).__name__} step is not supported (Pipe, Aggregate, Disaggregate, PathVariants and "
         "PlacementConfig markers are)"
@@ -267,7 +332,7 @@ def _convert_steps(pipes: Sequence[Any], conv: _Conversion) -> list[Any]:
             target = p.target
             input_buffer_size = p.buffer_size
         elif isinstance(target, defs._MainProcess):
-            steps.append(_convert_step(p, conv))
+            steps.extend(_convert_step(p, conv))
         else:
             region.append(p)
     close_region(1)
@@ -360,21 +425,46 @@ def _build(
     max_failures: Any,
     report_stats_interval: float,
     stage_buffer_size: int,
+    queue_class: Any = None,
+    task_hook_factory: Callable[[Any], list[Any]] | None = None,
+    background_tasks: Sequence[Callable[[], Any]] | None = None,
+    stage_id: int = 0,
+    extensions: bool = True,
 ) -> Pipeline[Any]:
     if not isinstance(num_threads, int) or num_threads < 1:
         raise ValueError(f"num_threads must be a positive integer, got {num_threads!r}")
     _check_size("stage_buffer_size", stage_buffer_size, minimum=1)
     _check_size("buffer_size", buffer_size, minimum=0)
+    ext = None
+    if extensions:
+        from ._bg_task import get_default_background_tasks
+
+        ext = Extensions(
+            pipeline_id=_next_pipeline_id(),
+            stage_id=stage_id,
+            report_stats_interval=report_stats_interval,
+            queue_class=queue_class,
+            task_hook_factory=task_hook_factory,
+            background_tasks=[*(get_default_background_tasks() or []), *(background_tasks or [])],
+            num_threads=num_threads,
+        )
     conv = _Conversion(
         num_threads=num_threads,
         max_failures=max_failures,
         report_stats_interval=report_stats_interval,
         stage_buffer_size=stage_buffer_size,
+        ext=ext,
     )
     try:
         source = _convert_source(src, conv)
-        steps = _convert_steps(pipes, conv)
+        steps = conv.source_relays + _convert_steps(pipes, conv)
+        if ext is not None:
+            sink = ext.add_stage(ext.stage_info("sink"), "sink", hooked=False)
+            steps += _relay_steps(sink, buffer_size, conv)
+            conv.needs_loop |= ext.needs_loop
         loop = _EventLoop() if conv.needs_loop else None
+        if ext is not None:
+            ext.event_loop = loop
         options = _native.CoreOptions(
             buffer_size=buffer_size,
             num_threads=num_threads,
@@ -386,7 +476,47 @@ def _build(
         for r in conv.resources:
             r.close()
         raise
-    return Pipeline(core, event_loop=loop, report_stats_interval=report_stats_interval, resources=conv.resources)
+    return Pipeline(
+        core, event_loop=loop, report_stats_interval=report_stats_interval, resources=conv.resources, extensions=ext
+    )
+
+
+def _config_of(src: Any, pipes: Sequence[Any], buffer_size: int) -> Any:
+    """The ``PipelineConfig`` of a builder's parts (what SPDL's ``build`` hands the build callback)."""
+    from . import defs
+
+    sink = defs.SinkConfig(buffer_size) if buffer_size > 0 else _UnboundedSink()
+    return defs.PipelineConfig(src=src, pipes=list(pipes), sink=sink)
+
+
+def _run_build_callback(cfg: Any) -> None:
+    """Calls the default build callback (``config.set_default_build_callback``), logging its failure."""
+    callback = _DEFAULT_BUILD_CALLBACK
+    if callback is None:
+        return
+    try:
+        callback(cfg)
+    except Exception:
+        _LG.exception("Build callback failed.")
+
+
+_DEFAULT_BUILD_CALLBACK: Callable[[Any], None] | None = None
+
+
+def get_default_build_callback() -> Callable[[Any], None] | None:
+    """The function called with each ``PipelineConfig`` before it is built (``None`` when unset)."""
+    return _DEFAULT_BUILD_CALLBACK
+
+
+def set_default_build_callback(callback: Callable[[Any], None] | None) -> None:
+    """Sets a function called with the ``PipelineConfig`` of every pipeline about to be built (by
+    :py:func:`build_pipeline` and :py:meth:`PipelineBuilder.build`); its failure is logged, not raised.
+
+    Args:
+        callback: The function, or ``None`` to unset.
+    """
+    global _DEFAULT_BUILD_CALLBACK
+    _DEFAULT_BUILD_CALLBACK = callback
 
 
 class PipelineBuilder(Generic[T, U]):
@@ -622,8 +752,11 @@ class PipelineBuilder(Generic[T, U]):
         num_threads: int,
         max_failures: int | Fraction = -1,
         report_stats_interval: float = -1,
+        queue_class: type[AsyncQueue] | None = None,
+        task_hook_factory: Callable[[StageInfo], list[TaskHook]] | None = None,
+        stage_id: int = 0,
+        use_thread_output_queue: bool = False,
         stage_buffer_size: int = _STAGE_BUFFER_SIZE,
-        **spdl_only: Any,
     ) -> Pipeline[U]:
         """Builds the pipeline (it starts on the first ``get_item``, or with ``start``/``auto_stop``).
 
@@ -633,30 +766,75 @@ class PipelineBuilder(Generic[T, U]):
                 or a ``Fraction`` in (0, 1] (rate, judged after 100 calls). 0 also applies inside ``to()``
                 regions' workers (as in SPDL).
             report_stats_interval: Log the stats table through ``logging`` (logger ``spdl_rs.pipeline``, level
-                INFO) this often, in seconds, and once at the end; -1 for never.
+                INFO) this often, in seconds, and once at the end; -1 for never. Also given to a custom default
+                hook class or queue class as ``interval``.
+            queue_class: A subclass of :py:class:`~spdl_rs.pipeline.AsyncQueue` to connect the stages with
+                (one instance per connection, called as ``queue_class(info, buffer_size=n)``); every item goes
+                through its ``put`` and ``get`` on the pipeline's event loop. ``None``: the default queue class
+                (:py:class:`~spdl_rs.pipeline.StatsQueue`, served by the engine's native queues).
+            task_hook_factory: ``factory(stage_info) -> list of TaskHook`` for each pipe, aggregate and
+                disaggregate stage; a stage with hooks runs its op inside them on the event loop. ``None``: the
+                default hook class (:py:class:`~spdl_rs.pipeline.TaskStatsHook`, served by the engine's own
+                stats). A factory that returns ``[]`` disables hooks.
+            stage_id: The id of the first stage in stage names (``StageInfo``).
+            use_thread_output_queue: Accepted for SPDL compatibility; the engine's output queue is already a
+                thread-safe queue read without the event loop.
             stage_buffer_size: (spdl_rs only) Capacity of each queue between two stages, in items (batches
                 after an ``aggregate``); SPDL's is fixed at 2, the default. Items alive at once are bounded by
                 about ``sum over stages of (stage_buffer_size + concurrency + 1)`` plus the sink's
                 ``buffer_size`` (each counting batches as one item after an ``aggregate``, plus the batch being
                 filled). Larger values cost memory and gain throughput for trivial ops (fewer thread wake-ups
                 per item).
-            spdl_only: SPDL's ``stage_id`` and ``use_thread_output_queue`` are accepted and ignored;
-                ``queue_class``, ``task_hook_factory`` and ``background_tasks`` hook into SPDL's asyncio
-                internals and raise ``TypeError`` unless ``None``.
         """
-        _check_spdl_only("build", spdl_only)
+        del use_thread_output_queue
         if self._src is None:
             raise RuntimeError("Source is not set.")
         _validate_regions(self._pipes)
-        return _build(
-            self._src,
-            self._pipes,
-            buffer_size=3 if self._sink is None else self._sink,
+        sink_size = 3 if self._sink is None else self._sink
+        return _build_with_defaults(
+            _config_of(self._src, self._pipes, sink_size),
             num_threads=num_threads,
             max_failures=max_failures,
             report_stats_interval=report_stats_interval,
+            queue_class=queue_class,
+            task_hook_factory=task_hook_factory,
+            stage_id=stage_id,
+            background_tasks=None,
             stage_buffer_size=stage_buffer_size,
         )
+
+
+def _build_with_defaults(
+    cfg: Any,
+    *,
+    num_threads: int,
+    max_failures: Any,
+    report_stats_interval: float,
+    queue_class: Any,
+    task_hook_factory: Any,
+    stage_id: int,
+    background_tasks: Any,
+    stage_buffer_size: int,
+) -> Pipeline[Any]:
+    """SPDL's ``build_pipeline`` path: diagnostic mode, the build callback, then the build."""
+    from . import _profile
+
+    if _profile.is_diagnostic_mode_enabled():
+        return _profile._build_pipeline_diagnostic_mode(cfg)
+    _run_build_callback(cfg)
+    return _build(
+        cfg.src,
+        cfg.pipes,
+        buffer_size=cfg.sink.buffer_size,
+        num_threads=num_threads,
+        max_failures=max_failures,
+        report_stats_interval=report_stats_interval,
+        stage_buffer_size=stage_buffer_size,
+        queue_class=queue_class,
+        task_hook_factory=task_hook_factory,
+        background_tasks=background_tasks,
+        stage_id=stage_id,
+    )
 
 
 class _UnboundedSink:
@@ -673,8 +851,8 @@ _SPDL_HOOKS = ("queue_class", "task_hook_factory", "background_tasks")
 
 
 def _check_spdl_only(func: str, kwargs: dict[str, Any]) -> None:
-    """SPDL's ``build`` keywords without a counterpart: ignored ones pass, its asyncio hooks must be ``None``,
-    anything else is a ``TypeError`` as for any unknown keyword."""
+    """For entry points that do not take hooks (``run_pipeline_in_subprocess``, ...): SPDL's ignored keywords
+    pass, its hook keywords must be ``None``, anything else is a ``TypeError`` as for any unknown keyword."""
     unknown = sorted(k for k in kwargs if k not in _SPDL_IGNORED + _SPDL_HOOKS)
     if unknown:
         raise TypeError(f"{func}() got unexpected keyword arguments: {', '.join(unknown)}")
@@ -732,6 +910,7 @@ class _CustomMerge:
                 max_failures=conv.max_failures,
                 report_stats_interval=conv.report_stats_interval,
                 stage_buffer_size=conv.stage_buffer_size,
+                extensions=False,
             )
             for c in configs
         ]
@@ -911,28 +1090,41 @@ def build_pipeline(
     num_threads: int,
     max_failures: int | Fraction = -1,
     report_stats_interval: float = -1,
+    queue_class: type[AsyncQueue] | None = None,
+    task_hook_factory: Callable[[StageInfo], list[TaskHook]] | None = None,
+    stage_id: int = 0,
+    background_tasks: list[BackgroundTaskFactory] | None = None,
+    use_thread_output_queue: bool = False,
     stage_buffer_size: int = _STAGE_BUFFER_SIZE,
-    **spdl_only: Any,
 ) -> Pipeline[Any]:
     """Builds a :py:class:`Pipeline` from a :py:class:`spdl_rs.pipeline.defs.PipelineConfig` (SPDL's
-    ``spdl.pipeline.build_pipeline``); the keywords are those of :py:meth:`PipelineBuilder.build`.
+    ``spdl.pipeline.build_pipeline``); the keywords are those of :py:meth:`PipelineBuilder.build`, plus
+    ``background_tasks``.
 
     The source is a ``SourceConfig`` or a ``Merge`` of pipelines; the pipes may hold ``PathVariants`` and
-    ``PlacementConfig`` markers (``.to()`` regions). SPDL's ``queue_class``, ``task_hook_factory`` and
-    ``background_tasks`` hook into its asyncio internals and have no counterpart here: passing one raises
-    ``TypeError``; ``stage_id`` and ``use_thread_output_queue`` are accepted and ignored.
+    ``PlacementConfig`` markers (``.to()`` regions).
+
+    With ``SPDL_PIPELINE_DIAGNOSTIC_MODE=1`` in the environment, the pipeline returned profiles each stage
+    (:py:func:`~spdl_rs.pipeline.profile_pipeline`) on its first item and exits the program.
+
+    Args:
+        background_tasks: :py:class:`~spdl_rs.pipeline.BackgroundTaskFactory` callables (after the defaults of
+            :py:func:`spdl_rs.pipeline.config.set_default_background_tasks`); each task's ``run()`` runs on the
+            pipeline's event loop while the pipeline runs, and is cancelled when it ends. Failures are logged.
     """
     from . import defs
 
-    _check_spdl_only("build_pipeline", spdl_only)
+    del use_thread_output_queue
     if not isinstance(pipeline_cfg, defs.PipelineConfig):
         raise TypeError(f"build_pipeline needs a spdl_rs.pipeline.defs.PipelineConfig, got {type(pipeline_cfg).__name__}")
-    return _build(
-        pipeline_cfg.src,
-        pipeline_cfg.pipes,
-        buffer_size=pipeline_cfg.sink.buffer_size,
+    return _build_with_defaults(
+        pipeline_cfg,
         num_threads=num_threads,
         max_failures=max_failures,
         report_stats_interval=report_stats_interval,
+        queue_class=queue_class,
+        task_hook_factory=task_hook_factory,
+        stage_id=stage_id,
+        background_tasks=background_tasks,
         stage_buffer_size=stage_buffer_size,
     )

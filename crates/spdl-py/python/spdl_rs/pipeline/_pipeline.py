@@ -137,6 +137,7 @@ def _shutdown(
     reporter: _Reporter | None,
     timeout: float | None,
     resources: Sequence[Any] = (),
+    extensions: Any = None,
 ) -> None:
     """Stops everything a pipeline started, within ``timeout`` seconds in all (``None``: no limit).
 
@@ -155,6 +156,14 @@ def _shutdown(
         stuck.append("an op on the pipeline's threads")
     finally:
         # The event loop and the reporter are stopped even when the engine timed out or Ctrl-C came.
+        if extensions is not None:
+            # Stage hooks exit and background tasks stop on the loop, before it stops.
+            try:
+                extensions.finish(core.error(), stopped=True)
+            except Exception:  # noqa: BLE001 (a hook's failure must not keep the pipeline running)
+                _LG.warning("Failed to finish the pipeline's stage hooks", exc_info=True)
+            extensions.report_native_stats(core)
+            extensions.close()
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
         if loop is not None and not loop.stop(left):
             stuck.append("an async op blocking the pipeline's event loop")
@@ -173,11 +182,15 @@ def _shutdown(
 
 
 def _finalize(
-    core: _native.PipelineCore, loop: _EventLoop | None, reporter: _Reporter | None, resources: Sequence[Any] = ()
+    core: _native.PipelineCore,
+    loop: _EventLoop | None,
+    reporter: _Reporter | None,
+    resources: Sequence[Any] = (),
+    extensions: Any = None,
 ) -> None:
     """The finalizer (garbage collection, interpreter exit): a bounded stop that never raises."""
     try:
-        _shutdown(core, loop, reporter, _FINALIZE_TIMEOUT, resources)
+        _shutdown(core, loop, reporter, _FINALIZE_TIMEOUT, resources, extensions)
     except TimeoutError as e:
         _LG.warning("A pipeline was garbage-collected or left at exit while running: %s", e)
 
@@ -202,8 +215,11 @@ class Pipeline(Generic[T]):
         event_loop: _EventLoop | None,
         report_stats_interval: float,
         resources: Sequence[Any] = (),
+        extensions: Any = None,
     ) -> None:
         self._core = core
+        # Hooks, custom queues, background tasks (``_extensions.Extensions``), and the SPDL-style final stats.
+        self._ext = extensions
         self._loop = event_loop
         self._reporter = _Reporter(core, report_stats_interval) if report_stats_interval > 0 else None
         self._lock = threading.Lock()
@@ -211,7 +227,9 @@ class Pipeline(Generic[T]):
         self._stopped = False
         self._failure_raised = False
         self._resources = tuple(resources)
-        self._finalizer = weakref.finalize(self, _finalize, core, event_loop, self._reporter, self._resources)
+        self._finalizer = weakref.finalize(
+            self, _finalize, core, event_loop, self._reporter, self._resources, extensions
+        )
 
     def __repr__(self) -> str:
         state = "stopped" if self._stopped else "running" if self._started else "ready"
@@ -234,6 +252,16 @@ class Pipeline(Generic[T]):
         self._started = True
         if self._loop is not None:
             self._loop.start()
+        if self._ext is not None:
+            try:
+                self._ext.enter()
+            except Exception as e:
+                # A stage hook failed: the pipeline fails before its first item, as SPDL's does.
+                self._stopped = True
+                self._finalizer.detach()
+                _shutdown(self._core, self._loop, self._reporter, _FINALIZE_TIMEOUT, self._resources)
+                self._ext.close()
+                raise PipelineFailure([("stage_hook", e)], "pipeline stages failed") from e
         self._core.start()
         if self._reporter is not None:
             self._reporter.start()
@@ -258,7 +286,7 @@ class Pipeline(Generic[T]):
             if not self._stopped:
                 self._stopped = True
                 self._finalizer.detach()
-                _shutdown(self._core, self._loop, self._reporter, timeout, self._resources)
+                _shutdown(self._core, self._loop, self._reporter, timeout, self._resources, self._ext)
         self._raise_failure()
 
     def _raise_failure(self) -> None:
@@ -307,6 +335,10 @@ class Pipeline(Generic[T]):
             return value
         if kind == 1:
             raise EOFError(f"end of epoch {value}")
+        if self._ext is not None:
+            # The end of the input: the stages have ended, so do their hooks (as in SPDL).
+            self._ext.finish(self._core.error(), stopped=False)
+            self._ext.report_native_stats(self._core)
         raise EOFError("the pipeline is exhausted")
 
     def get_iterator(self, *, timeout: float | None = None) -> PipelineIterator[T]:
@@ -325,7 +357,8 @@ class Pipeline(Generic[T]):
 
     def get_stats(self) -> list[StageStats]:
         """A snapshot of every stage's statistics (source first, sink last)."""
-        return [from_raw(d) for d in self._core.stats()]
+        raw = self._core.stats()
+        return [from_raw(d, raw[i + 1] if i + 1 < len(raw) else None) for i, d in enumerate(raw)]
 
     def stats_table(self) -> str:
         """The statistics as a text table (what ``report_stats_interval`` logs)."""

@@ -18,12 +18,12 @@ class TaskPerfStats:
     """Calls that failed (their items were dropped)."""
     ave_time: float
     """Mean time of a call."""
-    p50_time: float
-    """Median time of a call."""
     p90_time: float
     """90th percentile of the call time."""
     p99_time: float
     """99th percentile of the call time."""
+    p50_time: float = 0.0
+    """(spdl_rs only) Median time of a call."""
 
 
 @dataclass(frozen=True)
@@ -38,10 +38,29 @@ class QueuePerfStats:
     """Mean time the stage waited for room in the queue, per item (downstream is slower: blocked)."""
     ave_get_time: float
     """Mean time the stage waited for its input, per item (upstream is slower: starved)."""
-    queue_len: int
-    """Items in the queue at the snapshot."""
-    capacity: int
-    """The queue's capacity."""
+    p90_put_time: float = 0.0
+    """90th percentile of the time a ``put`` waited (measured by :py:class:`StatsQueue`; 0 in the engine's
+    stats, which time waits in total only)."""
+    p99_put_time: float = 0.0
+    """99th percentile of the time a ``put`` waited (as ``p90_put_time``)."""
+    p90_get_time: float = 0.0
+    """90th percentile of the time a ``get`` waited (as ``p90_put_time``)."""
+    p99_get_time: float = 0.0
+    """99th percentile of the time a ``get`` waited (as ``p90_put_time``)."""
+    occupancy_rate: float = 0.0
+    """Share of the time the queue held at least one item (near 1: the downstream stage always had input
+    ready; near 0: it starved). The engine estimates it from the time the next stage waited for input."""
+    queue_len: int = 0
+    """(spdl_rs only) Items in the queue at the snapshot."""
+    capacity: int = 0
+    """(spdl_rs only) The queue's capacity."""
+
+    @property
+    def qps(self) -> float:
+        """Items per second: ``num_items / elapsed``."""
+        if self.elapsed <= 0:
+            return 0
+        return self.num_items / self.elapsed
 
 
 @dataclass(frozen=True)
@@ -67,8 +86,20 @@ def _per_item(total: float, n: int) -> float:
     return total / n if n else 0.0
 
 
-def from_raw(raw: dict[str, Any]) -> StageStats:
-    """Builds a :py:class:`StageStats` from one dict of ``PipelineCore.stats()``."""
+def _occupancy(next_raw: dict[str, Any] | None) -> float:
+    """The share of the time a queue was not empty, from its consumer's waits for input: the consumer's
+    workers together waited ``starved`` seconds of ``concurrency * elapsed``."""
+    if next_raw is None:
+        return 0.0
+    elapsed = float(next_raw["elapsed"]) * max(1, int(next_raw["concurrency"]))
+    if elapsed <= 0:
+        return 0.0
+    return min(1.0, max(0.0, 1.0 - float(next_raw["starved"]) / elapsed))
+
+
+def from_raw(raw: dict[str, Any], next_raw: dict[str, Any] | None = None) -> StageStats:
+    """Builds a :py:class:`StageStats` from one dict of ``PipelineCore.stats()`` (and the next stage's, for
+    the occupancy of the queue between them)."""
     calls = int(raw["items_in"])
     return StageStats(
         name=raw["name"],
@@ -79,15 +110,16 @@ def from_raw(raw: dict[str, Any]) -> StageStats:
             num_tasks=calls,
             num_failures=int(raw["items_failed"]),
             ave_time=float(raw["task_mean"]),
-            p50_time=float(raw["task_p50"]),
             p90_time=float(raw["task_p90"]),
             p99_time=float(raw["task_p99"]),
+            p50_time=float(raw["task_p50"]),
         ),
         queue=QueuePerfStats(
             elapsed=float(raw["elapsed"]),
             num_items=int(raw["items_out"]),
             ave_put_time=_per_item(float(raw["blocked"]), int(raw["items_out"])),
             ave_get_time=_per_item(float(raw["starved"]), calls),
+            occupancy_rate=_occupancy(next_raw),
             queue_len=int(raw["queue_len"]),
             capacity=int(raw["queue_capacity"]),
         ),

@@ -276,7 +276,8 @@ class Extensions:
             except Exception:
                 _LG.exception("Failed to start a background task.")
         try:
-            for stage in self.stages:
+            # Downstream first, as SPDL starts its stage tasks from the sink up.
+            for stage in reversed(self.stages):
                 if not stage.hooks and stage.queue is None:
                     continue
                 stack = AsyncExitStack()
@@ -329,8 +330,9 @@ class Extensions:
         if stack is None:
             return
         if exc is None or not isinstance(exc, asyncio.CancelledError):
-            # As SPDL's stages do, unless cancelled: the end of stream goes through the queue.
-            if stage.queue is not None:
+            # As SPDL's stages do, unless cancelled: the end of stream goes through the queue (the sink's
+            # output queue excepted: the sink keeps it from the consumer).
+            if stage.queue is not None and stage is not self.stages[-1]:
                 try:
                     await stage.queue.put(EOF)
                     await stage.queue.get()

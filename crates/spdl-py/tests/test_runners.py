@@ -16,6 +16,7 @@ import pytest
 from conftest import wait_for
 
 from spdl_rs.pipeline import (
+    BackgroundTask,
     PipelineBuilder,
     cache_iterator,
     iterate_in_subinterpreter,
@@ -331,10 +332,26 @@ def test_stdlib_thread_pool_is_rebuilt_in_the_child():
     used.shutdown()
 
 
-def test_spdl_asyncio_hooks_are_refused():
-    cfg = PipelineBuilder().add_source(range(2)).add_sink(1).get_config()
-    with pytest.raises(TypeError, match="queue_class"):
-        run_pipeline_in_subprocess(cfg, num_threads=1, queue_class=object)
+class WritesPid(BackgroundTask):
+    def __init__(self, path):
+        self.path = path
+
+    async def run(self):
+        with open(self.path, "w") as f:
+            f.write(str(os.getpid()))
+
+
+def test_build_arguments_reach_the_child(tmp_path):
+    from functools import partial
+
+    path = tmp_path / "pid"
+    cfg = PipelineBuilder().add_source(range(3)).pipe(square).add_sink(1).get_config()
+    src = run_pipeline_in_subprocess(
+        cfg, num_threads=1, background_tasks=[partial(WritesPid, str(path))], timeout=30
+    )
+    assert sorted(src) == [0, 1, 4]
+    wait_for(path.exists, timeout=20, what="the background task")
+    assert int(path.read_text()) != os.getpid()
 
 
 def test_a_builder_is_deprecated_but_works():

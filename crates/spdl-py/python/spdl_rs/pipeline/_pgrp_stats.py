@@ -10,7 +10,6 @@ in a subprocess of its own and hands it to an async callback there.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 import multiprocessing
 import multiprocessing.context
@@ -20,6 +19,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
+
+from ._bg_task import BackgroundTask
 
 __all__ = ["ProcessGroupResourceUsage", "ProcessGroupStatsMonitor"]
 
@@ -261,17 +262,7 @@ def _monitor_main(interval: float, callback: Callable[[ProcessGroupResourceUsage
     asyncio.run(loop())
 
 
-def _background_task_base() -> type:
-    """spdl_rs's ``BackgroundTask`` when its module exists, else ``object`` (the monitor is used through its
-    ``run`` coroutine either way)."""
-    try:
-        base: type = importlib.import_module("spdl_rs.pipeline._bg_task").BackgroundTask
-    except (ImportError, AttributeError):
-        return object
-    return base
-
-
-class ProcessGroupStatsMonitor(_background_task_base()):  # type: ignore[misc]
+class ProcessGroupStatsMonitor(BackgroundTask):
     """A background task that reports this process group's resource usage from a monitor subprocess.
 
     Ranks of a training job often share one cgroup but each has its own process group; this reports per group.

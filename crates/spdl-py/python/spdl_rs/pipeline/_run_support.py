@@ -36,12 +36,26 @@ class _Wrapper:
     with a continuous source, one pipeline is built at once and each iteration yields one epoch of it."""
 
     def __init__(
-        self, config: Any, num_threads: int, max_failures: int | Fraction, report_stats_interval: float
+        self,
+        config: Any,
+        num_threads: int,
+        max_failures: int | Fraction,
+        report_stats_interval: float,
+        queue_class: Any = None,
+        task_hook_factory: Any = None,
+        background_tasks: Any = None,
+        use_thread_output_queue: bool = False,
     ) -> None:
         self.config = config
-        self.num_threads = num_threads
-        self.max_failures = max_failures
-        self.report_stats_interval = report_stats_interval
+        self.build_args: dict[str, Any] = {
+            "num_threads": num_threads,
+            "max_failures": max_failures,
+            "report_stats_interval": report_stats_interval,
+            "queue_class": queue_class,
+            "task_hook_factory": task_hook_factory,
+            "background_tasks": background_tasks,
+            "use_thread_output_queue": use_thread_output_queue,
+        }
         self._pipeline: Any = None
         if _has_continuous_source(config):
             self._pipeline = self._build()
@@ -50,12 +64,7 @@ class _Wrapper:
     def _build(self) -> Any:
         from ._builder import build_pipeline
 
-        return build_pipeline(
-            self.config,
-            num_threads=self.num_threads,
-            max_failures=self.max_failures,
-            report_stats_interval=self.report_stats_interval,
-        )
+        return build_pipeline(self.config, **self.build_args)
 
     def __iter__(self) -> Iterator[Any]:
         if self._pipeline is not None:

@@ -21,10 +21,15 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from fractions import Fraction
 from functools import partial
 from multiprocessing.util import Finalize
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._run_protocol import _Cmd, _drain, _execute_iterable, _normalize_initializers, _ParentLink
 from ._run_support import _make_executors_picklable, _rng_initializers, _Wrapper
+
+if TYPE_CHECKING:
+    from ._bg_task import BackgroundTaskFactory
+    from ._hooks import StageInfo, TaskHook
+    from ._queues import AsyncQueue
 
 __all__ = [
     "cache_iterator",
@@ -410,9 +415,9 @@ def run_pipeline_in_subprocess(
     num_threads: int,
     max_failures: int | Fraction = -1,
     report_stats_interval: float = -1,
-    queue_class: Any = None,
-    task_hook_factory: Any = None,
-    background_tasks: Any = None,
+    queue_class: type[AsyncQueue] | None = None,
+    task_hook_factory: Callable[[StageInfo], list[TaskHook]] | None = None,
+    background_tasks: list[BackgroundTaskFactory] | None = None,
     use_thread_output_queue: bool = False,
     **kwargs: Any,
 ) -> Iterable[Any]:
@@ -429,18 +434,12 @@ def run_pipeline_in_subprocess(
     Args:
         config_or_builder: A :py:class:`spdl_rs.pipeline.defs.PipelineConfig` (a ``PipelineBuilder`` works
             but is deprecated).
-        num_threads, max_failures, report_stats_interval: Passed to :py:func:`build_pipeline`.
-        queue_class, task_hook_factory, background_tasks: SPDL's asyncio hooks: only ``None`` is accepted.
-        use_thread_output_queue: Accepted and ignored, as by :py:func:`build_pipeline`.
+        num_threads, max_failures, report_stats_interval, queue_class, task_hook_factory, background_tasks,
+            use_thread_output_queue: Passed to :py:func:`build_pipeline` (in the subprocess: they must be
+            picklable for the ``spawn``/``forkserver`` start methods).
         kwargs: Passed to :py:func:`iterate_in_subprocess` (``buffer_size``, ``initializer``, ``mp_context``,
             ``timeout``, ``daemon``, ``arena``).
     """
-    from ._builder import _check_spdl_only
-
-    _check_spdl_only(
-        "run_pipeline_in_subprocess",
-        {"queue_class": queue_class, "task_hook_factory": task_hook_factory, "background_tasks": background_tasks},
-    )
     config = _make_executors_picklable(_pipeline_config(config_or_builder, "run_pipeline_in_subprocess"))
     initializer = _initializers(kwargs, shareable_only=False)
     return iterate_in_subprocess(
@@ -450,6 +449,10 @@ def run_pipeline_in_subprocess(
             num_threads=num_threads,
             max_failures=max_failures,
             report_stats_interval=report_stats_interval,
+            queue_class=queue_class,
+            task_hook_factory=task_hook_factory,
+            background_tasks=background_tasks,
+            use_thread_output_queue=use_thread_output_queue,
         ),
         initializer=initializer,
         **kwargs,
@@ -463,9 +466,9 @@ def run_pipeline_in_subinterpreter(
     num_threads: int,
     max_failures: int | Fraction = -1,
     report_stats_interval: float = -1,
-    queue_class: Any = None,
-    task_hook_factory: Any = None,
-    background_tasks: Any = None,
+    queue_class: type[AsyncQueue] | None = None,
+    task_hook_factory: Callable[[StageInfo], list[TaskHook]] | None = None,
+    background_tasks: list[BackgroundTaskFactory] | None = None,
     use_thread_output_queue: bool = False,
     **kwargs: Any,
 ) -> Iterable[Any]:
@@ -474,9 +477,8 @@ def run_pipeline_in_subinterpreter(
 
     Args:
         config: A :py:class:`spdl_rs.pipeline.defs.PipelineConfig`.
-        num_threads, max_failures, report_stats_interval: Passed to :py:func:`build_pipeline`.
-        queue_class, task_hook_factory, background_tasks: SPDL's asyncio hooks: only ``None`` is accepted.
-        use_thread_output_queue: Accepted and ignored.
+        num_threads, max_failures, report_stats_interval, queue_class, task_hook_factory, background_tasks,
+            use_thread_output_queue: Passed to :py:func:`build_pipeline`.
         kwargs: Passed to :py:func:`iterate_in_subinterpreter`.
 
     Raises:
@@ -484,12 +486,6 @@ def run_pipeline_in_subinterpreter(
     """
     if (error := _interpreters_unavailable("iterate_in_subinterpreter")) is not None:
         raise error
-    from ._builder import _check_spdl_only
-
-    _check_spdl_only(
-        "run_pipeline_in_subinterpreter",
-        {"queue_class": queue_class, "task_hook_factory": task_hook_factory, "background_tasks": background_tasks},
-    )
     initializer = _initializers(kwargs, shareable_only=True)
     return iterate_in_subinterpreter(
         partial(
@@ -498,6 +494,10 @@ def run_pipeline_in_subinterpreter(
             num_threads=num_threads,
             max_failures=max_failures,
             report_stats_interval=report_stats_interval,
+            queue_class=queue_class,
+            task_hook_factory=task_hook_factory,
+            background_tasks=background_tasks,
+            use_thread_output_queue=use_thread_output_queue,
         ),
         initializer=initializer,
         **kwargs,

@@ -53,6 +53,8 @@ pub(crate) struct Wiring {
     pub(crate) feed: Option<Feed>,
     /// Thread pools of regions, started and joined with the pipeline's own.
     pub(crate) pools: Vec<(Pool, usize)>,
+    /// Stages now being wired run on a region's pool (not tuned: that pool is fixed).
+    pub(crate) in_region: bool,
 }
 
 impl Wiring {
@@ -125,8 +127,10 @@ impl Wiring {
         let pool = Pool::new();
         let saved = std::mem::replace(&mut self.pool, pool.handle());
         self.pools.push((pool, threads));
+        let was = std::mem::replace(&mut self.in_region, true);
         let r = f(self);
         self.pool = saved;
+        self.in_region = was;
         r
     }
 
@@ -373,6 +377,7 @@ impl<T: Send + 'static> PipelineBuilder<T, Sunk> {
             prefix: String::new(),
             feed: None,
             pools: Vec::new(),
+            in_region: false,
         };
         let Some(wire) = self.wire else {
             return Err(PipelineError::InvalidOption {
@@ -390,12 +395,15 @@ impl<T: Send + 'static> PipelineBuilder<T, Sunk> {
             let hook = options.report_hook.clone().unwrap_or_else(|| Arc::new(crate::pipeline::log_stats));
             (every, hook)
         });
+        let autotune = options
+            .autotune
+            .then(|| crate::autotune::Setup::new(&w.cells, options.num_threads, options.max_memory_bytes));
         Ok(Pipeline::new(
             sink,
             sink_cell,
             shared,
             w.cells,
-            Startup { tasks: w.tasks, pool, num_threads: options.num_threads, pools: w.pools, report },
+            Startup { tasks: w.tasks, pool, num_threads: options.num_threads, pools: w.pools, report, autotune },
         ))
     }
 }
@@ -421,20 +429,41 @@ pub(crate) fn wire_pipe<T: Send + 'static, U: Send + 'static>(
     };
     let cell = w.cell_with(name.clone(), kind, c, options.failure_budget);
     let cap = w.capacity(cap.or(options.output_capacity), &format!("stage `{name}`"));
+    if w.opts.autotune
+        && !(w.in_region && kind == StageKind::Blocking)
+        && options.tune.is_tunable(options.concurrency)
+        && let Some(bounds) = crate::autotune::stage_bounds(&options, kind, cap)
+    {
+        if !(bounds.min..=bounds.max).contains(&c) {
+            cell.set_concurrency(
+                c.clamp(bounds.min, bounds.max),
+                std::time::Duration::ZERO,
+                "moved into its bounds".into(),
+            );
+        }
+        let _ = cell.tune.set(bounds);
+    }
+    if let crate::options::Tune::Within { min, max } = options.tune
+        && (min == 0 || max < min)
+    {
+        w.invalid(format!("stage `{name}`: tune"), format!("bounds {min}..={max} must satisfy 1 <= min <= max"));
+    }
+    let tuned = cell.tune.get().is_some();
     let (tx, rx) = queue(cap);
     let shared = Arc::clone(&w.shared);
     let link = Link { input, output: tx, cell: Arc::clone(&cell), shared: Arc::clone(&shared) };
     match func {
         StageFn::Async(f) => {
             let launch = driver::async_launcher(f, describe, cell);
-            w.task(&name, Concurrent::new(link, launch, c, options.order, w.pool.clone()).run());
+            w.task(&name, Concurrent::new(link, launch, options.order, w.pool.clone()).run());
         }
-        StageFn::Blocking(f) if options.order == OutputOrder::Input && c > 1 => {
+        // Input order at a concurrency that is or may become > 1: results are re-sequenced.
+        StageFn::Blocking(f) if options.order == OutputOrder::Input && (c > 1 || tuned) => {
             let launch = driver::pool_launcher(f, describe, cell, w.pool.clone(), shared);
-            w.task(&name, Concurrent::new(link, launch, c, options.order, w.pool.clone()).run());
+            w.task(&name, Concurrent::new(link, launch, options.order, w.pool.clone()).run());
         }
         StageFn::Blocking(f) => {
-            let fut = runs::blocking_stage(link, f, describe, w.pool.clone(), c);
+            let fut = runs::blocking_stage(link, f, describe, w.pool.clone());
             w.task(&name, fut);
         }
     }

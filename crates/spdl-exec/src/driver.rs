@@ -269,7 +269,6 @@ enum Event<D, T> {
 pub(crate) struct Concurrent<T, U> {
     link: Link<T, U>,
     launch: Launch<T, U>,
-    concurrency: usize,
     /// Calls in flight, and the next output of lazy calls (each holds a slot until its
     /// outputs end, and is polled again only once its previous output is queued).
     inflight: InFlight<Step<U>>,
@@ -280,17 +279,10 @@ pub(crate) struct Concurrent<T, U> {
 }
 
 impl<T: Send + 'static, U: Send + 'static> Concurrent<T, U> {
-    pub(crate) fn new(
-        link: Link<T, U>,
-        launch: Launch<T, U>,
-        concurrency: usize,
-        order: OutputOrder,
-        pool: PoolHandle,
-    ) -> Self {
+    pub(crate) fn new(link: Link<T, U>, launch: Launch<T, U>, order: OutputOrder, pool: PoolHandle) -> Self {
         Self {
             link,
             launch,
-            concurrency: concurrency.max(1),
             inflight: match order {
                 OutputOrder::Completion => InFlight::Unordered(FuturesUnordered::new()),
                 OutputOrder::Input => InFlight::Ordered(FuturesOrdered::new()),
@@ -304,7 +296,7 @@ impl<T: Send + 'static, U: Send + 'static> Concurrent<T, U> {
     fn can_take(&self) -> bool {
         !self.input_done
             && !self.output_closed
-            && self.inflight.len() < self.concurrency
+            && self.inflight.len() < self.link.cell.concurrency()
             && !self.link.cell.feeding_stopped()
             && !self.link.shared.cancelled()
     }
@@ -342,6 +334,16 @@ impl<T: Send + 'static, U: Send + 'static> Concurrent<T, U> {
                             biased;
                             Some(d) = &mut next_done => Event::Done(d),
                             m = link.input.pop() => Event::Input(m),
+                        }
+                    } else if link.cell.tune.get().is_some() {
+                        // All slots are taken; the auto-tuner may open more.
+                        tokio::select! {
+                            biased;
+                            d = &mut next_done => match d {
+                                Some(d) => Event::Done(d),
+                                None => continue,
+                            },
+                            () = link.cell.retuned.notified() => continue,
                         }
                     } else {
                         match next_done.await {

@@ -51,6 +51,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod aggregator;
+pub mod autotune;
 mod budget;
 mod builder;
 mod context;
@@ -72,7 +73,7 @@ pub use builder::{PipelineBuilder, state};
 pub use error::{PipelineError, StopTimeout};
 pub use failure::{BoxError, FRACTION_PROBATION, FailureBudget, ItemFailure, Partial};
 pub use graph::{Branch, MergeOptions, MergePolicy, MergeStop};
-pub use options::{BuildOptions, OutputOrder, ReportHook, StageOptions};
+pub use options::{BuildOptions, OutputOrder, ReportHook, StageOptions, Tune};
 pub use pipeline::{DROP_GRACE, Item, Pipeline, PipelineIter};
 pub use stage::Stage;
 pub use stats::{PipelineStats, StageKind, StageStats};

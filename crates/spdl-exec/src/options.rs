@@ -17,6 +17,44 @@ pub enum OutputOrder {
     Input,
 }
 
+/// Whether the auto-tuner ([`BuildOptions::autotune`]) may change a stage's concurrency.
+///
+/// ```
+/// use spdl_exec::{StageOptions, Tune};
+/// // Tuned between 2 and 16 calls at a time, whatever `concurrency` starts at.
+/// let opts = StageOptions { concurrency: 2, tune: Tune::Within { min: 2, max: 16 }, ..Default::default() };
+/// assert!(opts.tune.is_tunable(opts.concurrency));
+/// assert!(!Tune::Fixed.is_tunable(1));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Tune {
+    /// Tuned within the default bounds (1..=4x cores for blocking stages, 1..=256 for async
+    /// ones) unless the concurrency was set explicitly: a `concurrency` other than 1, or any
+    /// value given through [`crate::Stage::concurrency`] (which makes it [`Tune::Fixed`]).
+    #[default]
+    Auto,
+    /// Never changed by the auto-tuner.
+    Fixed,
+    /// Tuned within `min..=max` (an explicit opt-in, also for a stage whose concurrency was set).
+    Within {
+        /// The least concurrency (at least 1).
+        min: usize,
+        /// The most concurrency (at least `min`).
+        max: usize,
+    },
+}
+
+impl Tune {
+    /// Whether a stage with this setting and this starting concurrency is tuned.
+    pub fn is_tunable(&self, concurrency: usize) -> bool {
+        match self {
+            Self::Auto => concurrency == 1,
+            Self::Fixed => false,
+            Self::Within { .. } => true,
+        }
+    }
+}
+
 /// Options of one stage. Build with struct update syntax or the [`crate::Stage`] methods.
 ///
 /// ```
@@ -34,6 +72,12 @@ pub struct StageOptions {
     pub failure_budget: FailureBudget,
     /// Capacity of the queue after this stage; `None` uses [`BuildOptions::queue_capacity`].
     pub output_capacity: Option<usize>,
+    /// Whether [`BuildOptions::autotune`] may change `concurrency` (default [`Tune::Auto`]).
+    pub tune: Tune,
+    /// Memory one call in flight holds (its input, output and working set), in bytes, if
+    /// known: the auto-tuner counts it against [`BuildOptions::max_memory_bytes`] before it
+    /// raises the concurrency, as it counts the output queue at its capacity.
+    pub item_bytes: Option<u64>,
 }
 
 impl Default for StageOptions {
@@ -43,6 +87,8 @@ impl Default for StageOptions {
             order: OutputOrder::Completion,
             failure_budget: FailureBudget::Unlimited,
             output_capacity: None,
+            tune: Tune::Auto,
+            item_bytes: None,
         }
     }
 }
@@ -76,6 +122,17 @@ pub struct BuildOptions {
     pub report_interval: Option<Duration>,
     /// What to do with each report (default: one `tracing` info line per stage).
     pub report_hook: Option<ReportHook>,
+    /// Tune the pipeline while it runs (default off): a controller samples the stats every
+    /// 100 ms and raises the concurrency of the bottleneck stage while throughput improves,
+    /// backs off when it does not, grows the pool to the blocking concurrency it set, and
+    /// settles; see [`crate::autotune`]. Stages whose concurrency was set explicitly stay
+    /// as they are ([`Tune`]).
+    pub autotune: bool,
+    /// The memory the auto-tuner may commit to calls in flight and queued items (default
+    /// `None`: half of the memory available when the pipeline is built, where that can be
+    /// read, else no limit). It counts each stage's [`StageOptions::item_bytes`] and, while
+    /// the process's resident memory exceeds it, lowers what it raised.
+    pub max_memory_bytes: Option<u64>,
 }
 
 impl Default for BuildOptions {
@@ -87,6 +144,8 @@ impl Default for BuildOptions {
             failure_budget: FailureBudget::Unlimited,
             report_interval: None,
             report_hook: None,
+            autotune: false,
+            max_memory_bytes: None,
         }
     }
 }
@@ -100,6 +159,8 @@ impl fmt::Debug for BuildOptions {
             .field("failure_budget", &self.failure_budget)
             .field("report_interval", &self.report_interval)
             .field("report_hook", &self.report_hook.as_ref().map(|_| "Fn(&PipelineStats)"))
+            .field("autotune", &self.autotune)
+            .field("max_memory_bytes", &self.max_memory_bytes)
             .finish()
     }
 }

@@ -43,6 +43,8 @@ pub(crate) struct Startup {
     /// The pools of regions and their thread counts.
     pub(crate) pools: Vec<(Pool, usize)>,
     pub(crate) report: Option<(Duration, ReportHook)>,
+    /// The auto-tuner, when the pipeline was built with `autotune`.
+    pub(crate) autotune: Option<crate::autotune::Setup>,
 }
 
 enum Life {
@@ -67,6 +69,8 @@ pub struct Pipeline<T> {
     life: Mutex<Life>,
     /// A `stop_timeout` has timed out: `Drop` then does not wait again.
     gave_up: AtomicBool,
+    /// What the auto-tuner did (with `autotune`).
+    autotune: Option<Arc<Mutex<crate::autotune::AutotuneReport>>>,
 }
 
 impl<T> std::fmt::Debug for Pipeline<T> {
@@ -84,6 +88,7 @@ impl<T: Send + 'static> Pipeline<T> {
         cells: Vec<Arc<StageCell>>,
         startup: Startup,
     ) -> Self {
+        let autotune = startup.autotune.as_ref().map(|a| Arc::clone(&a.report));
         Self {
             sink,
             sink_cell,
@@ -91,6 +96,7 @@ impl<T: Send + 'static> Pipeline<T> {
             cells,
             life: Mutex::new(Life::Ready(Box::new(startup))),
             gave_up: AtomicBool::new(false),
+            autotune,
         }
     }
 
@@ -208,6 +214,26 @@ impl<T> Pipeline<T> {
     pub fn stats(&self) -> PipelineStats {
         let elapsed = self.shared.started.get().map_or(Duration::ZERO, Instant::elapsed);
         stats::snapshot(&self.cells, elapsed)
+    }
+
+    /// What the auto-tuner has done so far (every change with its reason, whether it has
+    /// settled); `None` unless the pipeline was built with [`crate::BuildOptions::autotune`].
+    ///
+    /// ```
+    /// use spdl_exec::{BuildOptions, PipelineBuilder, Stage};
+    ///
+    /// let p = PipelineBuilder::new()
+    ///     .source(0..100u32)
+    ///     .pipe(Stage::map("inc", |x: u32| Ok::<_, std::io::Error>(x + 1)))
+    ///     .sink(8)
+    ///     .build(BuildOptions { autotune: true, ..BuildOptions::default() })
+    ///     .unwrap();
+    /// assert_eq!(p.iter().count(), 100);
+    /// let report = p.autotune().unwrap();
+    /// assert!(report.decisions.iter().all(|d| d.to >= 1));
+    /// ```
+    pub fn autotune(&self) -> Option<crate::autotune::AutotuneReport> {
+        self.autotune.as_ref().map(|r| r.lock().unwrap_or_else(PoisonError::into_inner).clone())
     }
 }
 
@@ -340,7 +366,7 @@ impl<T: Send + 'static> Iterator for PipelineIter<'_, T> {
 /// The scheduler thread: starts the pool, runs every driver on a current-thread tokio
 /// runtime until they finish or the pipeline is stopped, then tears everything down.
 fn schedule(startup: Startup, shared: &Arc<Shared>, cells: Vec<Arc<StageCell>>) {
-    let Startup { tasks, mut pool, num_threads, mut pools, report } = startup;
+    let Startup { tasks, mut pool, num_threads, mut pools, report, autotune } = startup;
     if let Err(err) = pool.start(num_threads) {
         shared.fail(err);
         return;
@@ -360,6 +386,9 @@ fn schedule(startup: Startup, shared: &Arc<Shared>, cells: Vec<Arc<StageCell>>) 
     };
     rt.block_on(async {
         let handles: Vec<_> = tasks.into_iter().map(|(name, task)| (name, tokio::spawn(task))).collect();
+        if let Some(setup) = autotune {
+            tokio::spawn(crate::autotune::drive(setup, cells.clone(), Arc::clone(shared), pool.resizer()));
+        }
         if let Some((every, hook)) = report {
             tokio::spawn(report_loop(every, hook, cells, Arc::clone(shared)));
         }

@@ -4,6 +4,7 @@
 //! smaller than the number of blocking workers still makes progress.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use crossbeam_channel as cb;
@@ -42,47 +43,112 @@ impl PoolHandle {
     }
 }
 
+/// The pool's threads: every handle ever started (joined at shutdown) and how many of them
+/// have not been asked to exit.
+#[derive(Debug, Default)]
+struct Threads {
+    handles: Vec<JoinHandle<()>>,
+    live: usize,
+    /// Numbers the next thread's name.
+    next: usize,
+    /// Set by `shutdown`: no thread starts after it.
+    closed: bool,
+}
+
 /// The pool's threads and job queue.
 #[derive(Debug)]
 pub(crate) struct Pool {
     handle: PoolHandle,
     rx: cb::Receiver<PoolMsg>,
-    threads: Vec<JoinHandle<()>>,
+    threads: Arc<Mutex<Threads>>,
+}
+
+/// Changes the number of a pool's threads while it runs (the auto-tuner's handle).
+#[derive(Debug, Clone)]
+pub(crate) struct PoolResizer {
+    tx: cb::Sender<PoolMsg>,
+    rx: cb::Receiver<PoolMsg>,
+    threads: Arc<Mutex<Threads>>,
+}
+
+impl PoolResizer {
+    /// Threads now running (not asked to exit).
+    pub(crate) fn threads(&self) -> usize {
+        self.threads.lock().unwrap_or_else(PoisonError::into_inner).live
+    }
+
+    /// Starts or retires threads until `n` (at least 1) are live. A retired thread ends
+    /// after the jobs queued before its exit message. After shutdown, does nothing.
+    pub(crate) fn resize(&self, n: usize) -> Result<(), PipelineError> {
+        let n = n.max(1);
+        let mut threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
+        if threads.closed {
+            return Ok(());
+        }
+        while threads.live > n {
+            let _ = self.tx.send(PoolMsg::Exit);
+            threads.live -= 1;
+        }
+        while threads.live < n {
+            spawn_one(&mut threads, &self.rx)?;
+        }
+        Ok(())
+    }
+}
+
+fn spawn_one(threads: &mut Threads, rx: &cb::Receiver<PoolMsg>) -> Result<(), PipelineError> {
+    let rx = rx.clone();
+    let name = format!("spdl-exec-{}", threads.next);
+    let h = std::thread::Builder::new()
+        .name(name)
+        .spawn(move || worker(&rx))
+        .map_err(|source| PipelineError::Spawn { what: "pool", source })?;
+    threads.next += 1;
+    threads.live += 1;
+    threads.handles.push(h);
+    Ok(())
 }
 
 impl Pool {
     /// Creates the job queue; threads start with [`Pool::start`].
     pub(crate) fn new() -> Self {
         let (tx, rx) = cb::unbounded();
-        Self { handle: PoolHandle { tx }, rx, threads: Vec::new() }
+        Self { handle: PoolHandle { tx }, rx, threads: Arc::new(Mutex::new(Threads::default())) }
     }
 
     pub(crate) fn handle(&self) -> PoolHandle {
         self.handle.clone()
     }
 
+    /// A handle that changes the number of threads while the pool runs.
+    pub(crate) fn resizer(&self) -> PoolResizer {
+        PoolResizer { tx: self.handle.tx.clone(), rx: self.rx.clone(), threads: Arc::clone(&self.threads) }
+    }
+
     /// Starts `n` threads named `spdl-exec-N`.
     pub(crate) fn start(&mut self, n: usize) -> Result<(), PipelineError> {
-        for i in 0..n {
-            let rx = self.rx.clone();
-            let spawned = std::thread::Builder::new().name(format!("spdl-exec-{i}")).spawn(move || worker(&rx));
-            match spawned {
-                Ok(h) => self.threads.push(h),
-                Err(source) => {
-                    self.shutdown();
-                    return Err(PipelineError::Spawn { what: "pool", source });
-                }
-            }
+        let started = {
+            let mut threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
+            (0..n).try_for_each(|_| spawn_one(&mut threads, &self.rx))
+        };
+        if started.is_err() {
+            self.shutdown();
         }
-        Ok(())
+        started
     }
 
     /// Lets queued jobs run, then stops and joins every thread.
     pub(crate) fn shutdown(&mut self) {
-        for _ in 0..self.threads.len() {
-            let _ = self.handle.tx.send(PoolMsg::Exit);
-        }
-        for t in self.threads.drain(..) {
+        let handles = {
+            let mut threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
+            threads.closed = true;
+            for _ in 0..threads.live {
+                let _ = self.handle.tx.send(PoolMsg::Exit);
+            }
+            threads.live = 0;
+            std::mem::take(&mut threads.handles)
+        };
+        for t in handles {
             let _ = t.join();
         }
     }

@@ -12,6 +12,7 @@
 
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -68,6 +69,9 @@ pub(crate) struct Runs<T, U> {
     /// an item of the next epoch before the marker has gone downstream.
     barrier: Mutex<bool>,
     exits: mpsc::UnboundedSender<RunExit<U>>,
+    /// Runs that should give their thread back after their current item, because the
+    /// auto-tuner lowered the stage's concurrency below the runs active.
+    retire: AtomicUsize,
 }
 
 /// The outcome of [`push_held`].
@@ -248,6 +252,10 @@ impl<T: Send + 'static, U: Send + 'static> Runs<T, U> {
             if processed.is_multiple_of(YIELD_EVERY) && self.pool.pending() > 0 {
                 return RunExit::Idle;
             }
+            if self.retire.load(Relaxed) > 0 && self.retire.fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1)).is_ok()
+            {
+                return RunExit::Idle;
+            }
         }
     }
 }
@@ -259,19 +267,20 @@ pub(crate) fn blocking_stage<T: Send + 'static, U: Send + 'static>(
     func: BlockingFn<T, U>,
     describe: Option<Describe<T>>,
     pool: PoolHandle,
-    concurrency: usize,
 ) -> impl Future<Output = ()> + Send + 'static {
     let (exits, exits_rx) = mpsc::unbounded_channel();
     let Link { input, output, cell, shared } = link;
-    let runs = Arc::new(Runs { input, output, func, describe, cell, shared, pool, barrier: Mutex::new(false), exits });
-    drive_runs(runs, exits_rx, concurrency.max(1))
+    let barrier = Mutex::new(false);
+    let retire = AtomicUsize::new(0);
+    let runs = Arc::new(Runs { input, output, func, describe, cell, shared, pool, barrier, exits, retire });
+    drive_runs(runs, exits_rx)
 }
 
 async fn drive_runs<T: Send + 'static, U: Send + 'static>(
     runs: Arc<Runs<T, U>>,
     mut exits: mpsc::UnboundedReceiver<RunExit<U>>,
-    concurrency: usize,
 ) {
+    let tuned = runs.cell.tune.get().is_some();
     let mut active = 0usize;
     let mut pending: VecDeque<Msg<U>> = VecDeque::new();
     let mut conts: Vec<Cont<U>> = Vec::new();
@@ -308,6 +317,11 @@ async fn drive_runs<T: Send + 'static, U: Send + 'static>(
         if active == 0 && (input_closed || stopping) {
             return;
         }
+        // The auto-tuner may change the concurrency at any time.
+        let concurrency = runs.cell.concurrency();
+        if tuned {
+            runs.retire.store(active.saturating_sub(concurrency), Relaxed);
+        }
         let can_spawn = !stopping && !input_closed && barrier.is_none() && active < concurrency;
         if can_spawn {
             let queued = runs.input.len();
@@ -334,6 +348,7 @@ async fn drive_runs<T: Send + 'static, U: Send + 'static>(
             biased;
             Some(exit) = exits.recv(), if active > 0 => Some(exit),
             () = runs.input.ready(), if can_spawn => None,
+            () = runs.cell.retuned.notified(), if tuned && active > 0 => None,
             else => return,
         };
         if starving {

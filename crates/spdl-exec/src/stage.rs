@@ -388,10 +388,36 @@ impl<T, U> Stage<T, U> {
         self
     }
 
-    /// Items processed at the same time (at least 1).
+    /// Items processed at the same time (at least 1). Setting it fixes it: the auto-tuner
+    /// leaves it alone unless [`Stage::tune`] opts the stage in.
     #[must_use]
     pub fn concurrency(mut self, n: usize) -> Self {
         self.options.concurrency = n;
+        if self.options.tune == crate::options::Tune::Auto {
+            self.options.tune = crate::options::Tune::Fixed;
+        }
+        self
+    }
+
+    /// Lets the auto-tuner ([`crate::BuildOptions::autotune`]) set this stage's concurrency
+    /// within `min..=max`, starting from its concurrency (raised to `min` if below).
+    ///
+    /// ```
+    /// use spdl_exec::{Stage, Tune};
+    /// let s = Stage::map("decode", |x: u32| Ok::<_, std::io::Error>(x)).concurrency(2).tune(1, 8);
+    /// assert_eq!(s.options().tune, Tune::Within { min: 1, max: 8 });
+    /// ```
+    #[must_use]
+    pub fn tune(mut self, min: usize, max: usize) -> Self {
+        self.options.tune = crate::options::Tune::Within { min, max };
+        self
+    }
+
+    /// The memory one call in flight holds, for the auto-tuner's memory budget
+    /// ([`crate::StageOptions::item_bytes`]).
+    #[must_use]
+    pub fn item_bytes(mut self, bytes: u64) -> Self {
+        self.options.item_bytes = Some(bytes);
         self
     }
 

@@ -1,8 +1,8 @@
 //! Per-stage statistics: always on, updated with relaxed atomics (no lock per item).
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::failure::{FailureBudget, ItemFailure};
@@ -117,11 +117,39 @@ impl Feed {
     }
 }
 
+/// The bounds within which the auto-tuner may set a stage's concurrency, and what it needs
+/// to count the stage's memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TuneBounds {
+    pub(crate) min: usize,
+    pub(crate) max: usize,
+    pub(crate) item_bytes: Option<u64>,
+    /// Capacity of the queue after the stage.
+    pub(crate) output_capacity: usize,
+}
+
+/// How the concurrency of a tuned stage changed over time (locked only on a change and for
+/// a snapshot, never per item).
+#[derive(Debug, Default)]
+struct TuneTrack {
+    /// Concurrency x seconds up to `changed_at`.
+    slot_seconds: f64,
+    changed_at: Duration,
+    reason: Option<String>,
+    changes: u32,
+}
+
 /// The live counters of one stage, shared by its driver, its workers and the snapshots.
 pub(crate) struct StageCell {
     pub(crate) name: String,
     pub(crate) kind: StageKind,
-    pub(crate) concurrency: usize,
+    /// The calls the stage may have in flight; changed while running by the auto-tuner.
+    concurrency: AtomicUsize,
+    /// Set (once, at wiring) when the auto-tuner may change the concurrency.
+    pub(crate) tune: OnceLock<TuneBounds>,
+    /// Signalled when the concurrency changes, for the stage's driver.
+    pub(crate) retuned: tokio::sync::Notify,
+    track: Mutex<TuneTrack>,
     /// Capacity of the queue feeding this stage (0 for the source).
     pub(crate) input_capacity: usize,
     pub(crate) budget: FailureBudget,
@@ -153,7 +181,10 @@ impl StageCell {
             feed,
             name,
             kind,
-            concurrency,
+            concurrency: AtomicUsize::new(concurrency.max(1)),
+            tune: OnceLock::new(),
+            retuned: tokio::sync::Notify::new(),
+            track: Mutex::new(TuneTrack::default()),
             input_capacity,
             budget,
             items_in: AtomicU64::new(0),
@@ -180,15 +211,43 @@ impl StageCell {
         self.stop_feeding.load(Relaxed)
     }
 
+    /// The calls the stage may now have in flight.
+    pub(crate) fn concurrency(&self) -> usize {
+        self.concurrency.load(Relaxed).max(1)
+    }
+
+    /// Sets the concurrency (at `elapsed` since the start, for the busy share) and wakes the
+    /// stage's driver.
+    pub(crate) fn set_concurrency(&self, n: usize, elapsed: Duration, reason: String) {
+        let n = n.max(1);
+        let mut track = self.track.lock().unwrap_or_else(PoisonError::into_inner);
+        let old = self.concurrency.swap(n, Relaxed);
+        let span = elapsed.saturating_sub(track.changed_at).as_secs_f64();
+        track.slot_seconds += span * old.max(1) as f64;
+        track.changed_at = track.changed_at.max(elapsed);
+        track.reason = Some(reason);
+        track.changes += 1;
+        drop(track);
+        self.retuned.notify_one();
+    }
+
     fn snapshot(&self, elapsed: Duration, queue_len: usize) -> StageStats {
         let (counts, sum_ns) = self.hist.snapshot();
         let calls: u64 = counts.iter().sum();
         let task_time_total = Duration::from_nanos(sum_ns);
-        let wall = elapsed.as_secs_f64() * self.concurrency.max(1) as f64;
+        let concurrency = self.concurrency();
+        let (wall, tune_reason, tune_changes) = {
+            let track = self.track.lock().unwrap_or_else(PoisonError::into_inner);
+            let since = elapsed.saturating_sub(track.changed_at).as_secs_f64();
+            (track.slot_seconds + since * concurrency as f64, track.reason.clone(), track.changes)
+        };
         StageStats {
             name: self.name.clone(),
             kind: self.kind,
-            concurrency: self.concurrency,
+            concurrency,
+            concurrency_bounds: self.tune.get().map(|b| (b.min, b.max)),
+            tune_reason,
+            tune_changes,
             items_in: self.items_in.load(Relaxed),
             items_out: self.items_out.load(Relaxed),
             items_failed: self.failed.load(Relaxed),
@@ -230,8 +289,14 @@ pub struct StageStats {
     pub name: String,
     /// What the row is.
     pub kind: StageKind,
-    /// The stage's concurrency.
+    /// The stage's concurrency (now: the auto-tuner may have changed it).
     pub concurrency: usize,
+    /// The bounds within which the auto-tuner sets the concurrency; `None`: not tuned.
+    pub concurrency_bounds: Option<(usize, usize)>,
+    /// Why the auto-tuner last changed the concurrency, if it did.
+    pub tune_reason: Option<String>,
+    /// How many times the auto-tuner changed the concurrency.
+    pub tune_changes: u32,
     /// Items taken from the input queue (for the sink: items delivered to the consumer).
     pub items_in: u64,
     /// Items put into the output queue.
@@ -257,7 +322,8 @@ pub struct StageStats {
     /// Capacity of the queue feeding this stage (0 for the source).
     pub queue_capacity: usize,
     /// Share of the stage's capacity spent in its function: `task_time_total /
-    /// (concurrency × elapsed)`, 0.0..=1.0. The busiest stage is the bottleneck.
+    /// (concurrency × elapsed)` (concurrency integrated over time when it was tuned),
+    /// 0.0..=1.0. The busiest stage is the bottleneck.
     pub busy: f64,
 }
 
@@ -347,9 +413,20 @@ impl fmt::Display for PipelineStats {
                 b.name,
                 b.busy * 100.0,
                 self.elapsed
-            ),
-            None => write!(f, "bottleneck: none measured yet"),
+            )?,
+            None => write!(f, "bottleneck: none measured yet")?,
         }
+        for s in &self.stages {
+            if let Some((min, max)) = s.concurrency_bounds {
+                let why = s.tune_reason.as_deref().unwrap_or("not changed yet");
+                write!(
+                    f,
+                    "\nautotune `{}`: concurrency {} (bounds {min}..={max}, {} changes): {why}",
+                    s.name, s.concurrency, s.tune_changes
+                )?;
+            }
+        }
+        Ok(())
     }
 }
 

@@ -415,3 +415,34 @@ def test_cache_iterator_checks_its_arguments_when_iterated():
         next(cache_iterator(range(3), 2, stop_after=1))
     with pytest.raises(ValueError):
         next(cache_iterator(range(3), 2, return_caches_after=5, stop_after=3))
+
+
+def test_the_worker_protocol_runs_without_the_spdl_rs_package():
+    """A subinterpreter worker loads the protocol module by path, as here, where importing spdl_rs fails."""
+    import spdl_rs.pipeline._run_protocol as proto
+
+    script = textwrap.dedent(
+        f"""
+        import pickle, queue, sys, threading
+        sys.modules["spdl_rs"] = None  # any import of the package fails
+        exec({proto._INTERP_LOADER.format(path=proto.__file__)!r})
+        p = _spdl_rs_run_protocol
+        cmd_q, data_q = queue.Queue(), queue.Queue(maxsize=2)
+        payload = pickle.dumps((__import__("functools").partial(range, 4), None))
+        t = threading.Thread(target=p._interp_main, args=(cmd_q, data_q, payload))
+        t.start()
+        link = p._ParentLink(data_q, 10.0, "subinterpreter", is_alive=t.is_alive)
+        link.wait_for_init()
+        got = []
+        for _ in range(2):
+            assert link.enter_iteration_mode(cmd_q, None)
+            got.append([pickle.loads(b) for b in link.iterate_results()])
+        cmd_q.put(p._Cmd.ABORT)
+        t.join(10)
+        assert not t.is_alive()
+        print(got)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[[0, 1, 2, 3], [0, 1, 2, 3]]"

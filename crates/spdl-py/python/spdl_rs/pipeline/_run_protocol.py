@@ -63,9 +63,15 @@ def _normalize_initializers(
 
 
 def _dumps(obj: Any) -> bytes:
+    if _PLAIN_PICKLE:
+        return pickle.dumps(obj, pickle.HIGHEST_PROTOCOL)
     from multiprocessing.reduction import ForkingPickler  # its reducers (e.g. PyTorch's shared memory)
 
     return bytes(ForkingPickler.dumps(obj, pickle.HIGHEST_PROTOCOL))
+
+
+#: Set in a subinterpreter worker: items are pickled with plain :py:mod:`pickle`.
+_PLAIN_PICKLE = False
 
 
 ################################################################################
@@ -363,3 +369,28 @@ def _drain(q: Any) -> None:
             return
         except (EOFError, OSError, ValueError, pickle.UnpicklingError):
             return
+
+
+def _interp_main(cmd_q: Any, data_q: Any, payload: bytes) -> None:
+    """The worker in a subinterpreter. This file is loaded there by path, without the ``spdl_rs`` package
+    (whose PyO3 module cannot be imported in a subinterpreter); ``payload`` is ``(fn, initializers)`` pickled."""
+    global _PLAIN_PICKLE
+    _PLAIN_PICKLE = True
+    try:
+        fn, initializers = pickle.loads(payload)
+    except Exception as e:
+        _WorkerLink(cmd_q, data_q, None).send(_Status.INITIALIZATION_FAILED, f"Failed to create the iterable: {e}")
+        return
+    _execute_iterable(cmd_q, data_q, fn, initializers)
+
+
+#: Run in a new subinterpreter: loads this file as ``_spdl_rs_run_protocol``.
+_INTERP_LOADER = """
+import importlib.util, sys
+if "_spdl_rs_run_protocol" not in sys.modules:
+    _spec = importlib.util.spec_from_file_location("_spdl_rs_run_protocol", {path!r})
+    _mod = importlib.util.module_from_spec(_spec)
+    sys.modules["_spdl_rs_run_protocol"] = _mod
+    _spec.loader.exec_module(_mod)
+import _spdl_rs_run_protocol
+"""

@@ -92,13 +92,10 @@ def _restore_torch(state: Any) -> None:
     sys.modules["torch"].set_rng_state(state)
 
 
-def _rng_initializers(*, shareable_only: bool) -> list[Callable[[], None]]:
+def _rng_initializers() -> list[Callable[[], None]]:
     """Initializers that restore this process's global RNG states in the worker: ``random`` always; NumPy's
-    legacy global RNG and PyTorch's CPU generator when already imported (never imported here), unless
-    ``shareable_only`` (a subinterpreter, which can take only plain data)."""
+    legacy global RNG and PyTorch's CPU generator when already imported (never imported here)."""
     inits: list[Callable[[], None]] = [partial(_restore_random, random.getstate())]
-    if shareable_only:
-        return inits
     if (np := sys.modules.get("numpy")) is not None:
         inits.append(partial(_restore_numpy, np.random.get_state()))
     if (torch := sys.modules.get("torch")) is not None:

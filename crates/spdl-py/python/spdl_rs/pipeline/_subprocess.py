@@ -363,12 +363,23 @@ def iterate_in_subinterpreter(
         raise ValueError(f"buffer_size must be a positive integer, got {buffer_size!r}")
     import concurrent.interpreters as interpreters  # type: ignore[import-not-found, unused-ignore]
 
-    initializers = _normalize_initializers(initializer)
+    from . import _run_protocol
+
+    payload = pickle.dumps((fn, _normalize_initializers(initializer)))
     cmd_q = interpreters.create_queue()
     data_q = interpreters.create_queue(maxsize=buffer_size)
     interp = interpreters.create()
     try:
-        thread = interp.call_in_thread(_execute_iterable, cmd_q, data_q, fn, initializers)
+        # The worker runs the protocol module loaded by path: the spdl_rs package cannot be imported there.
+        interp.exec(_run_protocol._INTERP_LOADER.format(path=os.path.abspath(_run_protocol.__file__)))
+        interp.prepare_main(cmd_q=cmd_q, data_q=data_q, payload=payload)
+        thread = threading.Thread(
+            target=interp.exec,
+            args=("_spdl_rs_run_protocol._interp_main(cmd_q, data_q, payload)",),
+            name="spdl_rs-subinterpreter",
+            daemon=True,
+        )
+        thread.start()
     except BaseException:
         interp.close()
         raise
@@ -402,8 +413,8 @@ def _pipeline_config(config_or_builder: Any, func: str) -> Any:
     return get_config()
 
 
-def _initializers(kwargs: dict[str, Any], *, shareable_only: bool) -> list[Callable[[], None]]:
-    inits = _rng_initializers(shareable_only=shareable_only)
+def _initializers(kwargs: dict[str, Any]) -> list[Callable[[], None]]:
+    inits = _rng_initializers()
     extra = _normalize_initializers(kwargs.pop("initializer", None))
     return inits + (extra or [])
 
@@ -441,7 +452,7 @@ def run_pipeline_in_subprocess(
             ``timeout``, ``daemon``, ``arena``).
     """
     config = _make_executors_picklable(_pipeline_config(config_or_builder, "run_pipeline_in_subprocess"))
-    initializer = _initializers(kwargs, shareable_only=False)
+    initializer = _initializers(kwargs)
     return iterate_in_subprocess(
         partial(
             _Wrapper,
@@ -472,35 +483,30 @@ def run_pipeline_in_subinterpreter(
     use_thread_output_queue: bool = False,
     **kwargs: Any,
 ) -> Iterable[Any]:
-    """**[Experimental]** As :py:func:`run_pipeline_in_subprocess`, in a subinterpreter (Python 3.14+); only the
-    ``random`` module's RNG state is copied.
+    """**[Experimental]** SPDL runs the pipeline in a subinterpreter (Python 3.14+). spdl_rs's engine is a PyO3
+    extension module, which cannot be loaded in a subinterpreter, so this always raises ``RuntimeError``: before
+    3.14 with SPDL's message, from 3.14 with the reason. Use :py:func:`run_pipeline_in_subprocess`, or
+    ``PipelineBuilder.to(InterpreterPoolExecutorConfig(...))`` to run pure-Python stages in subinterpreters.
 
     Args:
         config: A :py:class:`spdl_rs.pipeline.defs.PipelineConfig`.
         num_threads, max_failures, report_stats_interval, queue_class, task_hook_factory, background_tasks,
             use_thread_output_queue: Passed to :py:func:`build_pipeline`.
-        kwargs: Passed to :py:func:`iterate_in_subinterpreter`.
+        kwargs: As for :py:func:`iterate_in_subinterpreter`.
 
     Raises:
-        RuntimeError: The interpreter has no subinterpreters (before 3.14), or the worker failed.
+        RuntimeError: Always (see above).
     """
+    del num_threads, max_failures, report_stats_interval, queue_class, task_hook_factory, background_tasks
+    del use_thread_output_queue, kwargs, config
     if (error := _interpreters_unavailable("iterate_in_subinterpreter")) is not None:
         raise error
-    initializer = _initializers(kwargs, shareable_only=True)
-    return iterate_in_subinterpreter(
-        partial(
-            _Wrapper,
-            config=config,
-            num_threads=num_threads,
-            max_failures=max_failures,
-            report_stats_interval=report_stats_interval,
-            queue_class=queue_class,
-            task_hook_factory=task_hook_factory,
-            background_tasks=background_tasks,
-            use_thread_output_queue=use_thread_output_queue,
-        ),
-        initializer=initializer,
-        **kwargs,
+    # SPDL's engine is pure Python and runs in the subinterpreter; spdl_rs's is a PyO3 extension module, which
+    # CPython refuses to load in a subinterpreter: say so now rather than as the worker's import failure.
+    raise RuntimeError(
+        "run_pipeline_in_subinterpreter: the spdl_rs engine (a PyO3 extension module) cannot be loaded in a "
+        "subinterpreter. Use run_pipeline_in_subprocess, or run pure-Python stages in subinterpreters with "
+        "PipelineBuilder.to(InterpreterPoolExecutorConfig(...))."
     )
 
 

@@ -4,6 +4,7 @@ fixture against a hang. Iterables and ops are module-level so that any start met
 
 import gc
 import os
+import pickle
 import random
 import signal
 import subprocess
@@ -238,8 +239,20 @@ def test_interpreter_exit_stops_the_worker(tmp_path):
     )
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
+    assert "Terminating the worker process" not in out.stderr  # it obeyed ABORT: no need to terminate it
     pid = int(out.stdout.split()[0])
     wait_for(lambda: not alive(pid), timeout=20, what="the worker to exit")
+
+
+def test_an_unpicklable_factory_fails_to_start_with_spawn():
+    with pytest.raises((pickle.PicklingError, AttributeError)):
+        iterate_in_subprocess(lambda: range(3), mp_context="spawn", timeout=30)
+
+
+def test_daemon_and_forkserver():
+    src = iterate_in_subprocess(numbers, daemon=True, mp_context="forkserver", timeout=30)
+    assert src._handle.process.daemon
+    assert list(src) == [0, 1, 2, 3, 4]
 
 
 def test_bad_buffer_size():

@@ -150,8 +150,10 @@ class _SubprocessIterable(Iterable[T]):
 
     def __init__(self, handle: _SubprocessHandle) -> None:
         self._handle: _SubprocessHandle | None = handle
-        # Runs on garbage collection, and at interpreter exit before multiprocessing joins its children.
-        self._finalizer = Finalize(self, handle.terminate, exitpriority=10)
+        # Runs on garbage collection, and at interpreter exit before multiprocessing joins its children. The
+        # priority is above the queues' own exit finalizers (10), which close their feeder threads: run after
+        # them, the ABORT would never be sent and the worker would be terminated only after the join timeout.
+        self._finalizer = Finalize(self, handle.terminate, exitpriority=100)
         self._arena: Any = None
         if handle.arena is not None:
             from ._arena import _Arena

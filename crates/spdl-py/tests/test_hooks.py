@@ -447,3 +447,40 @@ def test_diagnostic_mode(monkeypatch):
             pass
     assert info.value.code == 0
     assert [r.name for r in results] == ["s"]
+
+
+def test_merge_and_path_variants_stages_as_spdl_numbers_them(recorder):
+    from spdl_rs.pipeline.defs import Aggregate, Merge, PathVariants
+
+    infos = []
+
+    def factory(info):
+        infos.append(str(info))
+        return [recorder(info)]
+
+    def inc(x):
+        return x + 1
+
+    def neg(x):
+        return -x
+
+    sub = PipelineConfig(src=SourceConfig(range(3)), pipes=[Pipe(inc, name="inc")], sink=SinkConfig(1))
+    cfg = PipelineConfig(
+        src=Merge([sub, sub]),
+        pipes=[PathVariants(lambda x: x % 2, [[Pipe(neg, name="neg")], [Pipe(inc, name="inc2"), Aggregate(2)]])],
+        sink=SinkConfig(1),
+    )
+    p = build_pipeline(cfg, num_threads=1, task_hook_factory=factory)
+    assert sorted(map(str, drain(p))) == ["-2", "-2", "[2, 2]", "[4, 4]"]
+    pid = infos[0].split(":")[0]
+    # The same ids and names as SPDL 0.8.0 gives (checked side by side).
+    expected = ["0:merge", "2:inc", "4:inc", "5:path_variants", "6:neg", "7:inc2",
+                "8:aggregate(op=collate(2), drop_last=False)", "9:path_variants_merge"]
+    assert infos == [f"{pid}:{e}" for e in expected]
+    ev = recorder.events
+    # The merge, the router and the paths' merge have stage hooks only; the stages inside run task hooks.
+    for name in ("merge", "path_variants", "path_variants_merge"):
+        assert ("stage_enter", name) in ev and ("stage_exit", name) in ev
+        assert not any(e[0] == "task_enter" and e[1] == name for e in ev)
+    assert sorted(e[2] for e in ev if e[0] == "task_exit" and e[1] == "neg") == [2, 2]
+    assert sorted(e[2] for e in ev if e[0] == "task_exit" and e[1] == "inc2") == [1, 1, 3, 3]

@@ -217,14 +217,17 @@ def _convert_source(src: Any, conv: _Conversion) -> Any:
             if not isinstance(cfg, defs.PipelineConfig):
                 raise TypeError(f"Merge takes PipelineConfig inputs, got {type(cfg).__name__}")
         if src.op is None:
+            # As SPDL numbers them: the merge first, then the merged pipelines' stages. The merge gets the
+            # factory's hooks for their stage hooks (SPDL's merge runs no task hooks).
+            merge_stage = None
+            if conv.ext is not None:
+                merge_stage = conv.ext.add_stage(conv.ext.stage_info("merge"), "merge", hooked=True)
             inputs = []
             for c in src.pipeline_configs:
                 sub_source = _convert_source(c.src, conv)
                 relays, conv.source_relays = conv.source_relays, []
                 inputs.append((sub_source, relays + _convert_steps(c.pipes, conv)))
-            if conv.ext is not None:
-                stage = conv.ext.add_stage(conv.ext.stage_info("merge"), "merge", hooked=False)
-                conv.source_relays.extend(_relay_steps(stage, _STAGE_BUFFER_SIZE, conv))
+            conv.source_relays.extend(_relay_steps(merge_stage, _STAGE_BUFFER_SIZE, conv))
             return _native.MergeSource("merge", inputs, policy="as_available")
         merge = _CustomMerge(src.op, src.pipeline_configs, continuous=continuity == {True}, conv=conv)
         conv.resources.append(merge)
@@ -281,9 +284,11 @@ def _convert_step(cfg: Any, conv: _Conversion) -> list[Any]:
             raise TypeError(f"a path_variants router must be a function or an async function, got a {kind} op")
         if kind == "async":
             conv.needs_loop = True
+        # The router and the merge of the paths get the factory's hooks for their stage hooks only (SPDL runs
+        # no task hooks around routing and merging).
         router_stage = None
         if ext is not None:
-            router_stage = ext.add_stage(ext.stage_info(cfg.name or "path_variants_router"), None, hooked=False)
+            router_stage = ext.add_stage(ext.stage_info(cfg.name or "path_variants_router"), None, hooked=True)
         paths = []
         for i, path in enumerate(cfg.paths):
             for j, stage in enumerate(path):
@@ -294,7 +299,7 @@ def _convert_step(cfg: Any, conv: _Conversion) -> list[Any]:
             paths.append([s for stage in path for s in _convert_step(stage, conv)])
         merge_stage = None
         if router_stage is not None and ext is not None:
-            merge_stage = ext.add_stage(ext.stage_info("path_variants_merge"), None, hooked=False)
+            merge_stage = ext.add_stage(ext.stage_info("path_variants_merge"), None, hooked=True)
         step = _native.PathVariantsStep(
             cfg.name,
             router,

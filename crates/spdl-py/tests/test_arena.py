@@ -7,6 +7,7 @@ import pickle
 
 import numpy as np
 import pytest
+from conftest import wait_for
 
 from spdl_rs.pipeline import SharedMemoryRingBuffer, SharedMemorySegmentPool, iterate_in_subprocess
 from spdl_rs.pipeline._arena import _offload, _restore
@@ -84,6 +85,28 @@ def test_an_abandoned_iteration_frees_the_pool_for_the_next_one():
     del src
     gc.collect()
     assert shm_entries() <= before
+
+
+class Chunks:
+    def __iter__(self):
+        for i in range(10):
+            yield np.full(100_000, i, dtype=np.uint8)
+
+
+def chunks():
+    return Chunks()
+
+
+def test_a_writer_waiting_for_ring_space_obeys_the_next_iteration():
+    # Room for two items while the queue holds three: after the break, the worker waits for space that the
+    # abandoned items will never free; the next iteration's STOP must end that wait (not acquire_timeout).
+    ring = SharedMemoryRingBuffer(250_000, acquire_timeout=30)
+    src = iterate_in_subprocess(chunks, arena=ring, buffer_size=3, timeout=30)
+    for _ in src:
+        break
+    wait_for(lambda: ring.head - ring.tail >= 200_000, timeout=20, what="the ring to fill")
+    assert [int(a[0]) for a in src] == list(range(10))
+    assert [int(a[-1]) for a in src] == list(range(10))
 
 
 def test_the_envelope_holds_only_metadata():

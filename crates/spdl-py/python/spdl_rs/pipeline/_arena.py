@@ -26,7 +26,9 @@ import pickle
 import struct
 import sys
 import threading
+import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing import shared_memory
 from typing import Any, Protocol
@@ -65,6 +67,14 @@ def _unlink_owned(owned: list[shared_memory.SharedMemory]) -> None:
             pass
 
 
+#: Seconds between checks for a command while the writer waits for space.
+_WAIT_STEP = 0.1
+
+
+class _ArenaInterrupted(Exception):
+    """The writer stopped waiting for space because the parent sent a command (the item is dropped)."""
+
+
 class _Control:
     """The two counters and the shutdown flag in a shared control block, and the condition the writer waits on."""
 
@@ -82,10 +92,25 @@ class _Control:
     def shutdown(self) -> bool:
         return bool(self.buf[16])
 
-    def wait(self, ready: Any, timeout: float, full_message: str, shutdown_message: str) -> None:
+    def wait(
+        self,
+        ready: Any,
+        timeout: float,
+        full_message: str,
+        shutdown_message: str,
+        interrupt: Callable[[], bool] | None = None,
+    ) -> None:
+        """Waits until ``ready()``, in steps of at most :py:data:`_WAIT_STEP` s; between steps, ``interrupt()``
+        (the worker has a command waiting) raises :py:class:`_ArenaInterrupted`."""
+        deadline = time.monotonic() + timeout
         with self.cv:
-            if not self.cv.wait_for(lambda: self.shutdown or ready(), timeout=timeout):
-                raise BufferError(full_message)
+            while not (self.shutdown or ready()):
+                if interrupt is not None and interrupt():
+                    raise _ArenaInterrupted
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise BufferError(full_message)
+                self.cv.wait(min(left, _WAIT_STEP))
         if self.shutdown:
             raise BufferError(shutdown_message)
 
@@ -225,6 +250,8 @@ class _RingWriter:
         self._timeout = ring._acquire_timeout
         self._start = 0
         self._pos = 0
+        #: Set by the worker: whether a command is waiting (ends a wait for space).
+        self.interrupt: Callable[[], bool] | None = None
 
     def reset(self) -> None:
         """A new iteration: the parent is waiting for it to start, so all space is free."""
@@ -265,6 +292,7 @@ class _RingWriter:
                 "is releasing units too slowly or has stalled. Increase SharedMemoryRingBuffer capacity or "
                 "acquire_timeout, or check the consumer.",
                 "shared-memory ring shut down while waiting for free space",
+                self.interrupt,
             )
         buf = self._ctrl.buf
         base = _CTRL.size
@@ -497,6 +525,8 @@ class _PoolWriter:
         self._size = pool.segment_size
         self._timeout = pool._acquire_timeout
         self._cursor = 0
+        #: Set by the worker: whether a command is waiting (ends a wait for a segment).
+        self.interrupt: Callable[[], bool] | None = None
 
     def reset(self) -> None:
         """Units still viewed from an earlier iteration keep their segments: the counters are not reset."""
@@ -521,6 +551,7 @@ class _PoolWriter:
                 "releasing views too slowly or has stalled. Increase SharedMemorySegmentPool count/segment_size "
                 "or acquire_timeout, or check the consumer.",
                 "segment pool shut down while waiting for a free segment",
+                self.interrupt,
             )
         self._cursor = 0
 
@@ -756,6 +787,9 @@ def _discard(blob: bytes, reader: Any) -> None:
 
 class _Arena:
     """One process's side of an arena: the writer (worker) or reader (parent), opened on first use."""
+
+    #: What the writer raises when a command ends its wait for space.
+    interrupted = _ArenaInterrupted
 
     def __init__(self, arena: Any) -> None:
         self._arena = arena

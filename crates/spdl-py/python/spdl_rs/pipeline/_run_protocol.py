@@ -104,6 +104,16 @@ class _WorkerLink:
         except queue.Empty:
             return None
 
+    def command_waiting(self) -> bool:
+        """Whether a command came (it is kept for :py:meth:`poll`)."""
+        if self._pending:
+            return True
+        try:
+            self._pending.append(self._cmd_q.get_nowait())
+        except queue.Empty:
+            return self.parent_gone()
+        return True
+
     def wait(self) -> Any:
         """The next command; raises :py:class:`_Aborted` once the parent is gone."""
         if self._pending:
@@ -181,6 +191,9 @@ def _serve(
         from ._arena import _Arena
 
         offloader = _Arena(arena)
+        # A writer waiting for arena space (the parent abandoned an iteration, or holds its views) gives up its
+        # item when a command comes, so STOP_ITERATION / ABORT are obeyed without waiting for acquire_timeout.
+        offloader.writer.interrupt = link.command_waiting
 
     while True:
         cmd = link.wait()
@@ -232,6 +245,11 @@ def _one_iteration(link: _WorkerLink, gen: Iterator[Any], offloader: Any) -> boo
             link.send(_Status.ITERATION_FINISHED)
             return True
         except Exception as e:
+            if offloader is not None and isinstance(e, offloader.interrupted):
+                if link.parent_gone():
+                    return False
+                continue  # the waiting command is read at the top of the loop
+
             link.send(_Status.ITERATOR_FAILED, f"Failed to fetch the next item: {e}")
             return False
         link.send(_Status.ITERATOR_SUCCESS, payload)

@@ -322,6 +322,49 @@ def test_load_npz_hostile_archives():
     np.testing.assert_array_equal(sio.load_npz(compressed, max_uncompressed_bytes=9000)["x"], np.arange(1000))
 
 
+def test_load_npz_hostile_directories():
+    data = npz_bytes(x=np.arange(3))
+    eocd = data.rfind(b"PK\x05\x06")
+    central = data.find(b"PK\x01\x02")
+    cases = [
+        (eocd + 12, "<I", 0xFFFFFFF0, "not a valid zip file"),  # a 4 GiB central directory on 300 bytes
+        (eocd + 16, "<I", 0xFFFFFFF0, "outside the archive"),
+        (central + 42, "<I", 0xFFFFFFF0, "local header of entry 'x.npy' is outside the archive"),
+        (central + 20, "<I", 0xFFFFFFF0, "payload is outside the archive buffer"),
+    ]
+    for at, fmt, value, message in cases:
+        bad = bytearray(data)
+        struct.pack_into(fmt, bad, at, value)
+        with pytest.raises(ValueError, match=message):
+            sio.load_npz(bytes(bad))
+    local = bytearray(data)
+    local[0:4] = b"PK\x09\x09"
+    with pytest.raises(ValueError, match="bad local header signature"):
+        sio.load_npz(bytes(local))
+
+
+def test_npz_entries_load_concurrently():
+    import threading
+
+    arrays = {f"a{i}": np.arange(i, i + 500, dtype=np.int32) for i in range(8)}
+    npz = sio.load_npz(npz_bytes(True, **arrays))
+    failures = []
+
+    def read(name):
+        try:
+            for _ in range(20):
+                np.testing.assert_array_equal(npz[name], arrays[name])
+        except BaseException as e:  # noqa: BLE001 - reported below
+            failures.append(e)
+
+    threads = [threading.Thread(target=read, args=(name,)) for name in arrays]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+
+
 def test_npz_file_checks_its_metadata_and_inflated_sizes():
     payload = npy_bytes(np.arange(1000))
     deflater = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
@@ -744,6 +787,9 @@ def test_iter_tarfile_hostile_archives():
     flipped = bytearray(data)
     flipped[0] ^= 1
     errors(bytes(flipped), "bad checksum", "offset 0")
+    flipped = bytearray(data)
+    flipped[1024] ^= 1  # the second header (after a.txt's header and data block)
+    errors(bytes(flipped), "bad checksum", "offset 1024")
 
     huge = bytearray(data)
     set_size(huge, 8**11 - 1)  # ~8 GiB declared on a few KiB

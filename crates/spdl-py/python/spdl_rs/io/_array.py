@@ -11,8 +11,10 @@ a :py:class:`FormatError` (a ``ValueError``, and a ``RuntimeError`` as in SPDL) 
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import math
+import re
 import struct
 import zipfile
 import zlib
@@ -77,6 +79,67 @@ def _byte_view(data: _Data, func: str) -> memoryview:
 ################################################################################
 
 
+class _HeaderError(Exception):
+    """A malformed NPY header dict (the caller names the input)."""
+
+
+# numpy's own header layout for a plain dtype, e.g. "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }":
+# read without `ast.literal_eval` (which costs tens of microseconds); anything else takes the general path.
+_PLAIN_HEADER = re.compile(
+    r"\{'descr': '([^'\\]+)', 'fortran_order': (True|False), 'shape': \(((?:\d+, )*\d*,?)\), \}\s*\Z"
+)
+
+
+def _header_fields(raw: bytes, encoding: str) -> tuple[Any, tuple[int, ...], bool]:
+    """``(dtype, shape, fortran_order)`` of an NPY header dict, every field checked. Headers of up to 4 KiB are
+    cached (datasets repeat a few headers; dtypes are immutable)."""
+    if len(raw) <= 4096:
+        return _cached_header_fields(raw, encoding)
+    return _read_header_fields(raw, encoding)
+
+
+def _read_header_fields(raw: bytes, encoding: str) -> tuple[Any, tuple[int, ...], bool]:
+    np = _numpy()
+    try:
+        text = raw.decode(encoding)
+    except UnicodeDecodeError as e:
+        raise _HeaderError(f"failed to parse header ({e})") from None
+    plain = _PLAIN_HEADER.match(text)
+    if plain is not None:
+        descr: Any = plain.group(1)
+        fortran: Any = plain.group(2) == "True"
+        try:
+            shape: Any = tuple(int(d) for d in plain.group(3).replace(" ", "").split(",") if d)
+        except ValueError as e:  # e.g. more digits than `int` reads
+            raise _HeaderError(f"invalid shape in header ({e})") from None
+    else:
+        try:
+            header = ast.literal_eval(text)
+        except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError) as e:
+            raise _HeaderError(f"failed to parse header ({type(e).__name__}: {e})") from None
+        if not isinstance(header, dict) or set(header) != {"descr", "fortran_order", "shape"}:
+            raise _HeaderError(
+                f"failed to parse header: expected a dict with keys descr, fortran_order and shape, got {header!r:.200}"
+            )
+        descr, shape, fortran = header["descr"], header["shape"], header["fortran_order"]
+    if not isinstance(shape, tuple) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
+        raise _HeaderError(f"invalid shape in header: {shape!r:.200}")
+    if any(d < 0 for d in shape):
+        raise _HeaderError(f"negative dimension in header shape {shape!r:.200}")
+    if not isinstance(fortran, bool):
+        raise _HeaderError(f"invalid fortran_order in header: {fortran!r:.100}")
+    try:
+        dtype = np.lib.format.descr_to_dtype(descr)
+    except Exception as e:  # numpy raises TypeError/ValueError/KeyError for malformed descriptions
+        raise _HeaderError(f"invalid dtype in header: {descr!r:.200} ({e})") from None
+    if dtype.hasobject:
+        raise _HeaderError("object NPY dtypes are not supported (the payload is a pickle, which is never loaded)")
+    return dtype, shape, fortran
+
+
+_cached_header_fields = functools.lru_cache(maxsize=256)(_read_header_fields)
+
+
 def _parse_header(mv: memoryview, what: str) -> tuple[Any, tuple[int, ...], bool, int]:
     """``(dtype, shape, fortran_order, payload offset)`` of the NPY data in ``mv``, every field checked."""
     np = _numpy()
@@ -103,30 +166,9 @@ def _parse_header(mv: memoryview, what: str) -> tuple[Any, tuple[int, ...], bool
     if header_len > _MAX_HEADER_BYTES:
         raise FormatError(f"{what}: failed to parse header: {header_len} bytes (more than {_MAX_HEADER_BYTES})")
     try:
-        text = bytes(mv[start : start + header_len]).decode(encoding)
-        header = ast.literal_eval(text)
-    except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError, UnicodeDecodeError) as e:
-        raise FormatError(f"{what}: failed to parse header ({type(e).__name__}: {e})") from None
-    if not isinstance(header, dict) or set(header) != {"descr", "fortran_order", "shape"}:
-        raise FormatError(
-            f"{what}: failed to parse header: expected a dict with keys descr, fortran_order and shape, "
-            f"got {header!r:.200}"
-        )
-    shape, fortran = header["shape"], header["fortran_order"]
-    if not isinstance(shape, tuple) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
-        raise FormatError(f"{what}: invalid shape in header: {shape!r:.200}")
-    if any(d < 0 for d in shape):
-        raise FormatError(f"{what}: negative dimension in header shape {shape!r:.200}")
-    if not isinstance(fortran, bool):
-        raise FormatError(f"{what}: invalid fortran_order in header: {fortran!r:.100}")
-    try:
-        dtype = np.lib.format.descr_to_dtype(header["descr"])
-    except Exception as e:  # numpy raises TypeError/ValueError/KeyError for malformed descriptions
-        raise FormatError(f"{what}: invalid dtype in header: {header['descr']!r:.200} ({e})") from None
-    if dtype.hasobject:
-        raise FormatError(
-            f"{what}: object NPY dtypes are not supported (the payload is a pickle, which is never loaded)"
-        )
+        dtype, shape, fortran = _header_fields(bytes(mv[start : start + header_len]), encoding)
+    except _HeaderError as e:
+        raise FormatError(f"{what}: {e}") from None
     return dtype, shape, fortran, start + header_len
 
 
@@ -214,6 +256,17 @@ class _MemoryFile(io.RawIOBase):
             raise OSError("negative seek position")
         self._pos = base + offset
         return self._pos
+
+    def read(self, size: int | None = -1, /) -> bytes:
+        # Never more than the data holds, whatever `size` a (hostile) directory entry asks for: the default
+        # `RawIOBase.read` would allocate `size` bytes first.
+        end = self._mv.nbytes if size is None or size < 0 else min(self._mv.nbytes, self._pos + size)
+        chunk = bytes(self._mv[self._pos : max(end, self._pos)])
+        self._pos += len(chunk)
+        return chunk
+
+    def readall(self) -> bytes:
+        return self.read(-1)
 
     def readinto(self, buffer: Any) -> int:
         out = memoryview(buffer).cast("B")

@@ -8,6 +8,7 @@ short stream fails when the stream ends instead of allocating the declared size.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol, cast, overload
 
@@ -32,6 +33,7 @@ class SupportsRead(Protocol):
 
 
 _BLOCK = 512
+_ZERO_BLOCK = bytes(_BLOCK)
 # Member types that are regular files: '0', the pre-POSIX NUL, and '7' (contiguous file, read as a regular one
 # by every reader). Directories, links, devices and FIFOs are skipped, as SPDL does.
 _REGULAR = frozenset(b"0\x007")
@@ -43,11 +45,12 @@ _PAX_GLOBAL = ord("g")
 _MAX_META_BYTES = 1 << 20
 # File-like sources are read at most this much at a time (a truncated stream fails before a huge allocation).
 _READ_CHUNK = 16 << 20
+# Members up to this size are read with their padding in one call.
+_SMALL_MEMBER = 1 << 16
 
 
-def _octal(field: bytes | memoryview, what: str, offset: int) -> int:
+def _octal(raw: bytes, what: str, offset: int) -> int:
     """A numeric header field: NUL/space-terminated octal, or GNU's base-256 (top bit of the first byte set)."""
-    raw = bytes(field)
     if raw and raw[0] & 0x80:
         if raw[0] == 0xFF:
             raise FormatError(f"TAR header at offset {offset}: negative {what}")
@@ -69,10 +72,15 @@ def _checksum_ok(block: bytes) -> bool:
         stored = _octal(block[148:156], "checksum", 0)
     except FormatError:
         return False
-    unsigned = sum(block[:148]) + 8 * 0x20 + sum(block[156:])
+    # The sum of the header's bytes with the checksum field read as eight spaces. The low half of Adler-32 is
+    # 1 + the byte sum modulo 65521, exact for 256 bytes (at most 65280): two halves, summed in C.
+    unsigned = (
+        (zlib.adler32(block[:256]) & 0xFFFF) + (zlib.adler32(block[256:]) & 0xFFFF) - 2 - sum(block[148:156]) + 8 * 0x20
+    )
+    if stored == unsigned:
+        return True
     # Some old writers summed signed chars.
-    signed = unsigned - 256 * sum(1 for b in block[:148] + block[156:] if b >= 0x80)
-    return stored in (unsigned, signed)
+    return stored == unsigned - 256 * sum(1 for b in block[:148] + block[156:] if b >= 0x80)
 
 
 def _cstr(field: bytes) -> bytes:
@@ -127,12 +135,10 @@ class _Reader:
                     f"TAR archive is truncated: {rest} bytes at offset {self.offset}, a header needs {_BLOCK}"
                 )
             data = bytes(self._mv[self.offset : self.offset + _BLOCK])
-        else:
-            data = self._read_exact(_BLOCK, allow_empty=True)
-            if not data:
-                return None
-        self.offset += _BLOCK
-        return data
+            self.offset += _BLOCK
+            return data
+        data = self._read_exact(_BLOCK, allow_empty=True)  # counts the offset itself
+        return data if data else None
 
     def data(self, size: int, name: str) -> memoryview | bytes:
         """``size`` bytes of member data, then the padding to the next block boundary."""
@@ -147,26 +153,46 @@ class _Reader:
             view = self._mv[self.offset : self.offset + size]
             self.offset += min(padded, rest)
             return view
-        data = self._read_exact(size, what=f"member {name!r}")
-        self._read_exact(padded - size, what=f"the padding of member {name!r}", allow_short=True)
+        if 0 < size <= _SMALL_MEMBER and padded > size:
+            # One read for the data and its padding; the slice copies less than a second call costs.
+            data = self._read_exact(padded, name, allow_short=True)
+            if len(data) < size:  # the padding may be missing at the very end, the data may not
+                raise FormatError(
+                    f"TAR archive is truncated: member {name!r} needs {size} bytes at offset "
+                    f"{self.offset - len(data)}, the stream ended after {len(data)}"
+                )
+            return data[:size]
+        data = self._read_exact(size, name)
+        self._read_exact(padded - size, name, allow_short=True)
         return data
 
     def _read_exact(
-        self, size: int, what: str = "a header", allow_empty: bool = False, allow_short: bool = False
+        self, size: int, member: str | None = None, allow_empty: bool = False, allow_short: bool = False
     ) -> bytes:
+        """``size`` bytes from the stream, read at most ``_READ_CHUNK`` at a time. ``member``: the member whose
+        data this is (for the error), ``None`` for a header."""
         assert self._file is not None
+        if size == 0:
+            return b""
+        chunk = self._file.read(min(size, _READ_CHUNK))
+        if type(chunk) is bytes and len(chunk) == size:  # the common case: one complete read
+            self.offset += size
+            return chunk
         chunks: list[bytes] = []
         got = 0
-        while got < size:
-            chunk = self._file.read(min(size - got, _READ_CHUNK))
+        while True:
             if not isinstance(chunk, (bytes, bytearray)):
                 raise TypeError(f"iter_tarfile: read() must return bytes, got {type(chunk).__name__}")
             if not chunk:
                 break
             chunks.append(bytes(chunk))
             got += len(chunk)
+            if got >= size:
+                break
+            chunk = self._file.read(min(size - got, _READ_CHUNK))
         self.offset += got
         if got < size and not (allow_short or (allow_empty and got == 0)):
+            what = "a header" if member is None else f"member {member!r}"
             raise FormatError(
                 f"TAR archive is truncated: {what} needs {size} bytes at offset {self.offset - got}, "
                 f"the stream ended after {got}"
@@ -193,10 +219,10 @@ def _iter(reader: _Reader) -> Iterator[tuple[str, Any]]:
             if long_name is not None or pax:
                 raise FormatError("TAR archive is truncated: an extended header has no member after it")
             return
-        if not any(block):
+        if block == _ZERO_BLOCK:
             # One zero block may be padding; two in a row end the archive.
             nxt = reader.block()
-            if nxt is None or not any(nxt):
+            if nxt is None or nxt == _ZERO_BLOCK:
                 return
             block, header_offset = nxt, reader.offset - _BLOCK
         if not _checksum_ok(block):

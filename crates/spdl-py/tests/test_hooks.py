@@ -471,7 +471,11 @@ def test_merge_and_path_variants_stages_as_spdl_numbers_them(recorder):
         sink=SinkConfig(1),
     )
     p = build_pipeline(cfg, num_threads=1, task_hook_factory=factory)
-    assert sorted(map(str, drain(p))) == ["-2", "-2", "[2, 2]", "[4, 4]"]
+    out = drain(p)
+    # The merge is "as available": which odd numbers are batched together varies.
+    assert sorted(x for x in out if not isinstance(x, list)) == [-2, -2]
+    batches = [x for x in out if isinstance(x, list)]
+    assert [len(b) for b in batches] == [2, 2] and sorted(sum(batches, [])) == [2, 2, 4, 4]
     pid = infos[0].split(":")[0]
     # The same ids and names as SPDL 0.8.0 gives (checked side by side).
     expected = ["0:merge", "2:inc", "4:inc", "5:path_variants", "6:neg", "7:inc2",

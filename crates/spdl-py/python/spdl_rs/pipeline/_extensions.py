@@ -275,6 +275,8 @@ class Extensions:
                 self._bg_tasks.append(create_task(task.run(), name="background_task"))
             except Exception:
                 _LG.exception("Failed to start a background task.")
+        if self._bg_tasks:
+            await asyncio.sleep(0)  # each runs up to its first wait before the engine starts
         try:
             # Downstream first, as SPDL starts its stage tasks from the sink up.
             for stage in reversed(self.stages):

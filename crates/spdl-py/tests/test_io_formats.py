@@ -771,6 +771,34 @@ def set_size(block: bytearray, size: int) -> None:
     block[148:156] = b"%06o\0 " % sum(block[:512])
 
 
+def test_iter_tarfile_pax_size_record_and_member_types():
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT, pax_headers={"comment": "g"}) as tf:
+        info = tarfile.TarInfo("a")
+        info.size, info.pax_headers = 3, {"size": "3"}
+        tf.addfile(info, io.BytesIO(b"abc"))
+        info = tarfile.TarInfo("contiguous")
+        info.type, info.size = tarfile.CONTTYPE, 2
+        tf.addfile(info, io.BytesIO(b"cc"))
+        info = tarfile.TarInfo("fifo")
+        info.type = tarfile.FIFOTYPE
+        tf.addfile(info)
+        info = tarfile.TarInfo("b")
+        info.size = 2
+        tf.addfile(info, io.BytesIO(b"xy"))
+    data = bytearray(buf.getvalue())
+    # "a"'s own header follows the global PAX header, its record block, the local PAX header and its block:
+    # its size field says 0, the PAX record says 3, and the record wins (as in tarfile).
+    at = data.index(b"a\0", 2048)
+    assert at % 512 == 0
+    header = data[at : at + 512]
+    set_size(header, 0)
+    data[at : at + 512] = header
+    expected = [("a", b"abc"), ("contiguous", b"cc"), ("b", b"xy")]
+    assert [(n, bytes(c)) for n, c in sio.iter_tarfile(bytes(data))] == expected
+    assert list(sio.iter_tarfile(io.BytesIO(bytes(data)))) == expected
+
+
 def test_iter_tarfile_hostile_archives():
     data = make_tar(tarfile.GNU_FORMAT, MEMBERS + LONG_MEMBERS)
 

@@ -488,3 +488,19 @@ def test_merge_and_path_variants_stages_as_spdl_numbers_them(recorder):
         assert not any(e[0] == "task_enter" and e[1] == name for e in ev)
     assert sorted(e[2] for e in ev if e[0] == "task_exit" and e[1] == "neg") == [2, 2]
     assert sorted(e[2] for e in ev if e[0] == "task_exit" and e[1] == "inc2") == [1, 1, 3, 3]
+
+
+def test_dropped_hooked_pipeline_finishes_its_hooks(recorder):
+    import gc
+
+    async def slow(x):
+        await asyncio.sleep(0.001)
+        return x
+
+    p = PipelineBuilder().add_source(range(10_000)).pipe(slow, name="slow", concurrency=4).aggregate(3).add_sink(1)
+    built = p.build(num_threads=2, task_hook_factory=lambda info: [recorder(info)])
+    it = iter(built)
+    next(it)
+    del it, built
+    gc.collect()
+    assert ("stage_error", "slow", "CancelledError") in recorder.events

@@ -23,6 +23,7 @@ the engine's counters.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -34,6 +35,9 @@ from ._failure import EOF
 from ._hooks import StageInfo, TaskHook, TaskStatsHook, _ShieldedHook, _stage_hooks, _task_hooks, create_task
 
 _LG = logging.getLogger("spdl_rs.pipeline")
+
+#: How often a thread waiting for the event loop checks that the loop is still running (seconds).
+_LOOP_CHECK = 0.5
 
 #: Incremented by each build, as SPDL numbers its pipelines (the first is 0).
 _PIPELINE_ID = -1
@@ -251,11 +255,24 @@ class Extensions:
 
     def run_on_loop(self, coro: Any) -> Any:
         """Runs ``coro`` on the pipeline's event loop from another thread and waits for its result."""
-        loop = self.event_loop._loop
-        if loop is None:
+        event_loop = self.event_loop
+        loop = None if event_loop is None else event_loop._loop
+        thread = None if event_loop is None else event_loop._thread
+        if loop is None or thread is None or not thread.is_alive() or loop.is_closed():
             coro.close()
             raise RuntimeError("the pipeline's event loop is not running")
-        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+        future = asyncio.run_coroutine_threadsafe(coro, loop)
+        if threading.current_thread() is thread:
+            # Called on the loop's own thread (a finalizer run there): it cannot wait for itself; the
+            # coroutine runs when this callback returns.
+            return None
+        while True:
+            try:
+                return future.result(timeout=_LOOP_CHECK)
+            except concurrent.futures.TimeoutError:
+                if not thread.is_alive():
+                    future.cancel()
+                    raise RuntimeError("the pipeline's event loop stopped") from None
 
     # The pipeline's life.
 

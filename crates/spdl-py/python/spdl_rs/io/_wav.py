@@ -6,6 +6,7 @@ data before it is used: a hostile header is a ``ValueError`` that names the caus
 from __future__ import annotations
 
 import math
+import struct
 from typing import TYPE_CHECKING, Any
 
 from ._array import ArrayInterface, _numpy
@@ -118,12 +119,12 @@ def _byte_view(data: _Data) -> memoryview:
     return mv if mv.format == "B" else mv.cast("B")
 
 
+_CHUNK_HEADER = struct.Struct("<4sI")
+_FMT_FIELDS = struct.Struct("<HHIIHH")  # format, channels, rate, byte rate, block align, bits per sample
+
+
 def _u16(mv: memoryview, at: int) -> int:
     return int.from_bytes(mv[at : at + 2], "little")
-
-
-def _u32(mv: memoryview, at: int) -> int:
-    return int.from_bytes(mv[at : at + 4], "little")
 
 
 def _parse(mv: memoryview) -> WAVHeader:
@@ -139,7 +140,7 @@ def _parse(mv: memoryview) -> WAVHeader:
     pos = 12
     fmt_at = fmt_size = -1
     while pos + 8 <= n:
-        tag, size = bytes(mv[pos : pos + 4]), _u32(mv, pos + 4)
+        tag, size = _CHUNK_HEADER.unpack_from(mv, pos)
         body = pos + 8
         if tag == b"fmt ":
             if size < 16:
@@ -157,7 +158,7 @@ def _parse(mv: memoryview) -> WAVHeader:
     if fmt_at < 0:
         raise ValueError("fmt chunk not found")
 
-    audio_format = _u16(mv, fmt_at)
+    audio_format, num_channels, sample_rate, byte_rate, block_align, bits = _FMT_FIELDS.unpack_from(mv, fmt_at)
     subformat = None
     if audio_format == _EXTENSIBLE and fmt_size >= 40 and _u16(mv, fmt_at + 16) >= 22:
         if bytes(mv[fmt_at + 26 : fmt_at + 40]) == _GUID_TAIL:
@@ -165,7 +166,7 @@ def _parse(mv: memoryview) -> WAVHeader:
 
     # The data chunk: the first one after fmt.
     while pos + 8 <= n:
-        tag, size = bytes(mv[pos : pos + 4]), _u32(mv, pos + 4)
+        tag, size = _CHUNK_HEADER.unpack_from(mv, pos)
         body = pos + 8
         if tag == b"data":
             if size > n - body:
@@ -175,11 +176,11 @@ def _parse(mv: memoryview) -> WAVHeader:
                 )
             return WAVHeader(
                 audio_format=audio_format,
-                num_channels=_u16(mv, fmt_at + 2),
-                sample_rate=_u32(mv, fmt_at + 4),
-                byte_rate=_u32(mv, fmt_at + 8),
-                block_align=_u16(mv, fmt_at + 12),
-                bits_per_sample=_u16(mv, fmt_at + 14),
+                num_channels=num_channels,
+                sample_rate=sample_rate,
+                byte_rate=byte_rate,
+                block_align=block_align,
+                bits_per_sample=bits,
                 data_size=size,
                 subformat=subformat,
                 data_offset=body,
@@ -316,7 +317,7 @@ def load_wav(
             count = min(count, _frame_index(duration, rate))
 
     np = _numpy()
-    base = np.frombuffer(mv, dtype=np.uint8).ctypes.data
+    base = np.frombuffer(mv, dtype=np.uint8).__array_interface__["data"][0]
     interface = {
         "version": 3,
         "shape": (count, channels),

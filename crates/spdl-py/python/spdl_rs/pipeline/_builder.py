@@ -1121,7 +1121,9 @@ def build_pipeline(
 
     del use_thread_output_queue
     if not isinstance(pipeline_cfg, defs.PipelineConfig):
-        raise TypeError(f"build_pipeline needs a spdl_rs.pipeline.defs.PipelineConfig, got {type(pipeline_cfg).__name__}")
+        raise TypeError(
+            f"build_pipeline needs a spdl_rs.pipeline.defs.PipelineConfig, got {type(pipeline_cfg).__name__}"
+        )
     return _build_with_defaults(
         pipeline_cfg,
         num_threads=num_threads,

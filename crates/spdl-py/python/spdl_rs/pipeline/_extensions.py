@@ -81,18 +81,18 @@ class Extensions:
         self._next_stage_id = stage_id
         self.interval = report_stats_interval
         if queue_class is None:
-            default_q = get_default_queue_class()
+            default_q: Any = get_default_queue_class()
             self._queue_factory: Callable[[StageInfo, int], Any] | None = (
                 None
                 if default_q in (StatsQueue, AsyncQueue)
-                else (lambda info, n: default_q(info, buffer_size=n, interval=report_stats_interval))  # type: ignore[call-arg]
+                else (lambda info, n: default_q(info, buffer_size=n, interval=report_stats_interval))
             )
         else:
             if not (isinstance(queue_class, type) and issubclass(queue_class, AsyncQueue)):
-                raise TypeError(
-                    f"queue_class must be a class that inherits AsyncQueue, got {queue_class!r}"
-                )
-            self._queue_factory = None if queue_class is AsyncQueue else (lambda info, n: queue_class(info, buffer_size=n))
+                raise TypeError(f"queue_class must be a class that inherits AsyncQueue, got {queue_class!r}")
+            self._queue_factory = (
+                None if queue_class is AsyncQueue else (lambda info, n: queue_class(info, buffer_size=n))
+            )
         if task_hook_factory is None:
             hook_class = get_default_hook_class()
             self._hook_factory: Callable[[StageInfo], list[TaskHook]] | None = (
@@ -185,7 +185,9 @@ class Extensions:
                 end = object()
                 try:
                     while True:
-                        value = await _hooked_step(hooks, item, lambda: loop.run_in_executor(self.executor(), next, it, end), end)
+                        value = await _hooked_step(
+                            hooks, item, lambda: loop.run_in_executor(self.executor(), next, it, end), end
+                        )
                         if value is end:
                             return
                         yield value

@@ -456,6 +456,15 @@ def test_convert_array_copies_into_an_int64_buffer():
     with pytest.raises(ValueError, match="pinned storage"):
         sio.convert_array(np.arange(3), storage=PinnedStorage())
 
+    class Storage:
+        def __init__(self, nbytes):
+            self.nbytes = nbytes
+            self.is_pinned = False
+
+    with pytest.raises(RuntimeError, match=r"does not have enough capacity. \(8 < 800\)"):
+        sio.convert_array(np.arange(100), storage=Storage(8))
+    np.testing.assert_array_equal(np.asarray(sio.convert_array(np.arange(100), storage=Storage(800))), np.arange(100))
+
 
 def test_to_jax_and_to_numba(monkeypatch):
     array = np.arange(6, dtype=np.float32)

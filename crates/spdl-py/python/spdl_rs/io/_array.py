@@ -532,9 +532,10 @@ def convert_array(vals: Any, storage: Any = None) -> Buffer:
             with ``__array_interface__``, ``__dlpack__`` or the buffer protocol (``memoryview``). Its values are
             converted to ``int64`` (booleans and unsigned integers as numbers, floats truncated toward zero);
             plain lists, ``bytes``, strings, complex numbers and objects are refused.
-        storage: SPDL's storage (``spdl.io.cpu_storage``) to copy into. spdl_rs buffers own their memory:
-            ``None`` or a storage object whose ``is_pinned`` is ``False`` are accepted; a page-locked (pinned)
-            storage is refused, as page-locked buffers come from spdl-cuda.
+        storage: SPDL's storage (``cpu_storage``) to copy into. spdl_rs buffers own their memory, so the values
+            go into a new buffer; a storage is still checked as SPDL checks it: one that states its size
+            (``nbytes`` or ``size``) must hold the values, and a page-locked one (``is_pinned`` true) is refused,
+            as page-locked buffers come from spdl-cuda.
 
     Returns:
         A new buffer holding the values (a copy: changing ``vals`` later does not change it).
@@ -542,7 +543,7 @@ def convert_array(vals: Any, storage: Any = None) -> Buffer:
     Raises:
         TypeError: ``vals`` is not an array, or its dtype is not a number.
         ValueError: ``vals`` holds NaN or infinity, or ``storage`` is pinned.
-        RuntimeError: ``vals`` is empty (SPDL's error).
+        RuntimeError: ``vals`` is empty, or ``storage`` is too small (SPDL's errors).
     """
     np = _numpy()
     from .._native import Buffer as _Buffer
@@ -574,5 +575,10 @@ def convert_array(vals: Any, storage: Any = None) -> Buffer:
         raise RuntimeError(f"The array must not be empty (convert_array got shape {array.shape}).")
     if array.dtype.kind == "f" and not np.isfinite(array).all():
         raise ValueError("convert_array: vals holds NaN or infinity, which have no int64 value")
+    if storage is not None:
+        capacity = getattr(storage, "nbytes", getattr(storage, "size", None))
+        needed = array.size * 8
+        if isinstance(capacity, int) and capacity < needed:
+            raise RuntimeError(f"The provided storage does not have enough capacity. ({capacity} < {needed})")
     converted = np.array(array, dtype=np.int64, order="C")
     return _Buffer.from_bytes(converted.tobytes(), list(converted.shape), "int64")

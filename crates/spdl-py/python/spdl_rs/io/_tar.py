@@ -308,13 +308,14 @@ def iter_tarfile(
         >>> [(name, bytes(data)) for name, data in iter_tarfile(buf.getvalue())]
         [('a.txt', b'hi')]
     """
-    if isinstance(src, (bytes, bytearray, memoryview)) or (not hasattr(src, "read") and hasattr(src, "__buffer__")):
+    if hasattr(src, "read"):
+        return _iter(_Reader(cast(SupportsRead, src)))
+    try:
         mv = memoryview(src)
-        if not mv.c_contiguous:
-            raise ValueError("iter_tarfile: the data must be a C-contiguous buffer")
-        return _iter(_Reader(mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv))
-    if not hasattr(src, "read"):
+    except TypeError:
         raise TypeError(
             f"iter_tarfile: src must be bytes-like or a file-like object with read(), got {type(src).__name__}"
-        )
-    return _iter(_Reader(cast(SupportsRead, src)))
+        ) from None
+    if not mv.c_contiguous:
+        raise ValueError("iter_tarfile: the data must be a C-contiguous buffer")
+    return _iter(_Reader(mv if mv.format == "B" and mv.ndim == 1 else mv.cast("B")))

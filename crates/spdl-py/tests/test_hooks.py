@@ -504,3 +504,31 @@ def test_dropped_hooked_pipeline_finishes_its_hooks(recorder):
     del it, built
     gc.collect()
     assert ("stage_error", "slow", "CancelledError") in recorder.events
+
+
+def test_default_interval_reports_come_from_the_engine(caplog):
+    """``report_stats_interval`` with the defaults logs SPDL's per-stage lines (the lap's counts) from the
+    engine's counters while the pipeline runs; the op waits for the first one."""
+    caplog.set_level(logging.INFO, logger="spdl_rs.pipeline")
+    reported = threading.Event()
+
+    class Watch(logging.Handler):
+        def emit(self, record):
+            if "Completed" in record.getMessage():
+                reported.set()
+
+    watch = Watch()
+    logging.getLogger("spdl_rs.pipeline").addHandler(watch)
+    try:
+
+        def op(x):
+            if x == 3:
+                assert reported.wait(30)
+            return x
+
+        p = PipelineBuilder().add_source(range(6)).pipe(op, name="w").add_sink(1)
+        assert drain(p.build(num_threads=1, report_stats_interval=0.01)) == list(range(6))
+    finally:
+        logging.getLogger("spdl_rs.pipeline").removeHandler(watch)
+    lines = [r.getMessage() for r in caplog.records if ":w]\tCompleted" in r.getMessage()]
+    assert len(lines) >= 2 and "Completed     6 tasks" in lines[-1]  # the interval ones, then the total

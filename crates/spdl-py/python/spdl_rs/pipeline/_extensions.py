@@ -115,6 +115,8 @@ class Extensions:
         self._entered = False
         self._finished = False
         self._reported = False
+        self._lap_rows: dict[int, dict[str, Any]] = {}
+        self._report_lock = threading.Lock()
 
     # Build time.
 
@@ -383,33 +385,69 @@ class Extensions:
                 if not task.cancelled() and (exc := task.exception()) is not None:
                     _LG.error("Background task failed: %s", exc, exc_info=exc)
 
-    def report_native_stats(self, core: Any) -> None:
-        """Logs, once, what the default ``TaskStatsHook`` and ``StatsQueue`` log at the end of each stage (in
-        SPDL's words), from the engine's own counters."""
-        if self._reported or not self.native_stats or not _LG.isEnabledFor(logging.INFO):
-            return
-        self._reported = True
+    def _native_rows(self, core: Any) -> tuple[list[Any], list[dict[str, Any]]] | None:
+        """The engine's stats rows of the stages SPDL has (custom queues' relays left out), and their names."""
+        try:
+            rows = core.stats()
+        except Exception:  # noqa: BLE001 (stats are best effort)
+            return None
+        if self._queue_factory is not None:  # the relay rows of custom queues are not stages
+            rows = [r for r in rows if not (r["kind"] == "async" and str(r["name"]).endswith("_queue"))]
+        if len(rows) == len(self.stages):
+            names: list[Any] = [stage.info for stage in self.stages]
+        else:  # path variants, merges and regions show more rows than SPDL has stages
+            names = [f"{self.pipeline_id}:{i}:{r['name']}" for i, r in enumerate(rows)]
+        return names, rows
+
+    def _log_native(self, names: list[Any], rows: list[dict[str, Any]]) -> None:
         from ._hooks import _task_stats_line
         from ._queues import StatsQueue, _queue_stats_line, get_default_queue_class
         from ._stats import from_raw
 
-        try:
-            rows = core.stats()
-        except Exception:  # noqa: BLE001 (stats are best effort at the end)
-            return
-        if self._queue_factory is not None:  # the relay rows of custom queues are not stages
-            rows = [r for r in rows if not (r["kind"] == "async" and str(r["name"]).endswith("_queue"))]
-        stats = [from_raw(r, rows[i + 1] if i + 1 < len(rows) else None) for i, r in enumerate(rows)]
-        if len(stats) == len(self.stages):
-            names: list[Any] = [stage.info for stage in self.stages]
-        else:  # path variants, merges and regions show more rows than SPDL has stages
-            names = [f"{self.pipeline_id}:{i}:{st.name}" for i, st in enumerate(stats)]
         log_queues = self._queue_factory is None and get_default_queue_class() is StatsQueue
-        for name, st in zip(names, stats):
+        for i, (name, row) in enumerate(zip(names, rows)):
+            st = from_raw(row, rows[i + 1] if i + 1 < len(rows) else None)
             if st.kind not in ("source", "sink"):
                 _LG.info(*_task_stats_line(name, st.task))
             if log_queues:
                 _LG.info(*_queue_stats_line(f"{name}_queue", st.queue))
+
+    def report_native_stats(self, core: Any) -> None:
+        """Logs, once, what the default ``TaskStatsHook`` and ``StatsQueue`` log at the end of each stage (in
+        SPDL's words), from the engine's own counters."""
+        with self._report_lock:
+            if self._reported or not self.native_stats or not _LG.isEnabledFor(logging.INFO):
+                return
+            self._reported = True
+            got = self._native_rows(core)
+            if got is not None:
+                self._log_native(*got)
+
+    def report_native_interval(self, core: Any) -> None:
+        """Logs what the default ``TaskStatsHook`` and ``StatsQueue`` log every ``report_stats_interval``: the
+        counts, mean times and queue occupancy since the previous report (the percentiles are the engine's,
+        over the whole run), from the engine's counters. Called by the pipeline's stats reporter thread."""
+        with self._report_lock:
+            if self._reported or not self.native_stats or not _LG.isEnabledFor(logging.INFO):
+                return  # nothing after the final report
+            got = self._native_rows(core)
+            if got is not None:
+                self._log_native_lap(*got)
+
+    def _log_native_lap(self, names: list[Any], rows: list[dict[str, Any]]) -> None:
+        deltas = []
+        for i, row in enumerate(rows):
+            prev = self._lap_rows.get(i)
+            d = dict(row)
+            if prev is not None:
+                for key in ("items_in", "items_out", "items_failed", "task_time_total", "starved", "blocked",
+                            "elapsed"):
+                    d[key] = max(0, row[key] - prev[key])
+            calls = int(d["items_in"])
+            d["task_mean"] = d["task_time_total"] / calls if calls else 0.0
+            deltas.append(d)
+            self._lap_rows[i] = row
+        self._log_native(names, deltas)
 
     def close(self) -> None:
         with self._executor_lock:

@@ -109,9 +109,10 @@ class _EventLoop:
 class _Reporter:
     """Logs the stats table through ``logging`` every ``interval`` seconds (a daemon thread)."""
 
-    def __init__(self, core: _native.PipelineCore, interval: float) -> None:
+    def __init__(self, core: _native.PipelineCore, interval: float, extensions: Any = None) -> None:
         self._core = core
         self._interval = interval
+        self._ext = extensions
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="spdl_rs-stats", daemon=True)
 
@@ -121,6 +122,9 @@ class _Reporter:
     def _run(self) -> None:
         while not self._done.wait(self._interval):
             _LG.info("Pipeline stats:\n%s", self._core.stats_table())
+            if self._ext is not None:
+                # The default TaskStatsHook's and StatsQueue's interval reports, in SPDL's words.
+                self._ext.report_native_interval(self._core)
 
     def stop(self) -> None:
         if self._thread.is_alive():
@@ -221,7 +225,7 @@ class Pipeline(Generic[T]):
         # Hooks, custom queues, background tasks (``_extensions.Extensions``), and the SPDL-style final stats.
         self._ext = extensions
         self._loop = event_loop
-        self._reporter = _Reporter(core, report_stats_interval) if report_stats_interval > 0 else None
+        self._reporter = _Reporter(core, report_stats_interval, extensions) if report_stats_interval > 0 else None
         self._lock = threading.Lock()
         self._started = False
         self._stopped = False

@@ -165,6 +165,11 @@ def test_load_npy_hostile_inputs_are_clear_errors():
         sio.load_npy(b"\x93NUMPY\x02\x00\xff\xff\xff\xff" + b" " * 100)
     assert_format_error(e, "4294967295 bytes", "truncated")
 
+    big_header = b"\x93NUMPY\x02\x00" + struct.pack("<I", 2 << 20) + b" " * (2 << 20)
+    with pytest.raises(ValueError) as e:  # present, but more header text than any array needs
+        sio.load_npy(big_header)
+    assert_format_error(e, "2097152 bytes", "more than 1048576")
+
     # A header that declares ~8 TB on 24 bytes: refused before any allocation.
     huge = npy_with_header("{'descr': '<i8', 'fortran_order': False, 'shape': (1000000000000,), }", bytes(24))
     with pytest.raises(ValueError) as e:
@@ -836,6 +841,17 @@ def test_iter_tarfile_hostile_archives():
     long_header = bytearray(make_tar(tarfile.GNU_FORMAT, [(LONG, "file", b"x")]))
     set_size(long_header, 64 << 20)
     errors(bytes(long_header), "GNU long name", str(64 << 20))
+
+    # PAX records whose lengths lie (zero, past the header, no newline) and one without '='.
+    for record, message in [(b"0 path=x\n", "overruns"), (b"99 path=x\n", "overruns"), (b"x path=x\n", "invalid record length"),
+                            (b"8 pathx\n", "without '='")]:
+        pax = bytearray(make_tar(tarfile.PAX_FORMAT, [("ü", "file", b"u")]))
+        body = record.ljust(512, b"\0")
+        pax[512:1024] = body
+        header = pax[0:512]
+        set_size(header, len(record))
+        pax[0:512] = header
+        errors(bytes(pax), "PAX header at offset 0", message)
 
     with pytest.raises(TypeError, match="file-like"):
         sio.iter_tarfile(12345)  # type: ignore[call-overload]

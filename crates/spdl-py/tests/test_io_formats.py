@@ -843,8 +843,13 @@ def test_iter_tarfile_hostile_archives():
     errors(bytes(long_header), "GNU long name", str(64 << 20))
 
     # PAX records whose lengths lie (zero, past the header, no newline) and one without '='.
-    for record, message in [(b"0 path=x\n", "overruns"), (b"99 path=x\n", "overruns"), (b"x path=x\n", "invalid record length"),
-                            (b"8 pathx\n", "without '='")]:
+    lying = [
+        (b"0 path=x\n", "overruns"),
+        (b"99 path=x\n", "overruns"),
+        (b"x path=x\n", "invalid record length"),
+        (b"8 pathx\n", "without '='"),
+    ]
+    for record, message in lying:
         pax = bytearray(make_tar(tarfile.PAX_FORMAT, [("ü", "file", b"u")]))
         body = record.ljust(512, b"\0")
         pax[512:1024] = body

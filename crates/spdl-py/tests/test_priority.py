@@ -169,7 +169,9 @@ def test_stats_of_a_real_process_group():
     assert second["net_rx_bytes"] is not None and second["net_rx_bytes"] >= 0
     assert first["rss_bytes"] >= 64 << 20
     if first["pss_bytes"] is not None:
-        assert first["private_bytes"] <= first["pss_bytes"] <= first["rss_bytes"]
+        assert first["private_bytes"] <= first["pss_bytes"]
+        # stat's RSS is the kernel's running counter, smaps_rollup a page walk: allow them to disagree a little.
+        assert first["pss_bytes"] <= first["rss_bytes"] + (8 << 20)
         assert first["private_bytes"] >= 64 << 20
     assert second["disk_write_bytes"] >= first["disk_write_bytes"] >= 0
 

@@ -109,7 +109,7 @@ def test_failed_rows_fail_the_job_or_are_dropped(ray_cluster, jpegs, tmp_path):
     assert sorted(r["path"] for r in rows) == sorted([*jpegs[:5]])  # the broken one only is gone
     assert all(np.asarray(r["image"]).std() > 5 for r in rows)  # real pixels, no zero slot
     strict = ds.map_batches(ImageBatchDecoder(24, 24), batch_size=6)
-    with pytest.raises(Exception, match="broken.jpg|item 3"):
+    with pytest.raises(Exception, match=r"row 3 \(.*broken\.jpg\) failed to decode"):
         strict.take_all()
 
 
@@ -148,6 +148,21 @@ def test_decoder_checks_its_arguments_and_batches():
         decoder({"bytes": np.array([b"x", 3], dtype=object)})
     empty = decoder({"bytes": np.array([], dtype=object), "path": np.array([], dtype=object)})
     assert empty["image"].shape == (0, 10, 10, 3) and list(empty) == ["path", "image"]
+
+
+def test_decoder_names_a_failed_row_or_drops_it(jpegs):
+    from spdl_rs.ray import ImageBatchDecoder
+
+    data = [open(p, "rb").read() for p in jpegs[:3]]
+    data[1] = data[1][:50]
+    batch = {"bytes": np.array(data, dtype=object), "path": np.array(["a.jpg", "b.jpg", "c.jpg"]),
+             "label": np.array([0, 1, 2])}
+    with pytest.raises(RuntimeError, match=r"row 1 \(b\.jpg\) failed to decode: .*truncated"):
+        ImageBatchDecoder(16, 16)(batch)
+    out = ImageBatchDecoder(16, 16, strict=False)(batch)
+    assert out["path"].tolist() == ["a.jpg", "c.jpg"] and out["label"].tolist() == [0, 2]
+    want = np.asarray(io.load_image_batch([data[0], data[2]], 16, 16))
+    assert np.array_equal(out["image"], want)
 
 
 def _pipeline(source, collate=None):
@@ -269,3 +284,36 @@ def test_without_ray_the_module_imports_and_says_what_is_missing():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "IMPORT-ERROR spdl_rs.ray needs Ray Data" in out.stdout and "pip install" in out.stdout
+
+
+def test_a_failed_ray_job_fails_the_pipeline(ray_cluster, jpegs, tmp_path):
+    from spdl_rs.pipeline import PipelineFailure
+    from spdl_rs.ray import ImageBatchDecoder, RayDataSource
+
+    ray = ray_cluster
+    broken = tmp_path / "truncated.jpg"
+    broken.write_bytes(open(jpegs[0], "rb").read()[:64])
+    ds = ray.data.read_binary_files([jpegs[1], str(broken)], include_paths=True)
+    ds = ds.map_batches(ImageBatchDecoder(16, 16), batch_size=2)
+    source = RayDataSource(ds.iterator(), batch_size=2)
+    pipeline = _pipeline(source)
+    got = []
+    with pytest.raises(PipelineFailure) as failure:
+        with pipeline.auto_stop():
+            got.extend(pipeline)
+    assert "truncated.jpg) failed to decode" in str(failure.value) + repr(failure.value.args), failure.value
+    assert [p for b in got for p in b["path"]] in ([], [jpegs[1]])  # nothing after the failure
+    assert source.epoch == 0  # the epoch did not end: a restore goes back to its start
+
+
+def test_a_continuous_source_reads_epoch_after_epoch(ray_cluster):
+    from spdl_rs.ray import RayDataSource
+
+    ray = ray_cluster
+    source = RayDataSource(ray.data.range(12, override_num_blocks=2).iterator(), batch_size=4)
+    pipeline = PipelineBuilder().add_source(source, continuous=True).add_sink(1).build(num_threads=2)
+    with pipeline.auto_stop():
+        for epoch in range(3):
+            ids = [i for b in pipeline.get_iterator(timeout=60) for i in b["id"].tolist()]
+            assert sorted(ids) == list(range(12)), epoch
+    assert source.epoch >= 2

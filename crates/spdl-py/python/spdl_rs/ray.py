@@ -109,9 +109,11 @@ class ImageBatchDecoder:
         key_column: A column of integers (e.g. a row id) that seeds each row's crop with ``seed``: the same row
             gets the same crop on every worker and in every run. Without it, ``random-resized-crop`` draws a
             fresh random key per row (crops are then not reproducible).
-        strict: ``True``: a row that fails to decode fails the batch (Ray retries or fails the job; the message
-            names the item). ``False``: failed rows are dropped from the output and each is logged (loggers
-            ``spdl_rs.io`` and ``spdl_rs.ray``, on the worker).
+        strict: ``True``: a row that fails to decode fails the batch with a ``RuntimeError`` that names it (Ray
+            retries or fails the job, per its settings). ``False``: failed rows are dropped from the output and
+            each is logged (loggers ``spdl_rs.io`` and ``spdl_rs.ray``, on the worker).
+        name_column: A column that names each row in messages (default ``"path"``, as
+            ``read_binary_files(include_paths=True)`` makes), when the batch has it.
         num_threads: Decoding threads per batch.
 
     Raises:
@@ -135,6 +137,7 @@ class ImageBatchDecoder:
         key_column: str | None = None,
         strict: bool = True,
         num_threads: int = 1,
+        name_column: str | None = "path",
     ) -> None:
         self.width = _positive_int("width", width)
         self.height = _positive_int("height", height)
@@ -163,6 +166,7 @@ class ImageBatchDecoder:
         self.seed = seed
         self.key_column = key_column
         self.strict = bool(strict)
+        self.name_column = name_column
         self._rng: Any = None
 
     def __repr__(self) -> str:
@@ -203,7 +207,8 @@ class ImageBatchDecoder:
             TypeError: The batch is not a dict of columns (use ``batch_format="numpy"``) or ``column`` holds
                 something other than bytes and paths.
             KeyError: ``column`` (or ``key_column``) is not in the batch.
-            RuntimeError: With ``strict``, an item failed to decode; the message names it.
+            RuntimeError: With ``strict``, a row failed to decode; the message names it (by ``name_column``
+                when the batch has it, else by its path or its index).
         """
         import numpy as np
 
@@ -225,27 +230,35 @@ class ImageBatchDecoder:
                     "expected encoded bytes or a path"
                 )
         keys = self._keys(batch, n)
-        failed: set[int] = set()
+        failures: list[tuple[int, str, str]] = []
         if n == 0:
             images = self._empty()
         else:
+            # Never strict inside: a failure is reported here, by the row's name (a path column), which the
+            # decoder does not see when it is given bytes.
             out = io.load_image_batch(
                 items, self.width, self.height, layout=self.layout, normalize=self.normalize,
-                pixel_format=self.pixel_format, filter=self.filter, strict=self.strict,
+                pixel_format=self.pixel_format, filter=self.filter, strict=False,
                 num_threads=self.num_threads, return_info=True, transform=self.transform, seed=self.seed, keys=keys,
             )
             buffer, info = out if isinstance(out, tuple) else (out, {"failures": []})
             images = np.asarray(buffer)
-            failed = {int(index) for index, _item, _message in info.get("failures", [])}
+            names = batch.get(self.name_column) if self.name_column is not None else None
+            for index, item, message in info.get("failures", []):
+                name = str(names[index]) if names is not None else item
+                failures.append((int(index), name, message))
+        if failures and self.strict:
+            index, name, message = failures[0]
+            more = f" (and {len(failures) - 1} more rows of this batch)" if len(failures) > 1 else ""
+            raise RuntimeError(f"ImageBatchDecoder: row {index} ({name}) failed to decode{more}: {message}")
         result = {
             name: values for name, values in batch.items() if self.keep_input or name != self.column
         }
-        if failed:
+        if failures:
+            failed = {index for index, _name, _message in failures}
             keep = np.array([i not in failed for i in range(n)], dtype=bool)
-            names = batch.get("path")
-            for index, item, message in info["failures"]:
-                label = names[index] if names is not None else item
-                _LG.warning("ImageBatchDecoder: dropped row %d (%s): %s", index, label, message)
+            for index, name, message in failures:
+                _LG.warning("ImageBatchDecoder: dropped row %d (%s): %s", index, name, message)
             images = images[keep]
             result = {name: np.asarray(values)[keep] for name, values in result.items()}
         result[self.output_column] = images

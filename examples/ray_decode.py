@@ -37,6 +37,7 @@ def build_dataset(ray: Any, root: Path, size: int, map_batch_size: int, seed: in
 
 def rank_pipeline(source: RayDataSource, device: str | None) -> Any:
     """The trainer side: collate (NumPy -> torch, no copy), pin, copy to the GPU; Ray did the decoding."""
+    torch: Any
     try:
         import torch
     except ImportError:
@@ -50,7 +51,7 @@ def rank_pipeline(source: RayDataSource, device: str | None) -> Any:
             warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
             return torch.from_numpy(batch["image"]), torch.from_numpy(batch["label"])
 
-    builder = PipelineBuilder().add_source(source).pipe(collate, name="collate")
+    builder: PipelineBuilder[Any, Any] = PipelineBuilder().add_source(source).pipe(collate, name="collate")
     if torch is not None and device is not None and device.startswith("cuda"):
         builder = builder.pipe(lambda b: (b[0].pin_memory(), b[1].pin_memory()), name="pin")
         builder = builder.pipe(lambda b: (b[0].to(device, non_blocking=True), b[1].to(device, non_blocking=True)),

@@ -56,12 +56,13 @@ def check_item(item: dict, i: int, *, zero_copy: bool) -> None:
 
 
 @pytest.mark.parametrize("kind", ["ring", "pool"])
-def test_arrays_cross_processes_through_shared_memory(kind):
+@pytest.mark.parametrize("mp_context", [None, "forkserver"])
+def test_arrays_cross_processes_through_shared_memory(kind, mp_context):
     before = shm_entries()
     arena = SharedMemoryRingBuffer(4 << 20) if kind == "ring" else SharedMemorySegmentPool(1 << 20, 8)
     names = shm_entries() - before
     assert names, "the arena made its segments"
-    src = iterate_in_subprocess(items, arena=arena, buffer_size=2, timeout=30)
+    src = iterate_in_subprocess(items, arena=arena, buffer_size=2, timeout=30, mp_context=mp_context)
     for _ in range(2):  # re-iteration reuses the arena
         for i, item in enumerate(src):
             check_item(item, i, zero_copy=kind == "pool")

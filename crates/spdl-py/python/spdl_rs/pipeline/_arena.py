@@ -180,6 +180,10 @@ class SharedMemoryRingBuffer:
         """The shared-memory segment's name."""
         return self._shm_name
 
+    def _use_context(self, ctx: Any) -> None:
+        """Makes the writer's condition with the start method's context (the worker is not started yet)."""
+        self._space_cv = ctx.Condition()
+
     def _view(self) -> memoryview:
         if self._buf is None:
             self._shm = _attach(self._shm_name)
@@ -421,6 +425,10 @@ class SharedMemorySegmentPool:
     def count(self) -> int:
         """Number of segments."""
         return self._count
+
+    def _use_context(self, ctx: Any) -> None:
+        """Makes the writer's condition with the start method's context (the worker is not started yet)."""
+        self._space_cv = ctx.Condition()
 
     def _ctrl_view(self) -> memoryview:
         if self._ctrl_buf is None:

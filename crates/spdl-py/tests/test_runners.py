@@ -450,7 +450,7 @@ def test_the_worker_protocol_runs_without_the_spdl_rs_package():
         for _ in range(2):
             assert link.enter_iteration_mode(cmd_q, None)
             got.append([pickle.loads(b) for b in link.iterate_results()])
-        cmd_q.put(p._Cmd.ABORT)
+        cmd_q.put(int(p._Cmd.ABORT))
         t.join(10)
         assert not t.is_alive()
         print(got)

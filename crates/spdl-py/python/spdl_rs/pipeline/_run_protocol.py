@@ -1,7 +1,8 @@
 """The command protocol between a parent and a worker (subprocess or subinterpreter) that iterates an iterable.
 
-The parent sends commands on ``cmd_q`` (:py:class:`_Cmd`); the worker answers on ``data_q`` with
-``(status, payload)`` tuples (:py:class:`_Status`), where the payload of an item is its pickled bytes (or,
+The parent sends commands on ``cmd_q`` (:py:class:`_Cmd` values, as plain ints: a subinterpreter cannot import
+this module by its package name to unpickle the enum); the worker answers on ``data_q`` with
+``(status, payload)`` tuples (:py:class:`_Status` values as ints), where the payload of an item is its pickled bytes (or,
 with a shared-memory arena, the small envelope of :py:mod:`._arena`). Pickling happens in the worker's own
 thread, so an item that cannot be pickled is reported as an iteration failure instead of being dropped by a
 queue's feeder thread.
@@ -335,8 +336,8 @@ class _ParentLink:
 
         Returns ``False`` when the parent is shutting down meanwhile.
         """
-        cmd_q.put(_Cmd.STOP_ITERATION)
-        cmd_q.put(_Cmd.START_ITERATION)
+        cmd_q.put(int(_Cmd.STOP_ITERATION))
+        cmd_q.put(int(_Cmd.START_ITERATION))
         while True:
             msg = self.recv("The {wtype} did not produce any data for {elapsed:.2f} seconds.")
             if msg is None:

@@ -107,7 +107,7 @@ class _SubprocessHandle:
                     self.process.terminate()
                 else:
                     try:
-                        self.cmd_q.put_nowait(_Cmd.ABORT)
+                        self.cmd_q.put_nowait(int(_Cmd.ABORT))
                     except Exception:  # noqa: BLE001 (the queue may be closed: terminate below)
                         _LG.debug("Could not send ABORT to the worker subprocess.", exc_info=True)
             if self.arena is not None:
@@ -293,7 +293,7 @@ class _SubinterpreterHandle:
             self.closed.set()
         if self.thread.is_alive():
             try:
-                self.cmd_q.put(_Cmd.ABORT)
+                self.cmd_q.put(int(_Cmd.ABORT))
             except Exception:  # noqa: BLE001
                 _LG.debug("Could not send ABORT to the worker subinterpreter.", exc_info=True)
         deadline = time.monotonic() + _JOIN_TIMEOUT

@@ -441,7 +441,7 @@ def test_the_worker_protocol_runs_without_the_spdl_rs_package():
         exec({proto._INTERP_LOADER.format(path=proto.__file__)!r})
         p = _spdl_rs_run_protocol
         cmd_q, data_q = queue.Queue(), queue.Queue(maxsize=2)
-        payload = pickle.dumps((__import__("functools").partial(range, 4), None))
+        payload = pickle.dumps((sys.path, pickle.dumps((__import__("functools").partial(range, 4), None))))
         t = threading.Thread(target=p._interp_main, args=(cmd_q, data_q, payload))
         t.start()
         link = p._ParentLink(data_q, 10.0, "subinterpreter", is_alive=t.is_alive)

@@ -392,11 +392,17 @@ def _drain(q: Any) -> None:
 
 def _interp_main(cmd_q: Any, data_q: Any, payload: bytes) -> None:
     """The worker in a subinterpreter. This file is loaded there by path, without the ``spdl_rs`` package
-    (whose PyO3 module cannot be imported in a subinterpreter); ``payload`` is ``(fn, initializers)`` pickled."""
+    (whose PyO3 module cannot be imported in a subinterpreter). ``payload`` is ``(sys_path, inner)`` pickled, and
+    ``inner`` is ``(fn, initializers)`` pickled: the parent's module search path is set before ``fn`` is
+    unpickled, so that its module is found here as it was there."""
+    import sys
+
     global _PLAIN_PICKLE
     _PLAIN_PICKLE = True
     try:
-        fn, initializers = pickle.loads(payload)
+        sys_path, inner = pickle.loads(payload)
+        sys.path[:] = sys_path
+        fn, initializers = pickle.loads(inner)
     except Exception as e:
         _WorkerLink(cmd_q, data_q, None).send(_Status.INITIALIZATION_FAILED, f"Failed to create the iterable: {e}")
         return
@@ -406,6 +412,10 @@ def _interp_main(cmd_q: Any, data_q: Any, payload: bytes) -> None:
 #: Run in a new subinterpreter: loads this file as ``_spdl_rs_run_protocol``.
 _INTERP_LOADER = """
 import importlib.util, sys
+try:
+    import concurrent.interpreters  # its queue type, so that the queues passed in can be received here
+except ImportError:
+    pass
 if "_spdl_rs_run_protocol" not in sys.modules:
     _spec = importlib.util.spec_from_file_location("_spdl_rs_run_protocol", {path!r})
     _mod = importlib.util.module_from_spec(_spec)

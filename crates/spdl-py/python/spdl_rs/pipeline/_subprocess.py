@@ -371,7 +371,7 @@ def iterate_in_subinterpreter(
 
     from . import _run_protocol
 
-    payload = pickle.dumps((fn, _normalize_initializers(initializer)))
+    payload = pickle.dumps((list(sys.path), pickle.dumps((fn, _normalize_initializers(initializer)))))
     cmd_q = interpreters.create_queue()
     data_q = interpreters.create_queue(maxsize=buffer_size)
     interp = interpreters.create()

@@ -109,7 +109,8 @@ def test_process_pool_and_a_pipeline_in_a_subprocess():
     with PriorityProcessPoolExecutor(max_workers=2) as pool:
         ex = pool.get_executor()
         assert [f.result(30) for f in [ex.submit(cube, i) for i in range(5)]] == [0, 1, 8, 27, 64]
-    threads = PriorityThreadPoolExecutor(max_workers=2)
+    threads = PriorityThreadPoolExecutor(max_workers=1)
+    assert threads.get_executor().submit(cube, 2).result(10) == 8  # its threads exist here, not in a forked child
     cfg = (
         PipelineBuilder()
         .add_source(range(6))

@@ -38,6 +38,12 @@ _OWNERS: weakref.WeakValueDictionary[tuple[int, int], Any] = weakref.WeakValueDi
 _OWNER_COUNTER = itertools.count()
 
 
+def _lookup(owner_id: tuple[int, int]) -> Any:
+    """The live owner with this id made in this process, or ``None``."""
+    owner = _OWNERS.get(owner_id)
+    return owner if owner is not None and owner._pid == os.getpid() else None
+
+
 def _new_owner_id() -> tuple[int, int]:
     # The process id keeps owners made here apart from owners unpickled from the parent.
     return (os.getpid(), next(_OWNER_COUNTER))
@@ -61,6 +67,9 @@ class _PriorityExecutorBase:
         self._pool_closed = False
         self._priority_counter: int = counter
         self._id: tuple[int, int] = owner_id if owner_id is not None else _new_owner_id()
+        # A forked child inherits copies of the owners, whose pools' threads did not survive the fork: an owner
+        # is used only in the process that made it (elsewhere a new one is made from its arguments).
+        self._pid = os.getpid()
         _OWNERS[self._id] = self
 
     @property
@@ -158,7 +167,7 @@ class _PriorityExecutorBase:
         return {"id": self._id, "kwargs": self._kwargs, "priority_counter": self._priority_counter}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        existing = _OWNERS.get(state["id"])
+        existing = _lookup(state["id"])
         if existing is not None:
             self.__dict__.update(existing.__dict__)
             return
@@ -260,8 +269,8 @@ class PriorityExecutorEntrypoint(Executor):
     @property
     def _owner(self) -> _PriorityExecutorBase:
         owner = self.__dict__.get("_owner_ref")
-        if owner is None:
-            owner = _OWNERS.get(self._owner_id)
+        if owner is None or owner._pid != os.getpid():
+            owner = _lookup(self._owner_id)
             if owner is None:
                 owner = self._owner_class.__new__(self._owner_class)
                 owner._setup(dict(self._owner_kwargs), self._owner_id, 0)

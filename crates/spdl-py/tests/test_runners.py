@@ -196,10 +196,11 @@ def test_a_stalled_worker_times_out_and_is_terminated():
 
 
 def test_a_stalled_initializer_times_out():
-    t0 = time.monotonic()
     with pytest.raises(RuntimeError, match=r"The worker subprocess did not initialize after \d+\.\d+ seconds"):
         iterate_in_subprocess(numbers, initializer=[sleepy_init], timeout=0.5)
-    assert time.monotonic() - t0 < 30
+    # The blocked initializer cannot read ABORT: the worker was terminated (no process is left behind).
+    gc.collect()
+    assert not [p for p in __import__("multiprocessing").active_children() if p.is_alive()]
 
 
 def test_garbage_collection_stops_the_worker():

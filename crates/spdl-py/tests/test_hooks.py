@@ -532,3 +532,12 @@ def test_default_interval_reports_come_from_the_engine(caplog):
         logging.getLogger("spdl_rs.pipeline").removeHandler(watch)
     lines = [r.getMessage() for r in caplog.records if ":w]\tCompleted" in r.getMessage()]
     assert len(lines) >= 2 and "Completed     6 tasks" in lines[-1]  # the interval ones, then the total
+
+
+def test_custom_hook_with_the_default_queue_logs_native_queue_stats(recorder, caplog):
+    caplog.set_level(logging.INFO, logger="spdl_rs.pipeline")
+    config.set_default_hook_class(recorder)
+    drain(PipelineBuilder().add_source(range(4)).pipe(str, name="s").add_sink(1).build(num_threads=1))
+    assert ":s_queue]\tProcessed     4 items" in caplog.text  # StatsQueue's report, from the engine
+    assert "Completed" not in caplog.text  # the custom hook replaced TaskStatsHook
+    assert sorted(e[2] for e in recorder.events if e[0] == "task_exit") == [0, 1, 2, 3]

@@ -102,8 +102,11 @@ class Extensions:
             )
         else:
             self._hook_factory = task_hook_factory
-        #: Whether the default hook and queue are in place: the engine's counters stand for them.
-        self.native_stats = task_hook_factory is None and get_default_hook_class() is TaskStatsHook
+        #: Whether the default hook (``TaskStatsHook``) and the default queue (``StatsQueue``) are in place: the
+        #: engine's counters stand for them and their reports are logged from those.
+        self.native_task_stats = task_hook_factory is None and get_default_hook_class() is TaskStatsHook
+        self.native_queue_stats = queue_class is None and get_default_queue_class() is StatsQueue
+        self.native_stats = self.native_task_stats or self.native_queue_stats
         self.background_factories = list(background_tasks)
         self.num_threads = num_threads
         self.stages: list[_Stage] = []
@@ -401,15 +404,14 @@ class Extensions:
 
     def _log_native(self, names: list[Any], rows: list[dict[str, Any]]) -> None:
         from ._hooks import _task_stats_line
-        from ._queues import StatsQueue, _queue_stats_line, get_default_queue_class
+        from ._queues import _queue_stats_line
         from ._stats import from_raw
 
-        log_queues = self._queue_factory is None and get_default_queue_class() is StatsQueue
         for i, (name, row) in enumerate(zip(names, rows)):
             st = from_raw(row, rows[i + 1] if i + 1 < len(rows) else None)
-            if st.kind not in ("source", "sink"):
+            if self.native_task_stats and st.kind not in ("source", "sink"):
                 _LG.info(*_task_stats_line(name, st.task))
-            if log_queues:
+            if self.native_queue_stats:
                 _LG.info(*_queue_stats_line(f"{name}_queue", st.queue))
 
     def report_native_stats(self, core: Any) -> None:

@@ -541,3 +541,14 @@ def test_custom_hook_with_the_default_queue_logs_native_queue_stats(recorder, ca
     assert ":s_queue]\tProcessed     4 items" in caplog.text  # StatsQueue's report, from the engine
     assert "Completed" not in caplog.text  # the custom hook replaced TaskStatsHook
     assert sorted(e[2] for e in recorder.events if e[0] == "task_exit") == [0, 1, 2, 3]
+
+
+def test_continuous_source_epoch_flushes_run_without_hooks(recorder):
+    p = PipelineBuilder().add_source(range(3), continuous=True).aggregate(2).add_sink(2).build(
+        num_threads=1, task_hook_factory=lambda info: [recorder(info)]
+    )
+    with p.auto_stop():
+        epochs = [list(p.get_iterator(timeout=30)) for _ in range(2)]
+    assert epochs == [[[0, 1], [2]], [[0, 1], [2]]]
+    inputs = [e[2] for e in recorder.events if e[0] == "task_enter"]
+    assert inputs[:6] == [0, 1, 2, 0, 1, 2] and not any(is_eof(x) for x in inputs)

@@ -453,6 +453,7 @@ def _build(
             background_tasks=[*(get_default_background_tasks() or []), *(background_tasks or [])],
             num_threads=num_threads,
         )
+        ext.continuous = True in _source_continuity(src)
     conv = _Conversion(
         num_threads=num_threads,
         max_failures=max_failures,

@@ -109,6 +109,8 @@ class Extensions:
         self.native_stats = self.native_task_stats or self.native_queue_stats
         self.background_factories = list(background_tasks)
         self.num_threads = num_threads
+        #: Whether the source is continuous (set by the builder).
+        self.continuous = False
         self.stages: list[_Stage] = []
         self.event_loop: Any = None  # the pipeline's _EventLoop, set by the builder
         self._executor: ThreadPoolExecutor | None = None
@@ -493,6 +495,9 @@ class _HookedAggregator:
         return self._ext.run_on_loop(self._call(self._agg.accumulate, item, item))
 
     def flush(self) -> Any:
+        if self._ext.continuous:
+            # A continuous source's flushes are all at epoch ends, where SPDL runs no task hooks.
+            return self._agg.flush()
         return self._ext.run_on_loop(self._call(lambda _: self._agg.flush(), None, EOF))
 
 

@@ -341,7 +341,10 @@ class Pipeline(Generic[T]):
             raise EOFError(f"end of epoch {value}")
         if self._ext is not None:
             # The end of the input: the stages have ended, so do their hooks (as in SPDL).
-            self._ext.finish(self._core.error(), stopped=False)
+            try:
+                self._ext.finish(self._core.error(), stopped=False)
+            except Exception:  # noqa: BLE001 (the end is reported all the same)
+                _LG.warning("Failed to finish the pipeline's stage hooks", exc_info=True)
             self._ext.report_native_stats(self._core)
         raise EOFError("the pipeline is exhausted")
 

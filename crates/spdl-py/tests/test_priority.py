@@ -210,3 +210,32 @@ def test_usage_fields():
     u = ProcessGroupResourceUsage(pid=1, pgid=2)
     assert (u.cpu_percent, u.rss_bytes, u.pss_bytes, u.private_bytes, u.disk_read_bytes, u.disk_write_bytes,
             u.num_procs, u.net_rx_bytes, u.net_tx_bytes) == (None,) * 9
+
+
+async def append_count(path, usage):
+    with open(path, "a") as f:
+        f.write(f"{usage.num_procs}\n")
+
+
+def slow_identity(x):
+    import time
+
+    time.sleep(0.05)
+    return x
+
+
+def test_monitor_as_a_pipeline_background_task(tmp_path):
+    import multiprocessing
+
+    from spdl_rs.pipeline import build_pipeline
+
+    path = tmp_path / "counts"
+    cfg = PipelineBuilder().add_source(range(20)).pipe(slow_identity).add_sink(2).get_config()
+    monitor = partial(ProcessGroupStatsMonitor, partial(append_count, str(path)), interval=0.1)
+    pipeline = build_pipeline(cfg, num_threads=1, background_tasks=[monitor])
+    with pipeline.auto_stop():
+        out = list(pipeline)
+        wait_for(path.exists, timeout=20, what="a snapshot")
+    assert out == list(range(20))
+    assert all(int(n) >= 2 for n in path.read_text().split())  # this process and the monitor at least
+    wait_for(lambda: not multiprocessing.active_children(), timeout=20, what="the monitor to stop with the pipeline")

@@ -195,16 +195,16 @@ def run_once(
         raise RuntimeError(f"{runner}: {images} images out of {len(files)}")
     cpu, worker_cpu = sampler.result["cpu_s"], sampler.result["worker_cpu_s"]
     return {
-        "job": job, "runner": runner, "compute": compute, "images": images, "seconds": seconds, "cpu_s": cpu, "worker_cpu_s": worker_cpu,
+        "job": job, "batch_size": batch_size, "runner": runner, "compute": compute, "images": images, "seconds": seconds, "cpu_s": cpu, "worker_cpu_s": worker_cpu,
         "img_s": images / seconds, "img_per_cpu_s": images / cpu, "img_per_worker_cpu_s": images / worker_cpu,
     }
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Medians per ``job/runner``."""
+    """Medians per ``job/batch size/runner``."""
     out: dict[str, dict[str, Any]] = {}
-    for key in dict.fromkeys(f"{r['job']}/{r['runner']}" for r in runs):
-        mine = [r for r in runs if f"{r['job']}/{r['runner']}" == key]
+    for key in dict.fromkeys(f"{r['job']}/{r['batch_size']}/{r['runner']}" for r in runs):
+        mine = [r for r in runs if f"{r['job']}/{r['batch_size']}/{r['runner']}" == key]
         out[key] = {
             k: statistics.median(r[k] for r in mine)
             for k in ("img_s", "cpu_s", "worker_cpu_s", "img_per_cpu_s", "img_per_worker_cpu_s", "seconds")
@@ -226,7 +226,7 @@ JOBS = {
 TARGET = 2.0
 
 
-def markdown(meta: dict[str, Any], summary: dict[str, dict[str, Any]], jobs: list[str]) -> str:
+def markdown(meta: dict[str, Any], summary: dict[str, dict[str, Any]], jobs: list[str], sizes: list[int]) -> str:
     lines = [
         SECTION,
         "",
@@ -238,30 +238,32 @@ def markdown(meta: dict[str, Any], summary: dict[str, dict[str, Any]], jobs: lis
         f"- Command: `{meta['command']}`",
         f"- Versions: Python {meta['python']}, Ray {meta['ray']}, Pillow {meta['pillow']}, numpy {meta['numpy']}",
         f"- Job: the image comparison's photo corpus ({meta['files']} JPEGs, {meta['data']}) -> `map_batches` "
-        f"(Ray tasks, 1 CPU each, batch {meta['batch_size']}): decode + bilinear resize to "
+        f"(Ray tasks, 1 CPU each, batches of {' and '.join(str(b) for b in sizes)} images): decode + bilinear "
+        "resize to "
         f"{meta['size']}x{meta['size']} RGB -> the driver iterates the batches. The dataset is made two ways: "
         + "; ".join(f"`{j}`: {JOBS[j]}" for j in jobs)
         + f". One `ray.init(num_cpus={meta['num_cpus']})` cluster for every run, a warm-up round of each, then "
         f"round-robin, median of {meta['rounds']} rounds.",
         "",
-        "| dataset | decoder | img/s (min-max) | cluster CPU s | img per cluster CPU-s | worker CPU s "
+        "| dataset | map batch | decoder | img/s (min-max) | cluster CPU s | img per cluster CPU-s | worker CPU s "
         "| img per worker CPU-s |",
-        "|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for job in jobs:
+    cases = [(job, size) for size in sizes for job in jobs]
+    for job, size in cases:
         for runner in ("spdl_rs", "pil"):
-            r = summary[f"{job}/{runner}"]
+            r = summary[f"{job}/{size}/{runner}"]
             lines.append(
-                f"| `{job}` | {LABELS[runner]} | {r['img_s']:.0f} ({r['img_s_min']:.0f}-{r['img_s_max']:.0f}) "
+                f"| `{job}` | {size} | {LABELS[runner]} | {r['img_s']:.0f} ({r['img_s_min']:.0f}-{r['img_s_max']:.0f}) "
                 f"| {r['cpu_s']:.2f} | {r['img_per_cpu_s']:.0f} | {r['worker_cpu_s']:.2f} "
                 f"| {r['img_per_worker_cpu_s']:.0f} |"
             )
     lines.append("")
-    for job in jobs:
-        s, p = summary[f"{job}/spdl_rs"], summary[f"{job}/pil"]
+    for job, size in cases:
+        s, p = summary[f"{job}/{size}/spdl_rs"], summary[f"{job}/{size}/pil"]
         per_cpu = s["img_per_cpu_s"] / p["img_per_cpu_s"]
         lines.append(
-            f"- `{job}`: spdl_rs / Pillow, images per cluster CPU-second **{per_cpu:.2f}x** (target >= {TARGET}x: "
+            f"- `{job}`, batch {size}: spdl_rs / Pillow, images per cluster CPU-second **{per_cpu:.2f}x** (target >= {TARGET}x: "
             f"{'met' if per_cpu >= TARGET else 'NOT met'}); images/s {s['img_s'] / p['img_s']:.2f}x; images per "
             f"worker CPU-second {s['img_per_worker_cpu_s'] / p['img_per_worker_cpu_s']:.2f}x."
         )
@@ -312,7 +314,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=Path("target/compare-data"), help="the JPEG corpus")
     parser.add_argument("--limit", type=int, default=None, help="use the first N files only")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--batch-size", default="32", help="map_batches batch sizes, comma-separated")
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--num-cpus", type=int, default=2, help="ray.init(num_cpus=...)")
     parser.add_argument("--runners", default="spdl_rs,pil")
@@ -337,6 +339,7 @@ def main() -> None:
         Path(path).read_bytes()
     runners = args.runners.split(",")
     jobs = args.jobs.split(",")
+    sizes = [int(b) for b in args.batch_size.split(",")]
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import numpy
@@ -351,16 +354,16 @@ def main() -> None:
     ctx.print_on_execution_start = False
     runs: list[dict[str, Any]] = []
     try:
-        pairs = [(job, runner) for job in jobs for runner in runners]
-        for job, runner in pairs:  # warm-up: worker start, imports
-            run_once(ray, job, runner, files[: min(len(files), 256)], args.batch_size, args.size, args.compute)
+        cases = [(job, size, runner) for size in sizes for job in jobs for runner in runners]
+        for job, runner in [(job, runner) for job in jobs for runner in runners]:  # warm-up: workers, imports
+            run_once(ray, job, runner, files[: min(len(files), 256)], sizes[0], args.size, args.compute)
         for round_ in range(args.rounds):
-            for job, runner in pairs:
-                run = run_once(ray, job, runner, files, args.batch_size, args.size, args.compute)
+            for job, size, runner in cases:
+                run = run_once(ray, job, runner, files, size, args.size, args.compute)
                 run["round"] = round_
                 runs.append(run)
                 print(
-                    f"ray_bench: round {round_} {job}/{runner}: {run['img_s']:.0f} img/s, cluster "
+                    f"ray_bench: round {round_} {job}/{size}/{runner}: {run['img_s']:.0f} img/s, cluster "
                     f"{run['cpu_s']:.2f} CPU s ({run['img_per_cpu_s']:.0f} img/CPU-s), workers "
                     f"{run['worker_cpu_s']:.2f} CPU s",
                     file=sys.stderr, flush=True,
@@ -382,7 +385,7 @@ def main() -> None:
         "numpy": numpy.__version__,
         "files": len(files),
         "data": str(args.data),
-        "batch_size": args.batch_size,
+        "batch_sizes": sizes,
         "size": args.size,
         "num_cpus": args.num_cpus,
         "rounds": args.rounds,
@@ -392,7 +395,7 @@ def main() -> None:
     args.results.write_text(json.dumps({"meta": meta, "runs": runs, "summary": summary}, indent=1))
     print(json.dumps(summary, indent=1))
     if set(runners) >= {"spdl_rs", "pil"}:
-        text = markdown(meta, summary, jobs)
+        text = markdown(meta, summary, jobs, sizes)
         print(text)
         if args.docs is not None:
             write_section(args.docs, text)

@@ -23,7 +23,9 @@ def ray_cluster():
     ray = pytest.importorskip("ray")
     pytest.importorskip("ray.data")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    # A small object store: the test data is small, and a CI container's /dev/shm may be too.
+    ray.init(num_cpus=2, object_store_memory=256 * 2**20, include_dashboard=False, log_to_driver=False,
+             configure_logging=False)
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
     ctx.execution_options.preserve_order = True  # the tests compare rows with their paths
@@ -317,3 +319,19 @@ def test_a_continuous_source_reads_epoch_after_epoch(ray_cluster):
             ids = [i for b in pipeline.get_iterator(timeout=60) for i in b["id"].tolist()]
             assert sorted(ids) == list(range(12)), epoch
     assert source.epoch >= 2
+
+
+def test_a_pipeline_stopped_mid_epoch_leaves_the_source_reusable(ray_cluster):
+    from spdl_rs.ray import RayDataSource
+
+    ray = ray_cluster
+    source = RayDataSource(ray.data.range(20, override_num_blocks=2).iterator(), batch_size=4)
+    pipeline = _pipeline(source)
+    with pipeline.auto_stop():
+        pipeline.get_item(timeout=60)
+    assert source.epoch == 0 and source.position >= 1  # the unfinished epoch does not count
+    pipeline = _pipeline(source)
+    with pipeline.auto_stop():
+        ids = [i for b in pipeline for i in b["id"].tolist()]
+    assert sorted(ids) == list(range(20))  # the epoch read again, whole
+    assert source.state_dict() == {"epoch": 1, "position": 0}

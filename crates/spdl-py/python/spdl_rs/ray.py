@@ -335,7 +335,7 @@ class RayDataSource:
         self._epoch = 0  # epochs finished
         self._position = 0  # items (batches or rows) yielded in the current epoch
         self._skip = 0  # items to drop at the start of the next epoch (a restored "skip" state)
-        self._running = False
+        self._generation = 0  # the iteration that owns the position; older ones end at their next item
 
     def __repr__(self) -> str:
         unit = "rows" if self._rows else f"batches of {self._kwargs['batch_size']}"
@@ -359,33 +359,41 @@ class RayDataSource:
     def __iter__(self) -> Iterator[Any]:
         """One epoch of the iterator's items, from where a restored state says (see :py:meth:`load_state_dict`).
 
-        Raises:
-            RuntimeError: The source is already being iterated (one epoch at a time).
+        A new iteration supersedes one left unfinished (a pipeline stopped mid-epoch): the old one ends at its
+        next item, and the new one reads the epoch again from its start (the epoch counts once it is read to
+        its end).
         """
         with self._lock:
-            if self._running:
-                raise RuntimeError("RayDataSource is already being iterated (one epoch at a time)")
-            self._running = True
+            self._generation += 1
+            generation = self._generation
             skip, self._skip = self._skip, 0
             self._position = 0
+            epoch = self._epoch
+        items = self._epoch_iter()
         try:
-            items = self._epoch_iter()
-            for _ in range(skip):
+            for done in range(skip):
                 if next(items, _END) is _END:
                     raise ValueError(
-                        f"RayDataSource: the restored state skips {skip} items of epoch {self._epoch}, but the epoch "
-                        f"has only {self._position} (the dataset changed since the checkpoint)"
+                        f"RayDataSource: the restored state skips {skip} items of epoch {epoch}, but the epoch has "
+                        f"only {done} (the dataset changed since the checkpoint)"
                     )
-                self._position += 1
+            with self._lock:
+                if generation == self._generation:
+                    self._position = skip
             for item in items:
-                self._position += 1
+                with self._lock:
+                    if generation != self._generation:
+                        return  # superseded by a newer iteration or a restored state
+                    self._position += 1
                 yield item
             with self._lock:
-                self._epoch += 1
-                self._position = 0
+                if generation == self._generation:
+                    self._epoch += 1
+                    self._position = 0
         finally:
-            with self._lock:
-                self._running = False
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
 
     def state_dict(self) -> dict[str, Any]:
         """The source's position: ``{"epoch": epochs finished, "position": items yielded in the current epoch}``.
@@ -399,10 +407,11 @@ class RayDataSource:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restores a position from :py:meth:`state_dict`; the next iteration starts there.
 
+        An iteration in progress ends at its next item.
+
         Raises:
             ValueError: The state is malformed, or taken in the middle of an epoch with ``mid_epoch="error"``
                 (Ray's iterators cannot resume mid-epoch).
-            RuntimeError: The source is being iterated.
         """
         try:
             epoch, position = state["epoch"], state["position"]
@@ -421,8 +430,7 @@ class RayDataSource:
                 "items come again)"
             )
         with self._lock:
-            if self._running:
-                raise RuntimeError("RayDataSource: cannot load a state while the source is being iterated")
+            self._generation += 1
             self._epoch = epoch
             self._position = 0
             self._skip = position if self._mid_epoch == "skip" else 0

@@ -253,7 +253,39 @@ def test_an_unpicklable_factory_fails_to_start_with_spawn():
 def test_daemon_and_forkserver():
     src = iterate_in_subprocess(numbers, daemon=True, mp_context="forkserver", timeout=30)
     assert src._handle.process.daemon
+    time.sleep(0.5)  # an idle worker whose parent is the fork server stays (it watches that parent)
     assert list(src) == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("mp_context", ["fork", "forkserver"])
+def test_an_orphaned_worker_exits(tmp_path, mp_context):
+    script = tmp_path / "orphan.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import itertools, os, signal
+            from spdl_rs.pipeline import iterate_in_subprocess
+
+            class Forever:
+                def __iter__(self):
+                    yield os.getpid()
+                    yield from itertools.count()
+
+            def make():
+                return Forever()
+
+            if __name__ == "__main__":
+                src = iterate_in_subprocess(make, buffer_size=2, mp_context={mp_context!r})
+                it = iter(src)
+                print(next(it), flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)  # no cleanup of any kind
+            """
+        )
+    )
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == -signal.SIGKILL, out.stderr
+    pid = int(out.stdout.split()[0])
+    wait_for(lambda: not alive(pid), timeout=20, what="the orphaned worker to exit")
 
 
 def test_bad_buffer_size():

@@ -87,14 +87,25 @@ class _Aborted(Exception):
 class _WorkerLink:
     """The worker's end: commands are read in order (ones seen while waiting to send are kept for later)."""
 
-    def __init__(self, cmd_q: Any, data_q: Any, parent_pid: int | None) -> None:
+    def __init__(self, cmd_q: Any, data_q: Any, watch_parent: bool) -> None:
         self._cmd_q = cmd_q
         self._data_q = data_q
-        self._parent_pid = parent_pid
         self._pending: collections.deque[Any] = collections.deque()
+        # The process that started this one (multiprocessing's sentinel of it: right for fork, spawn and
+        # forkserver alike, where the process's own parent is the fork server, which outlives the caller
+        # while this process runs).
+        self._parent: Any = None
+        self._ppid: int | None = None
+        if watch_parent:
+            import multiprocessing
+
+            self._parent = multiprocessing.parent_process()
+            self._ppid = os.getppid()
 
     def parent_gone(self) -> bool:
-        return self._parent_pid is not None and os.getppid() != self._parent_pid
+        if self._parent is not None:
+            return not self._parent.is_alive()
+        return self._ppid is not None and os.getppid() != self._ppid
 
     def poll(self) -> Any | None:
         """The next command, or ``None`` if none is waiting."""
@@ -158,7 +169,7 @@ def _execute_iterable(
     items until it is exhausted or ``STOP_ITERATION`` comes (both answered with ``ITERATION_FINISHED``, back to
     stand-by). A failure is reported and ends the worker.
     """
-    link = _WorkerLink(cmd_q, data_q, parent_pid)
+    link = _WorkerLink(cmd_q, data_q, watch_parent=parent_pid is not None)
     try:
         _serve(link, fn, initializers, arena)
     except _Aborted:
@@ -404,7 +415,7 @@ def _interp_main(cmd_q: Any, data_q: Any, payload: bytes) -> None:
         sys.path[:] = sys_path
         fn, initializers = pickle.loads(inner)
     except Exception as e:
-        _WorkerLink(cmd_q, data_q, None).send(_Status.INITIALIZATION_FAILED, f"Failed to create the iterable: {e}")
+        _WorkerLink(cmd_q, data_q, watch_parent=False).send(_Status.INITIALIZATION_FAILED, f"Failed to create the iterable: {e}")
         return
     _execute_iterable(cmd_q, data_q, fn, initializers)
 

@@ -235,7 +235,9 @@ def _monitor_main(interval: float, callback: Callable[[ProcessGroupResourceUsage
     """The monitor subprocess: a snapshot per ``interval`` to ``callback`` until SIGTERM/SIGINT (or the parent's
     exit)."""
     stop = False
-    parent = os.getppid()
+    # The process that started this one (its sentinel: right with forkserver too, where os.getppid() is the
+    # fork server).
+    parent = multiprocessing.parent_process()
 
     def on_signal(signum: int, frame: object) -> None:
         nonlocal stop
@@ -247,7 +249,7 @@ def _monitor_main(interval: float, callback: Callable[[ProcessGroupResourceUsage
     async def loop() -> None:
         ev = asyncio.get_running_loop()
         prev: tuple[Any, ...] = (None, None, None, None)
-        while not stop and os.getppid() == parent:
+        while not stop and (parent is None or parent.is_alive()):
             try:
                 usage, *counters = await ev.run_in_executor(None, _collect_pgrp_stats, *prev)
                 prev = tuple(counters)

@@ -275,6 +275,12 @@ def markdown(meta: dict[str, Any], summary: dict[str, dict[str, Any]], jobs: lis
         "The difference is Ray's own cost (the driver's planning and file listing, scheduling, the object "
         "store, monitors), the same for both decoders: it is what keeps the cluster ratio below the worker "
         "ratio, and `read_binary_files` adds the most of it (its driver-side listing and its read tasks).",
+        "- Reading it: the ratio per cluster CPU-second is the decoders' own ratio (spdl-rs against the Pillow "
+        "loop on one core: see \"## Comparison\") diluted by Ray's CPU, which is the same for both. It is "
+        "highest where Ray's share is smallest: `paths` (spdl_rs reads each file inside the GIL-free call that "
+        "decodes it: no read tasks, no driver-side file listing) and large map batches (Ray's per-task cost "
+        "spread over more images). With `read_binary_files`, the read tasks and the listing cost about as much "
+        "CPU as spdl_rs's decoding; Pillow's decode is slow enough that they matter less to it.",
         "- Raw runs: " + meta["results"],
         "",
     ]
@@ -309,6 +315,14 @@ def _machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, {mem:.1f} GiB, {platform.platform(terse=True)}"
 
 
+def rewrite(results: Path, doc: Path) -> None:
+    """Writes the section of ``doc`` again from a results file (after a change to the report's wording)."""
+    saved = json.loads(results.read_text())
+    meta, summary = saved["meta"], saved["summary"]
+    jobs = list(dict.fromkeys(r["job"] for r in saved["runs"]))
+    write_section(doc, markdown(meta, summary, jobs, meta["batch_sizes"]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=Path("target/compare-data"), help="the JPEG corpus")
@@ -323,11 +337,18 @@ def main() -> None:
     parser.add_argument("--jobs", default="bytes,paths", help="how the dataset is made: bytes, paths")
     parser.add_argument("--results", type=Path, default=Path("target/compare/results-ray.json"))
     parser.add_argument("--docs", type=Path, default=None, help="write the '## Ray Data' section of this file")
+    parser.add_argument("--rewrite", type=Path, default=None,
+                        help="write the --docs section from this results file instead of running")
     parser.add_argument("--sample", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--sample-interval", type=float, default=0.05, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.sample is not None:
         sampler_main(args.sample, args.sample_interval)
+        return
+    if args.rewrite is not None:
+        if args.docs is None:
+            sys.exit("ray_bench: --rewrite needs --docs")
+        rewrite(args.rewrite, args.docs)
         return
 
     files = sorted(str(p) for p in args.data.rglob("*") if p.is_file() and p.suffix in IMAGE_EXTENSIONS)

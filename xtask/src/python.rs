@@ -28,7 +28,7 @@ const CHECK_PACKAGES: &[&str] = &["mypy==2.4.1"];
 /// Packages of the distributed-training tests (the torchrun example, `get_pytorch_dataloader`, Ray Data),
 /// pinned; only in `.venv`: neither has a wheel for the free-threaded interpreter. torch pulls its CUDA
 /// packages (about 5 GB; it runs on CPU here), which pip caches between runs.
-const DIST_PACKAGES: &[&str] = &["torch==2.15.0", "ray==2.60.0"];
+const DIST_PACKAGES: &[&str] = &["torch==2.15.0", "ray[data]==2.60.0"];
 
 /// A free-threaded interpreter to use instead of building one (see the module docs).
 const FT_PYTHON_ENV: &str = "SPDL_FT_PYTHON";

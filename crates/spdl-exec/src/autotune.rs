@@ -12,9 +12,9 @@
 //!   it returns (the stage drivers read their concurrency at each step; the pool starts or
 //!   retires threads).
 //!
-//! How it decides. After a window (at least [`AutotuneConfig::min_window`] and
-//! [`AutotuneConfig::min_items`] items, the first sample after a change skipped as
-//! transient) it takes the busiest tunable stage (busy share at least
+//! How it decides. Once the first item has reached the sink, after each window (at least
+//! [`AutotuneConfig::min_window`] and [`AutotuneConfig::min_items`] items, the first sample
+//! after a change skipped as transient) it takes the busiest tunable stage (busy share at least
 //! [`AutotuneConfig::busy_floor`]) and doubles its concurrency (hill-climbing). A raise that
 //! improves throughput by more than [`AutotuneConfig::gain`] is kept and the stage is raised
 //! again; one that does not is undone, and a binary search between the last value known to
@@ -306,6 +306,8 @@ pub struct Controller {
     stages: Vec<TunedStage>,
     /// The current concurrency of each tuned stage (as the controller set it).
     current: Vec<usize>,
+    /// Each tuned stage's concurrency at the first sample: the pool grows by what is added.
+    start: Option<Vec<usize>>,
     search: Vec<Search>,
     min_threads: usize,
     threads: usize,
@@ -331,6 +333,7 @@ impl Controller {
             config,
             stages,
             current,
+            start: None,
             search,
             min_threads: threads.max(1),
             threads: threads.max(1),
@@ -388,10 +391,18 @@ impl Controller {
                 *c = row.concurrency;
             }
         }
+        if self.start.is_none() {
+            self.start = Some(self.current.clone());
+        }
         let mut actions = Vec::new();
         if let Some(over) = self.over_budget(rss) {
             self.shed(stats.elapsed, over, &mut actions);
             self.anchor = None;
+            return actions;
+        }
+        let primed = stats.stages.iter().filter(|s| s.kind == StageKind::Sink).all(|s| s.items_in > 0);
+        if !primed {
+            // Queues are filling: what the sources put out now is no rate of the pipeline.
             return actions;
         }
         let Some(anchor) = &self.anchor else {
@@ -627,12 +638,14 @@ impl Controller {
 
     /// Sizes the pool to the blocking concurrency the controller set.
     fn fit_threads(&mut self, at: Duration, actions: &mut Vec<Action>) {
+        let start = self.start.as_deref().unwrap_or(&[]);
         let blocking: usize = self
             .stages
             .iter()
             .zip(&self.current)
-            .filter(|(s, _)| s.kind == StageKind::Blocking)
-            .map(|(s, &c)| c.saturating_sub(s.min))
+            .zip(start)
+            .filter(|((s, _), _)| s.kind == StageKind::Blocking)
+            .map(|((_, &c), &c0)| c.saturating_sub(c0))
             .sum();
         let want = (self.min_threads + blocking).min(self.config.max_threads.max(self.min_threads));
         if want != self.threads {

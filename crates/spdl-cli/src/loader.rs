@@ -12,7 +12,7 @@ use spdl_io::image::{ResizeFilter, Transform};
 use spdl_loader::{GpuMode, GpuStatus, ImageLoader, ListOptions, Listing, LoaderOptions};
 
 use crate::LoaderArgs;
-use crate::report::{Report, StageReport};
+use crate::report::{AutotuneSummary, Report, StageReport};
 use crate::usage;
 
 /// Where `spdl bench` reads bytes from when they are not local files: an object store (`s3://bucket/prefix`,
@@ -58,6 +58,7 @@ fn options(args: &LoaderArgs) -> Result<LoaderOptions> {
         transform: transform(args)?,
         normalize: args.normalize,
         gpu: if args.no_gpu { GpuMode::Off } else { GpuMode::Auto },
+        autotune: args.autotune,
         ..LoaderOptions::default()
     })
 }
@@ -204,6 +205,7 @@ pub fn run(path: &Path, args: &LoaderArgs, mode: &str, remote: &Remote) -> Resul
             .map_or(0.0, |p| p.hit_rate()),
         bottleneck: stats.bottleneck().map(|s| s.name.clone()),
         stages: stats.stages.iter().map(StageReport::from).collect(),
+        autotune: pipeline.autotune().map(|r| AutotuneSummary::new(&r, &stats)),
     };
     if args.json {
         println!("{}", serde_json::to_string(&report)?);

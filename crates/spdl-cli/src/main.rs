@@ -130,6 +130,10 @@ pub struct LoaderArgs {
     /// Do not use the GPU even when one is available.
     #[arg(long)]
     pub no_gpu: bool,
+    /// Tune the reads in flight, the batches decoded at once and the pool's threads while the run goes,
+    /// starting from --io-concurrency and --threads; the report lists each change and why.
+    #[arg(long)]
+    pub autotune: bool,
 }
 
 fn default_threads() -> usize {

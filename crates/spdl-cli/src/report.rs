@@ -1,7 +1,8 @@
 //! What `demo` and `bench` print: a table for people, one JSON object for CI.
 
 use serde::Serialize;
-use spdl_exec::StageStats;
+use spdl_exec::autotune::AutotuneReport;
+use spdl_exec::{PipelineStats, StageStats};
 
 /// One run's figures (`--json` prints exactly this).
 #[derive(Debug, Serialize)]
@@ -40,6 +41,65 @@ pub struct Report {
     pub batch_pool_hit_rate: f64,
     pub bottleneck: Option<String>,
     pub stages: Vec<StageReport>,
+    /// What the auto-tuner did (`--autotune` only).
+    pub autotune: Option<AutotuneSummary>,
+}
+
+/// One change of the auto-tuner.
+#[derive(Debug, Serialize)]
+pub struct TuneChange {
+    pub at_s: f64,
+    pub stage: String,
+    pub from: usize,
+    pub to: usize,
+    pub reason: String,
+}
+
+/// The auto-tuner's trajectory and where it ended.
+#[derive(Debug, Serialize)]
+pub struct AutotuneSummary {
+    /// Seconds from the start to the first time it settled.
+    pub settled_at_s: Option<f64>,
+    pub rounds: u32,
+    pub threads: usize,
+    pub max_memory_bytes: Option<u64>,
+    /// Each tuned stage's concurrency at its start (before the first change) and at the end.
+    pub start: Vec<(String, usize)>,
+    pub end: Vec<(String, usize)>,
+    pub changes: Vec<TuneChange>,
+}
+
+impl AutotuneSummary {
+    pub fn new(r: &AutotuneReport, stats: &PipelineStats) -> Self {
+        let tuned = stats.stages.iter().filter(|s| s.concurrency_bounds.is_some());
+        let end: Vec<(String, usize)> = tuned.map(|s| (s.name.clone(), s.concurrency)).collect();
+        let start = end
+            .iter()
+            .map(|(name, c)| {
+                let first = r.decisions.iter().find(|d| &d.stage == name).map_or(*c, |d| d.from);
+                (name.clone(), first)
+            })
+            .collect();
+        Self {
+            settled_at_s: r.settled_at.map(|d| d.as_secs_f64()),
+            rounds: r.rounds,
+            threads: r.threads,
+            max_memory_bytes: r.max_memory_bytes,
+            start,
+            end,
+            changes: r
+                .decisions
+                .iter()
+                .map(|d| TuneChange {
+                    at_s: d.at.as_secs_f64(),
+                    stage: d.stage.clone(),
+                    from: d.from,
+                    to: d.to,
+                    reason: d.reason.clone(),
+                })
+                .collect(),
+        }
+    }
 }
 
 /// One stage's row.
@@ -59,6 +119,9 @@ pub struct StageReport {
     pub busy: f64,
     pub queue_len: usize,
     pub queue_capacity: usize,
+    /// The auto-tuner's bounds for this stage (`None`: not tuned) and why it last changed it.
+    pub concurrency_bounds: Option<(usize, usize)>,
+    pub tune_reason: Option<String>,
 }
 
 impl From<&StageStats> for StageReport {
@@ -79,6 +142,8 @@ impl From<&StageStats> for StageReport {
             busy: s.busy,
             queue_len: s.queue_len,
             queue_capacity: s.queue_capacity,
+            concurrency_bounds: s.concurrency_bounds,
+            tune_reason: s.tune_reason.clone(),
         }
     }
 }
@@ -111,6 +176,17 @@ impl Report {
                 None => String::new(),
             }
         );
+        if let Some(t) = &self.autotune {
+            let moves: Vec<String> =
+                t.start.iter().zip(&t.end).map(|((name, a), (_, b))| format!("{name} {a} -> {b}")).collect();
+            println!(
+                "autotune: {} changes, {}; {}; pool {} threads",
+                t.changes.len(),
+                t.settled_at_s.map_or("not settled".to_string(), |s| format!("settled at {s:.1} s")),
+                moves.join(", "),
+                t.threads
+            );
+        }
         if self.gpu {
             println!(
                 "GPU: {:.1} GiB copied, H2D {}, pinned pool hit rate {}",

@@ -286,6 +286,10 @@ pub struct LoaderOptions {
     pub order: OutputOrder,
     /// The failures the whole pipeline tolerates (default: unlimited; each failure is logged).
     pub failure_budget: FailureBudget,
+    /// Tune the reads in flight and the batches decoded at once while the pipeline runs,
+    /// starting from `io_concurrency` and `threads` ([`spdl_exec::BuildOptions::autotune`]);
+    /// the pool grows with the decode concurrency. Default off.
+    pub autotune: bool,
 }
 
 impl Default for LoaderOptions {
@@ -302,6 +306,7 @@ impl Default for LoaderOptions {
             batch_pool_bytes: 2 << 30,
             order: OutputOrder::Completion,
             failure_budget: FailureBudget::Unlimited,
+            autotune: false,
         }
     }
 }
@@ -512,7 +517,12 @@ impl ImageLoader {
                 }
             }
         })
-        .concurrency(io_concurrency);
+        .concurrency(io_concurrency)
+        .tune(1, io_concurrency.max(256));
+        // One decoded batch: what a decode call in flight and each queued batch hold.
+        let (w, h) = opts.transform.output_size().unwrap_or((224, 224));
+        let elem = if opts.normalize { 4 } else { 1 };
+        let batch_bytes = (opts.batch_size as u64).saturating_mul(u64::from(w) * u64::from(h) * 3 * elem);
         let decode = Stage::map_partial("decode", move |batch: Vec<Encoded>| {
             let named: Vec<(&str, &[u8])> = batch.iter().map(|e| (e.location.as_str(), e.bytes.as_slice())).collect();
             let keys: Vec<u64> = batch.iter().map(|e| e.seed_key).collect();
@@ -534,6 +544,8 @@ impl ImageLoader {
             Ok::<_, spdl_io::Error>(Partial { output, parts: batch.len() as u64, failures })
         })
         .concurrency(opts.threads)
+        .tune(1, MAX_THREADS.min(4 * std::thread::available_parallelism().map_or(1, |n| n.get())).max(opts.threads))
+        .item_bytes(batch_bytes)
         .order(opts.order);
         let builder = PipelineBuilder::new().source(source).pipe(read).aggregate(opts.batch_size).pipe(decode);
         let builder = match &gpu {
@@ -551,8 +563,12 @@ impl ImageLoader {
             }
             None => builder,
         };
-        let build =
-            BuildOptions { num_threads: opts.threads, failure_budget: opts.failure_budget, ..BuildOptions::default() };
+        let build = BuildOptions {
+            num_threads: opts.threads,
+            failure_budget: opts.failure_budget,
+            autotune: opts.autotune,
+            ..BuildOptions::default()
+        };
         let pipeline = builder.sink(3).build(build)?;
         Ok(Self { pipeline, gpu, status, heap_pool, listing })
     }

@@ -38,11 +38,12 @@ fn transform(args: &LoaderArgs) -> Result<Transform> {
 
 /// The recipe's options from the command line, checked before anything is paid.
 fn options(args: &LoaderArgs) -> Result<LoaderOptions> {
-    if args.threads == 0 || args.batch_size == 0 || args.epochs == 0 || args.io_concurrency == Some(0) {
+    let threads = args.threads.unwrap_or_else(crate::default_threads);
+    if threads == 0 || args.batch_size == 0 || args.epochs == 0 || args.io_concurrency == Some(0) {
         bail!("--threads, --batch-size, --epochs and --io-concurrency must be at least 1");
     }
-    if args.threads > spdl_loader::MAX_THREADS {
-        bail!("--threads {} is above the limit of {}", args.threads, spdl_loader::MAX_THREADS);
+    if threads > spdl_loader::MAX_THREADS {
+        bail!("--threads {threads} is above the limit of {}", spdl_loader::MAX_THREADS);
     }
     if args.io_concurrency.is_some_and(|c| c > spdl_loader::MAX_IO_CONCURRENCY) {
         bail!("--io-concurrency is above the limit of {}", spdl_loader::MAX_IO_CONCURRENCY);
@@ -52,13 +53,14 @@ fn options(args: &LoaderArgs) -> Result<LoaderOptions> {
     }
     Ok(LoaderOptions {
         batch_size: args.batch_size,
-        threads: args.threads,
+        threads,
         io_concurrency: args.io_concurrency,
         epochs: args.epochs,
         transform: transform(args)?,
         normalize: args.normalize,
         gpu: if args.no_gpu { GpuMode::Off } else { GpuMode::Auto },
-        autotune: args.autotune,
+        // Hand-set options stay as set unless --autotune asks for tuning all the same.
+        autotune: args.autotune || (!args.no_autotune && args.threads.is_none() && args.io_concurrency.is_none()),
         ..LoaderOptions::default()
     })
 }
@@ -66,6 +68,7 @@ fn options(args: &LoaderArgs) -> Result<LoaderOptions> {
 /// Runs the pipeline and prints the report (table or JSON).
 pub fn run(path: &Path, args: &LoaderArgs, mode: &str, remote: &Remote) -> Result<()> {
     let opts = options(args)?;
+    let opts_threads = opts.threads;
     let list_opts = ListOptions { store: remote.store.clone(), endpoint: remote.endpoint.clone() };
     let location = path.to_str().context("the path is not UTF-8")?;
     let mut listing = Listing::open(location, &list_opts).map_err(|e| {
@@ -190,7 +193,7 @@ pub fn run(path: &Path, args: &LoaderArgs, mode: &str, remote: &Remote) -> Resul
         cpu_seconds: cpu,
         images_per_cpu_second: images as f64 / cpu.max(1e-9),
         peak_rss_bytes: usage::peak_rss_bytes(),
-        threads: args.threads,
+        threads: opts_threads,
         batch_size: args.batch_size,
         size: args.size,
         epochs: args.epochs,

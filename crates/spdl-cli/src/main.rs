@@ -89,9 +89,10 @@ enum Command {
 /// Options of the loading pipeline shared by `demo` and `bench`.
 #[derive(Debug, Clone, Args)]
 pub struct LoaderArgs {
-    /// Decode threads (the blocking pool of the pipeline).
-    #[arg(long, default_value_t = default_threads())]
-    pub threads: usize,
+    /// Decode threads (the blocking pool of the pipeline; default: the cores). Setting it (or
+    /// --io-concurrency) turns the auto-tuner off unless --autotune is given too.
+    #[arg(long)]
+    pub threads: Option<usize>,
     /// Images per batch.
     #[arg(long, default_value_t = 32)]
     pub batch_size: usize,
@@ -131,12 +132,16 @@ pub struct LoaderArgs {
     #[arg(long)]
     pub no_gpu: bool,
     /// Tune the reads in flight, the batches decoded at once and the pool's threads while the run goes,
-    /// starting from --io-concurrency and --threads; the report lists each change and why.
-    #[arg(long)]
+    /// starting from --io-concurrency and --threads; the report lists each change and why. On by default
+    /// when neither --threads nor --io-concurrency is given (docs/benchmarks.md, "Autotune").
+    #[arg(long, conflicts_with = "no_autotune")]
     pub autotune: bool,
+    /// Keep --threads and --io-concurrency (or their defaults) as they are for the whole run.
+    #[arg(long)]
+    pub no_autotune: bool,
 }
 
-fn default_threads() -> usize {
+pub(crate) fn default_threads() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2)
 }
 

@@ -263,6 +263,7 @@ class CoreOptions:
         max_failures: int | None = None,
         max_failure_fraction: float | None = None,
         stage_buffer_size: int = ...,  # 2
+        autotune: bool = False,
     ) -> CoreOptions: ...
 
 @final
@@ -291,6 +292,8 @@ class PipelineCore:
         """The kept exceptions of failed items."""
     def stats(self) -> list[dict[str, Any]]:
         """One dict per stage."""
+    def autotune_decisions(self) -> list[dict[str, Any]] | None:
+        """The auto-tuner's changes (None without autotune)."""
     def stats_table(self) -> str:
         """The stats as a text table."""
 

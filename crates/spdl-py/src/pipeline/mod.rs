@@ -111,6 +111,13 @@ impl Sink {
             Sink::Batch(p) => p.stats(),
         }
     }
+
+    fn autotune(&self) -> Option<spdl_exec::autotune::AutotuneReport> {
+        match self {
+            Sink::One(p) => p.autotune(),
+            Sink::Batch(p) => p.autotune(),
+        }
+    }
 }
 
 /// A built pipeline, driven by the Python `spdl_rs.pipeline.Pipeline` (which adds the Python-facing
@@ -150,20 +157,23 @@ pub struct CoreOptions {
     num_threads: usize,
     budget: FailureBudget,
     stage_buffer_size: usize,
+    autotune: bool,
 }
 
 #[pymethods]
 impl CoreOptions {
     /// `buffer_size`: the sink's (0: a large one); `max_failures` (a count) or `max_failure_fraction`: the
-    /// pipeline's failure budget; `stage_buffer_size`: each queue's capacity.
+    /// pipeline's failure budget; `stage_buffer_size`: each queue's capacity; `autotune`: tune the
+    /// concurrency of the stages left at 1 and the pool while running (`spdl_exec::BuildOptions::autotune`).
     #[new]
-    #[pyo3(signature = (*, buffer_size, num_threads, max_failures=None, max_failure_fraction=None, stage_buffer_size=DEFAULT_STAGE_BUFFER))]
+    #[pyo3(signature = (*, buffer_size, num_threads, max_failures=None, max_failure_fraction=None, stage_buffer_size=DEFAULT_STAGE_BUFFER, autotune=false))]
     fn new(
         buffer_size: usize,
         num_threads: usize,
         max_failures: Option<u64>,
         max_failure_fraction: Option<f64>,
         stage_buffer_size: usize,
+        autotune: bool,
     ) -> PyResult<Self> {
         if stage_buffer_size == 0 {
             return Err(PyValueError::new_err("stage_buffer_size must be at least 1"));
@@ -173,6 +183,7 @@ impl CoreOptions {
             num_threads,
             budget: spec::budget(max_failures, max_failure_fraction)?,
             stage_buffer_size,
+            autotune,
         })
     }
 }
@@ -185,7 +196,7 @@ impl PipelineCore {
         options: &CoreOptions,
         bridge: Option<Bound<'_, AsyncBridge>>,
     ) -> PyResult<Self> {
-        let CoreOptions { buffer_size, num_threads, budget, stage_buffer_size } = *options;
+        let CoreOptions { buffer_size, num_threads, budget, stage_buffer_size, autotune } = *options;
         let failures = Arc::new(Failures::new(py)?);
         let submitter = bridge.as_ref().map(|b| b.get().submitter());
         let ctx = wiring::Ctx { failures: &failures, submitter: submitter.as_ref(), chunk: stage_buffer_size };
@@ -199,6 +210,7 @@ impl PipelineCore {
             failure_budget: budget,
             // Stats are reported by the Python layer (through `logging`), not by the engine's hook.
             report_interval: None,
+            autotune,
             ..BuildOptions::default()
         };
         let sink = match chain {
@@ -292,6 +304,25 @@ impl PipelineCore {
         no_panic("Pipeline.get_stats", || self.stats_list(py))
     }
 
+    /// The auto-tuner's changes so far, oldest first, as dicts (`at` in seconds, `stage`, `from`, `to`,
+    /// `reason`); `None` unless the pipeline was built with `autotune`.
+    fn autotune_decisions<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyList>>> {
+        let Some(report) = py.detach(|| self.sink.autotune()) else {
+            return Ok(None);
+        };
+        let list = PyList::empty(py);
+        for d in &report.decisions {
+            let item = PyDict::new(py);
+            item.set_item("at", d.at.as_secs_f64())?;
+            item.set_item("stage", &d.stage)?;
+            item.set_item("from", d.from)?;
+            item.set_item("to", d.to)?;
+            item.set_item("reason", &d.reason)?;
+            list.append(item)?;
+        }
+        Ok(Some(list))
+    }
+
     /// The stats as the engine's text table (one row per stage; the bottleneck is marked).
     fn stats_table(&self, py: Python<'_>) -> PyResult<String> {
         no_panic("Pipeline.stats_table", || Ok(py.detach(|| self.sink.stats().to_string())))
@@ -307,6 +338,8 @@ impl PipelineCore {
             d.set_item("name", &s.name)?;
             d.set_item("kind", format!("{:?}", s.kind).to_lowercase())?;
             d.set_item("concurrency", s.concurrency)?;
+            d.set_item("concurrency_bounds", s.concurrency_bounds)?;
+            d.set_item("tune_reason", s.tune_reason.as_deref())?;
             d.set_item("items_in", s.items_in)?;
             d.set_item("items_out", s.items_out)?;
             d.set_item("items_failed", s.items_failed)?;

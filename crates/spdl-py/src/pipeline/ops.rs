@@ -272,7 +272,9 @@ where
             })
         }
     };
-    Ok(stage.concurrency(concurrency).order(order).failure_budget(budget))
+    // A concurrency left at SPDL's default (1) may be tuned (`build(autotune=True)`); any other is fixed.
+    let stage = if concurrency == 1 { stage } else { stage.concurrency(concurrency) };
+    Ok(stage.order(order).failure_budget(budget))
 }
 
 /// A Python generator being iterated by a lazy stage: each `next` takes the GIL for one `__next__`

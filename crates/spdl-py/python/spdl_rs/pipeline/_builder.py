@@ -435,6 +435,7 @@ def _build(
     background_tasks: Sequence[Callable[[], Any]] | None = None,
     stage_id: int = 0,
     extensions: bool = True,
+    autotune: bool = False,
 ) -> Pipeline[Any]:
     if not isinstance(num_threads, int) or num_threads < 1:
         raise ValueError(f"num_threads must be a positive integer, got {num_threads!r}")
@@ -475,6 +476,7 @@ def _build(
             buffer_size=buffer_size,
             num_threads=num_threads,
             stage_buffer_size=stage_buffer_size,
+            autotune=bool(autotune),
             **_budget(max_failures, "max_failures"),
         )
         core = _native.PipelineCore(source, steps, options, bridge=loop.bridge if loop is not None else None)
@@ -763,6 +765,7 @@ class PipelineBuilder(Generic[T, U]):
         stage_id: int = 0,
         use_thread_output_queue: bool = False,
         stage_buffer_size: int = _STAGE_BUFFER_SIZE,
+        autotune: bool = False,
     ) -> Pipeline[U]:
         """Builds the pipeline (it starts on the first ``get_item``, or with ``start``/``auto_stop``).
 
@@ -791,6 +794,12 @@ class PipelineBuilder(Generic[T, U]):
                 ``buffer_size`` (each counting batches as one item after an ``aggregate``, plus the batch being
                 filled). Larger values cost memory and gain throughput for trivial ops (fewer thread wake-ups
                 per item).
+            autotune: (spdl_rs only) Tune the pipeline while it runs: the concurrency of every ``pipe``
+                left at its default (1) is raised while throughput improves and lowered where it does not pay
+                (within 1..=4x the cores for sync ops, 1..=256 for async ones), and the pool grows with it;
+                the controller then settles, and probes again only when throughput moves by more than 20%.
+                Stages given a ``concurrency`` stay as set. Each change is logged and shown in the stats
+                (``concurrency``, ``tune_reason``) and in ``Pipeline.autotune_decisions()``.
         """
         del use_thread_output_queue
         if self._src is None:
@@ -807,6 +816,7 @@ class PipelineBuilder(Generic[T, U]):
             stage_id=stage_id,
             background_tasks=None,
             stage_buffer_size=stage_buffer_size,
+            autotune=autotune,
         )
 
 
@@ -821,6 +831,7 @@ def _build_with_defaults(
     stage_id: int,
     background_tasks: Any,
     stage_buffer_size: int,
+    autotune: bool = False,
 ) -> Pipeline[Any]:
     """SPDL's ``build_pipeline`` path: diagnostic mode, the build callback, then the build."""
     from . import _profile
@@ -840,6 +851,7 @@ def _build_with_defaults(
         task_hook_factory=task_hook_factory,
         background_tasks=background_tasks,
         stage_id=stage_id,
+        autotune=autotune,
     )
 
 

@@ -371,6 +371,12 @@ class Pipeline(Generic[T]):
         """The statistics as a text table (what ``report_stats_interval`` logs)."""
         return self._core.stats_table()
 
+    def autotune_decisions(self) -> list[dict[str, Any]] | None:
+        """(spdl_rs only) The auto-tuner's changes so far, oldest first: dicts with ``at`` (seconds since the
+        start), ``stage`` (or ``pool`` for the thread count), ``from``, ``to`` and ``reason``. ``None`` unless
+        built with ``autotune=True``."""
+        return self._core.autotune_decisions()
+
 
 class PipelineIterator(Iterator[T]):
     """Iterates a :py:class:`Pipeline` until ``EOFError`` (end, end of epoch, or failure)."""

@@ -1,0 +1,369 @@
+"""Auto-tuning benchmark: for each workload, a grid of hand-set options, ``--autotune`` from the defaults, and
+the defaults without it, run one after the other on the same machine; prints the markdown table of
+docs/benchmarks.md ("## Autotune") and writes the controller's trajectories as an SVG plot.
+
+Workloads:
+- ``jpeg``: ``spdl bench`` over local JPEGs (eval center-crop at 224).
+- ``s3``: the same JPEGs from a local S3-compatible server (s3s-fs) behind a proxy on 127.0.0.1 that holds
+  each request 20 ms before passing it on.
+- ``pyslow``: an ``spdl_rs`` pipeline whose Python stage waits 2 ms per item (``time.sleep``) and works 0.1 ms,
+  run for ``--py-seconds`` each (throughput over the whole run, tuning included).
+
+Usage (standard library only; ``--spdl`` is a release build of the CLI, ``--python`` an interpreter with
+``spdl_rs`` built from this tree)::
+
+    python benches/autotune/run.py --spdl target/release/spdl --data /tmp/bench-data \\
+        --python .venv/bin/python --py-seconds 20 --svg docs/autotune_trajectory.svg --json /tmp/autotune.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ACCESS_KEY = "spdl-bench-access"
+SECRET_KEY = "spdl-bench-secret-key"
+
+
+def bench_cli(spdl: str, target: list[str], extra: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
+    cmd = [spdl, "bench", *target, "--json", "--no-progress", "--no-gpu", *extra]
+    out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-2000:]}")
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    tune = report.get("autotune") or {}
+    return {
+        "throughput": report["images_per_sec"],
+        "seconds": report["seconds"],
+        "rss": report["peak_rss_bytes"],
+        "settled_at": tune.get("settled_at_s"),
+        "changes": tune.get("changes", []),
+        "start": tune.get("start", []),
+        "end": tune.get("end", []),
+        "budget": tune.get("max_memory_bytes"),
+        "unit": "images/s",
+    }
+
+
+# --- a proxy that delays each request -------------------------------------------------------------------
+
+
+class DelayProxy:
+    """Forwards 127.0.0.1:port to upstream, holding each chunk from the client `delay` seconds (one chunk is
+    one request for GETs), on an asyncio loop in a thread of its own."""
+
+    def __init__(self, upstream: int, delay: float) -> None:
+        self.upstream, self.delay = upstream, delay
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        sock.close()
+        self.loop = asyncio.new_event_loop()
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        self.ready.wait(10)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+
+        async def pump(r: asyncio.StreamReader, w: asyncio.StreamWriter, delay: float) -> None:
+            try:
+                while data := await r.read(1 << 16):
+                    if delay:
+                        await asyncio.sleep(delay)
+                    w.write(data)
+                    await w.drain()
+            except (ConnectionError, asyncio.CancelledError):
+                pass
+            finally:
+                w.close()
+
+        async def handle(cr: asyncio.StreamReader, cw: asyncio.StreamWriter) -> None:
+            try:
+                ur, uw = await asyncio.open_connection("127.0.0.1", self.upstream)
+            except OSError:
+                cw.close()
+                return
+            await asyncio.gather(pump(cr, uw, self.delay), pump(ur, cw, 0.0))
+
+        async def main() -> None:
+            server = await asyncio.start_server(handle, "127.0.0.1", self.port)
+            self.ready.set()
+            async with server:
+                await server.serve_forever()
+
+        self.loop.run_until_complete(main())
+
+
+def start_s3(data: Path, limit: int) -> tuple[subprocess.Popen[bytes], int, Path]:
+    binary = shutil.which("s3s-fs") or str(Path.home() / ".cargo/bin/s3s-fs")
+    root = Path(tempfile.mkdtemp(prefix="spdl-autotune-s3-"))
+    dest = root / "photos" / "train"
+    files = sorted(p for p in data.rglob("*.jpg"))[:limit]
+    for p in files:
+        d = dest / p.parent.name
+        d.mkdir(parents=True, exist_ok=True)
+        shutil.copy(p, d / p.name)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    args = ["--host", "127.0.0.1", "--port", str(port), "--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY]
+    proc = subprocess.Popen([binary, *args, str(root)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(600):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    return proc, port, root
+
+
+# --- the slow Python stage --------------------------------------------------------------------------------
+
+PYSLOW = r"""
+import itertools, json, resource, sys, time
+from spdl_rs.pipeline import PipelineBuilder
+duration, threads, conc, autotune = float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
+def slow(x):
+    time.sleep(0.002)
+    t = time.perf_counter()
+    while time.perf_counter() - t < 0.0001:
+        pass
+    return x
+b = PipelineBuilder().add_source(itertools.count())
+b = b.pipe(slow) if conc == 0 else b.pipe(slow, concurrency=conc)
+p = b.aggregate(16).add_sink(4).build(num_threads=threads, autotune=autotune)
+got = 0
+t0 = time.perf_counter()
+with p.auto_stop():
+    for batch in p:
+        got += len(batch)
+        if time.perf_counter() - t0 >= duration:
+            break
+    dt = time.perf_counter() - t0
+    decisions = p.autotune_decisions() or []
+    rows = {d["name"]: d for d in p._core.stats()}
+print(json.dumps({"throughput": got / dt, "seconds": dt,
+                  "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                  "decisions": decisions,
+                  "end": [[k, v["concurrency"]] for k, v in rows.items() if v["concurrency_bounds"]]}))
+"""
+
+
+def bench_py(python: str, seconds: float, threads: int, conc: int, autotune: bool) -> dict[str, Any]:
+    cmd = [python, "-c", PYSLOW, str(seconds), str(threads), str(conc), "1" if autotune else "0"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"pyslow failed:\n{out.stderr[-2000:]}")
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    changes = [
+        {"at_s": d["at"], "stage": d["stage"], "from": d["from"], "to": d["to"], "reason": d["reason"]}
+        for d in r["decisions"]
+    ]
+    settled = _settled(changes) if autotune else None
+    return {
+        "throughput": r["throughput"],
+        "seconds": r["seconds"],
+        "rss": r["rss"],
+        "settled_at": settled,
+        "changes": changes,
+        "end": r["end"],
+        "start": [],
+        "budget": None,
+        "unit": "items/s",
+    }
+
+
+def _settled(changes: list[dict[str, Any]]) -> float | None:
+    """The time of the last change (a bound for settling when the controller's own time is not reported)."""
+    return max((c["at_s"] for c in changes), default=0.0)
+
+
+# --- the plot ---------------------------------------------------------------------------------------------
+
+COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
+
+
+def svg(trajectories: dict[str, dict[str, Any]], path: Path) -> None:
+    """One panel per workload: each tuned stage's concurrency (and the pool's threads) over time, as steps."""
+    pw, ph, pad = 420, 220, 50
+    names = list(trajectories)
+    width, height = pw * len(names) + pad, ph + 2 * pad
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif"'
+        ' font-size="11">',
+        f'<rect width="{width}" height="{height}" fill="white"/>',
+    ]
+    for k, name in enumerate(names):
+        run = trajectories[name]
+        series: dict[str, list[tuple[float, int]]] = {}
+        start = dict((s, c) for s, c in run.get("start", []))
+        for stage, c in run.get("start") or run.get("end") or []:
+            series.setdefault(stage, [(0.0, c)])
+        for c in run["changes"]:
+            pts = series.setdefault(c["stage"], [(0.0, start.get(c["stage"], c["from"]))])
+            pts.append((c["at_s"], c["to"]))
+        t_end = max(run["seconds"], max((c["at_s"] for c in run["changes"]), default=0.0))
+        y_max = max([v for pts in series.values() for _, v in pts] + [1])
+        x0, y0 = pad + k * pw + 10, pad
+        w, h = pw - 60, ph - 20
+
+        def x(t: float) -> float:
+            return x0 + w * t / max(t_end, 1e-9)
+
+        def y(v: float) -> float:
+            return y0 + h - h * v / y_max
+
+        parts.append(f'<text x="{x0}" y="{y0 - 12}" font-size="13" font-weight="bold">{name}</text>')
+        parts.append(f'<line x1="{x0}" y1="{y0 + h}" x2="{x0 + w}" y2="{y0 + h}" stroke="black"/>')
+        parts.append(f'<line x1="{x0}" y1="{y0}" x2="{x0}" y2="{y0 + h}" stroke="black"/>')
+        for frac in (0.0, 0.5, 1.0):
+            t = t_end * frac
+            parts.append(f'<text x="{x(t):.1f}" y="{y0 + h + 14}" text-anchor="middle">{t:.1f}s</text>')
+        for v in sorted({1, y_max // 2, y_max}):
+            parts.append(f'<text x="{x0 - 4}" y="{y(v) + 4:.1f}" text-anchor="end">{v}</text>')
+        if run.get("settled_at") is not None:
+            sx = x(run["settled_at"])
+            parts.append(
+                f'<line x1="{sx:.1f}" y1="{y0}" x2="{sx:.1f}" y2="{y0 + h}" stroke="#999" stroke-dasharray="4 3"/>'
+            )
+            parts.append(f'<text x="{sx + 3:.1f}" y="{y0 + 10}" fill="#666">settled</text>')
+        for i, (stage, pts) in enumerate(sorted(series.items())):
+            color = COLORS[i % len(COLORS)]
+            d = [f"M{x(pts[0][0]):.1f},{y(pts[0][1]):.1f}"]
+            for (_, v_prev), (t, v) in zip(pts, pts[1:]):
+                d.append(f"H{x(t):.1f}V{y(v):.1f}")
+            d.append(f"H{x(t_end):.1f}")
+            dash = ' stroke-dasharray="6 3"' if stage == "pool" else ""
+            parts.append(f'<path d="{"".join(d)}" fill="none" stroke="{color}" stroke-width="2"{dash}/>')
+            label = stage.split("]")[-1] if len(stage) > 28 else stage
+            parts.append(f'<text x="{x0 + w - 4}" y="{y0 + 14 + 13 * i}" text-anchor="end" fill="{color}">'
+                         f"{label} (end {pts[-1][1]})</text>")
+    parts.append(
+        f'<text x="{pad}" y="{height - 12}">concurrency per tuned stage (and pool threads) over the run; '
+        "grey: the controller first settled</text>"
+    )
+    parts.append("</svg>")
+    path.write_text("\n".join(parts) + "\n")
+
+
+# --- the runs ---------------------------------------------------------------------------------------------
+
+
+def row(label: str, r: dict[str, Any], best: float) -> str:
+    settled = "" if r.get("settled_at") is None else f"{r['settled_at']:.1f}"
+    return (
+        f"| {label} | {r['throughput']:.0f} | {r['throughput'] / best * 100:.0f}% | {r['seconds']:.1f} | "
+        f"{settled} | {r['rss'] / 2**20:.0f} |"
+    )
+
+
+def report(name: str, grid: dict[str, dict[str, Any]], auto: dict[str, Any], default: dict[str, Any]) -> str:
+    best_label = max(grid, key=lambda k: grid[k]["throughput"])
+    best = grid[best_label]["throughput"]
+    unit = auto["unit"]
+    lines = [
+        f"### {name}",
+        "",
+        f"| options | {unit} | of the best grid point | s | settled at s | peak RSS MiB |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for label, r in sorted(grid.items(), key=lambda kv: -kv[1]["throughput"]):
+        lines.append(row(label + (" (best)" if label == best_label else ""), r, best))
+    lines.append(row("**--autotune** from the defaults", auto, best))
+    lines.append(row("defaults, no autotune", default, best))
+    moves = ", ".join(f"{s} {c}" for s, c in auto.get("end", []))
+    budget = auto.get("budget")
+    lines += [
+        "",
+        f"Autotune ended at {moves or 'the defaults'}"
+        + (f" (memory budget {budget / 2**30:.1f} GiB)" if budget else "")
+        + f"; {len(auto['changes'])} changes.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--spdl", required=True)
+    ap.add_argument("--data", type=Path, required=True)
+    ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--images", type=int, default=1000)
+    ap.add_argument("--epochs", type=int, default=4)
+    ap.add_argument("--py-seconds", type=float, default=20.0)
+    ap.add_argument("--workloads", default="jpeg,s3,pyslow")
+    ap.add_argument("--svg", type=Path, required=True)
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--merge", type=Path, nargs="*", default=[], help="earlier --json results to plot with these")
+    args = ap.parse_args()
+    results: dict[str, Any] = {}
+    out: list[str] = []
+    common = ["--limit", str(args.images), "--epochs", str(args.epochs)]
+    workloads = args.workloads.split(",")
+
+    def cli_grid(name: str, target: list[str], threads: list[int], io: list[int], env: dict[str, str] | None = None):
+        grid = {}
+        for t in threads:
+            for c in io:
+                r = bench_cli(args.spdl, target, [*common, "--threads", str(t), "--io-concurrency", str(c)], env)
+                grid[f"threads {t}, io {c}"] = r
+                print(f"{name} threads {t} io {c}: {r['throughput']:.0f}", file=sys.stderr)
+        auto = bench_cli(args.spdl, target, [*common, "--autotune"], env)
+        print(f"{name} autotune: {auto['throughput']:.0f}", file=sys.stderr)
+        default = bench_cli(args.spdl, target, [*common, "--no-autotune"], env)
+        print(f"{name} default: {default['throughput']:.0f}", file=sys.stderr)
+        results[name] = {"grid": grid, "autotune": auto, "default": default}
+        return grid, auto, default
+
+    if "jpeg" in workloads:
+        g, a, d = cli_grid("jpeg", [str(args.data)], [1, 2, 3, 4], [2, 16, 64])
+        out.append(report("Local JPEGs, eval center-crop at 224", g, a, d))
+    if "s3" in workloads:
+        proc, port, root = start_s3(args.data, args.images)
+        proxy = DelayProxy(port, 0.020)
+        env = {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_REGION": "us-east-1"}
+        target = ["s3://photos/train", "--endpoint", f"http://127.0.0.1:{proxy.port}"]
+        try:
+            g, a, d = cli_grid("s3", target, [1, 2, 4], [4, 16, 64, 128], env)
+        finally:
+            proc.kill()
+            shutil.rmtree(root, ignore_errors=True)
+        out.append(report("The same JPEGs from S3 (s3s-fs) with 20 ms added per GET", g, a, d))
+    if "pyslow" in workloads:
+        grid = {}
+        for t in [2, 4, 8]:
+            for c in [1, 2, 4, 8]:
+                r = bench_py(args.python, args.py_seconds, t, c, False)
+                grid[f"num_threads {t}, concurrency {c}"] = r
+                print(f"pyslow threads {t} conc {c}: {r['throughput']:.0f}", file=sys.stderr)
+        auto = bench_py(args.python, args.py_seconds, 4, 0, True)
+        default = bench_py(args.python, args.py_seconds, 4, 0, False)
+        print(f"pyslow autotune {auto['throughput']:.0f} default {default['throughput']:.0f}", file=sys.stderr)
+        results["pyslow"] = {"grid": grid, "autotune": auto, "default": default}
+        title = f"A slow Python stage (2 ms wait + 0.1 ms work per item), {args.py_seconds:.0f} s runs"
+        out.append(report(title, grid, auto, default))
+    for earlier in args.merge:
+        for k, v in json.loads(earlier.read_text()).items():
+            results.setdefault(k, v)
+    svg({k: v["autotune"] for k, v in results.items()}, args.svg)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -476,7 +476,8 @@ def _build(
             buffer_size=buffer_size,
             num_threads=num_threads,
             stage_buffer_size=stage_buffer_size,
-            autotune=bool(autotune),
+            # Passed only when asked for, so that a native module built before the option still builds pipelines.
+            **({"autotune": True} if autotune else {}),
             **_budget(max_failures, "max_failures"),
         )
         core = _native.PipelineCore(source, steps, options, bridge=loop.bridge if loop is not None else None)

@@ -54,6 +54,7 @@ mod aggregator;
 pub mod autotune;
 mod budget;
 mod builder;
+pub mod checkpoint;
 mod context;
 mod driver;
 mod error;

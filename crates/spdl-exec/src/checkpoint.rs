@@ -1,0 +1,804 @@
+//! Whole-pipeline checkpoints: what the consumer has received, saved so that a new pipeline resumes
+//! with exactly the items not yet delivered.
+//!
+//! A sampler that resumes from its position skips the items a pipeline held in flight (prefetched, in a
+//! stage, in a queue). Here the source tags every item with its key ([`ItemKey`]: merge input, epoch,
+//! position in the epoch) and the key travels with the item ([`Keyed`]) through maps, filters, batches
+//! and splits; the consumer-facing side ([`CheckpointedPipeline`]) records each delivered key in a
+//! watermark plus the set of delivered positions above it. A failed item counts as consumed and its
+//! failure is recorded (the stage wrappers of [`Checkpoint`] see the failure with its key). The state
+//! ([`PipelineState`], JSON) holds, per input, the source's state at the start of each epoch not yet
+//! fully delivered, its watermark, the delivered positions above it and the failures; its size follows
+//! the items in flight, not the dataset. On resume the source re-enumerates those epochs from their
+//! saved start state and skips the delivered positions, then continues as if never interrupted.
+//!
+//! ```
+//! use spdl_exec::checkpoint::{Checkpoint, CheckpointSource, CheckpointedPipeline};
+//! use spdl_exec::{BuildOptions, PipelineBuilder};
+//!
+//! /// Epoch `e` yields `0..n` rotated by `e` (a stand-in for a seeded shuffle).
+//! #[derive(Clone)]
+//! struct Rotating { n: u64, epoch: u64 }
+//! impl CheckpointSource for Rotating {
+//!     type Item = u64;
+//!     type Epoch = std::vec::IntoIter<u64>;
+//!     fn state(&self) -> Result<serde_json::Value, spdl_exec::BoxError> {
+//!         Ok(serde_json::json!({ "epoch": self.epoch }))
+//!     }
+//!     fn load_state(&mut self, state: &serde_json::Value) -> Result<(), spdl_exec::BoxError> {
+//!         self.epoch = state["epoch"].as_u64().ok_or("no epoch")?;
+//!         Ok(())
+//!     }
+//!     fn next_epoch(&mut self) -> Result<Self::Epoch, spdl_exec::BoxError> {
+//!         let e = self.epoch;
+//!         self.epoch += 1;
+//!         Ok((0..self.n).map(|i| (i + e) % self.n).collect::<Vec<_>>().into_iter())
+//!     }
+//! }
+//!
+//! let build = |ckpt: &Checkpoint| -> Result<_, Box<dyn std::error::Error>> {
+//!     let source = ckpt.input(Rotating { n: 10, epoch: 0 })?;
+//!     let pipeline = PipelineBuilder::new()
+//!         .source(source)
+//!         .pipe(ckpt.map("square", |x: u64| Ok::<_, String>(x * x)).concurrency(2))
+//!         .sink(2)
+//!         .build(BuildOptions::default())?;
+//!     Ok(CheckpointedPipeline::new(pipeline, ckpt.clone()))
+//! };
+//! let ckpt = Checkpoint::new();
+//! let first = build(&ckpt)?;
+//! let got: Vec<u64> = first.iter().take(4).collect::<Result<_, _>>()?;
+//! let saved = first.state()?.to_json()?;
+//! drop(first); // items in flight are lost with it
+//!
+//! let resumed = build(&Checkpoint::resume(&spdl_exec::checkpoint::PipelineState::from_json(&saved)?))?;
+//! let mut all: Vec<u64> = got.into_iter().chain(resumed.iter().collect::<Result<Vec<_>, _>>()?).collect();
+//! all.sort();
+//! assert_eq!(all, (0..10u64).map(|x| x * x).collect::<Vec<_>>());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::failure::BoxError;
+use crate::{Item, Pipeline, PipelineError, PipelineStats, Stage};
+
+/// Where an item came from: its merge input (0 for a pipeline of one source), its epoch (counted by
+/// the checkpoint from the first epoch the input enumerated) and its position in that epoch's
+/// enumeration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ItemKey {
+    /// The merge input the item came from.
+    pub input: u32,
+    /// The epoch.
+    pub epoch: u64,
+    /// The item's position in its epoch's enumeration by the source.
+    pub index: u64,
+}
+
+/// An item with the keys of the source items it was made from (one for an item, one per item for a
+/// batch).
+#[derive(Debug)]
+pub struct Keyed<T> {
+    keys: Vec<ItemKey>,
+    value: T,
+}
+
+impl<T> Keyed<T> {
+    /// The keys this value carries.
+    pub fn keys(&self) -> &[ItemKey] {
+        &self.keys
+    }
+
+    /// The value.
+    pub fn value(&self) -> &T {
+        &self.value
+    }
+
+    /// The value, keys dropped (they are no longer tracked: record them first).
+    pub fn into_value(self) -> T {
+        self.value
+    }
+
+    /// Applies `f` to the value and keeps the keys: how a custom stage (an async one, say) keeps
+    /// an item's keys. A stage that can fail should use [`Checkpoint::map`] or record the failure
+    /// with [`Checkpoint::fail`], or the failed item counts as never delivered.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Keyed<U> {
+        Keyed { keys: self.keys, value: f(self.value) }
+    }
+}
+
+/// Errors of checkpointing.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CheckpointError {
+    /// The source of input `input` could not report or load its state.
+    #[error("checkpoint: the source of input {input} failed to {what} its state: {cause}")]
+    Source {
+        /// The merge input.
+        input: u32,
+        /// `"report"` or `"load"`.
+        what: &'static str,
+        /// The source's error.
+        cause: String,
+    },
+    /// A saved state that cannot be used (malformed JSON, or not for this pipeline).
+    #[error("checkpoint: invalid state: {0}")]
+    InvalidState(String),
+    /// More inputs were added than the saved state has, or fewer.
+    #[error("checkpoint: the saved state has {saved} inputs, this pipeline has {now}")]
+    InputCount {
+        /// Inputs in the saved state.
+        saved: usize,
+        /// Inputs registered by the new pipeline.
+        now: usize,
+    },
+}
+
+/// A source whose epochs can be re-enumerated from a saved state (a seeded sampler: seed and epoch).
+///
+/// [`next_epoch`](CheckpointSource::next_epoch) must be a pure function of the state
+/// [`state`](CheckpointSource::state) reported just before it: the same state enumerates the same items
+/// in the same order. That is what lets a resumed pipeline skip exactly what was delivered.
+pub trait CheckpointSource: Send + 'static {
+    /// What the source yields.
+    type Item: Send + 'static;
+    /// One epoch's enumeration.
+    type Epoch: Iterator<Item = Self::Item> + Send + 'static;
+
+    /// The state from which the next [`next_epoch`](CheckpointSource::next_epoch) enumerates (JSON).
+    fn state(&self) -> Result<serde_json::Value, BoxError>;
+
+    /// Sets the state (one that [`state`](CheckpointSource::state) returned).
+    fn load_state(&mut self, state: &serde_json::Value) -> Result<(), BoxError>;
+
+    /// Enumerates the next epoch and advances the state past it.
+    fn next_epoch(&mut self) -> Result<Self::Epoch, BoxError>;
+}
+
+/// A failure recorded against an item's key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailureRecord {
+    /// The item's position in its epoch.
+    pub index: u64,
+    /// The stage it failed in.
+    pub stage: String,
+    /// The error's text.
+    pub cause: String,
+}
+
+/// The progress of one epoch of one input.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EpochState {
+    /// The epoch.
+    pub epoch: u64,
+    /// The source's state at the start of the epoch.
+    pub source: serde_json::Value,
+    /// Every position below it is delivered (or failed).
+    pub watermark: u64,
+    /// The delivered positions above the watermark, ascending.
+    pub delivered: Vec<u64>,
+    /// The items of this epoch that failed (counted as delivered).
+    pub failures: Vec<FailureRecord>,
+}
+
+/// The state of one input (a source, or one input of a merge).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InputState {
+    /// The epochs started and not fully delivered, oldest first.
+    pub epochs: Vec<EpochState>,
+    /// The epoch that comes after them, and the source's state to enumerate it.
+    pub next_epoch: u64,
+    /// The source's state at the start of `next_epoch`.
+    pub next_source: serde_json::Value,
+    /// Failed items in epochs already complete (their records are dropped with the epoch).
+    pub failures_done: u64,
+}
+
+/// A whole pipeline's checkpoint: one [`InputState`] per input, in the order the inputs were added.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PipelineState {
+    /// Format version.
+    pub version: u32,
+    /// Per input.
+    pub inputs: Vec<InputState>,
+}
+
+const VERSION: u32 = 1;
+
+impl PipelineState {
+    /// The state as JSON text.
+    pub fn to_json(&self) -> Result<String, CheckpointError> {
+        serde_json::to_string(self).map_err(|e| CheckpointError::InvalidState(e.to_string()))
+    }
+
+    /// A state from JSON text made by [`to_json`](PipelineState::to_json).
+    pub fn from_json(text: &str) -> Result<Self, CheckpointError> {
+        let state: Self = serde_json::from_str(text).map_err(|e| CheckpointError::InvalidState(e.to_string()))?;
+        if state.version != VERSION {
+            return Err(CheckpointError::InvalidState(format!(
+                "format version {} (this build reads {VERSION})",
+                state.version
+            )));
+        }
+        Ok(state)
+    }
+}
+
+/// One epoch's delivery log.
+#[derive(Debug)]
+struct EpochLog {
+    start: serde_json::Value,
+    watermark: u64,
+    above: BTreeSet<u64>,
+    /// Known once the source has enumerated the whole epoch.
+    total: Option<u64>,
+    failures: Vec<FailureRecord>,
+}
+
+impl EpochLog {
+    fn new(start: serde_json::Value) -> Self {
+        Self { start, watermark: 0, above: BTreeSet::new(), total: None, failures: Vec::new() }
+    }
+
+    fn mark(&mut self, index: u64) {
+        if index < self.watermark {
+            return;
+        }
+        if index == self.watermark {
+            self.watermark += 1;
+            while self.above.remove(&self.watermark) {
+                self.watermark += 1;
+            }
+        } else {
+            self.above.insert(index);
+        }
+    }
+
+    fn complete(&self) -> bool {
+        self.total.is_some_and(|t| self.watermark >= t)
+    }
+}
+
+/// One input's log: its open epochs, and where it resumes.
+#[derive(Debug)]
+struct InputLog {
+    epochs: BTreeMap<u64, EpochLog>,
+    /// The next epoch to enumerate and the source's state for it (`None` until the source reported
+    /// it: a source that cannot is not checkpointable).
+    next_epoch: u64,
+    next_source: Option<serde_json::Value>,
+    failures_done: u64,
+    /// Saved epochs still to re-enumerate (on resume), oldest first.
+    pending: Vec<EpochState>,
+    /// Why this input cannot be checkpointed, if it cannot.
+    broken: Option<CheckpointError>,
+}
+
+impl InputLog {
+    fn mark(&mut self, key: ItemKey) {
+        if let Some(log) = self.epochs.get_mut(&key.epoch) {
+            log.mark(key.index);
+            if log.complete() {
+                self.finish(key.epoch);
+            }
+        }
+    }
+
+    fn finish(&mut self, epoch: u64) {
+        if let Some(log) = self.epochs.remove(&epoch) {
+            self.failures_done += log.failures.len() as u64;
+        }
+    }
+
+    fn state(&self, input: u32) -> Result<InputState, CheckpointError> {
+        if let Some(err) = &self.broken {
+            return Err(match err {
+                CheckpointError::Source { input, what, cause } => {
+                    CheckpointError::Source { input: *input, what, cause: cause.clone() }
+                }
+                other => CheckpointError::InvalidState(other.to_string()),
+            });
+        }
+        let next_source = self.next_source.clone().ok_or_else(|| CheckpointError::Source {
+            input,
+            what: "report",
+            cause: "the source has not reported its state yet".into(),
+        })?;
+        // Saved epochs not re-enumerated yet come first, untouched.
+        let mut epochs: Vec<EpochState> = self
+            .epochs
+            .iter()
+            .map(|(&epoch, log)| EpochState {
+                epoch,
+                source: log.start.clone(),
+                watermark: log.watermark,
+                delivered: log.above.iter().copied().collect(),
+                failures: log.failures.clone(),
+            })
+            .collect();
+        epochs.extend(self.pending.iter().rev().cloned());
+        epochs.sort_by_key(|e| e.epoch);
+        Ok(InputState { epochs, next_epoch: self.next_epoch, next_source, failures_done: self.failures_done })
+    }
+}
+
+#[derive(Debug, Default)]
+struct Tracker {
+    inputs: Vec<InputLog>,
+    /// The state being resumed from (inputs are matched by position as they are added).
+    resume: Option<PipelineState>,
+}
+
+/// The shared checkpoint of one pipeline: its inputs register with it, its stage wrappers record
+/// failures in it, and [`CheckpointedPipeline`] records deliveries. Cheap to clone (one `Arc`).
+#[derive(Debug, Clone, Default)]
+pub struct Checkpoint {
+    inner: Arc<Mutex<Tracker>>,
+}
+
+impl Checkpoint {
+    /// A checkpoint for a pipeline that starts from the beginning.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A checkpoint that resumes from `state`: the inputs, added in the same order as in the
+    /// pipeline that saved it, re-enumerate the epochs not fully delivered and skip what was.
+    pub fn resume(state: &PipelineState) -> Self {
+        Self { inner: Arc::new(Mutex::new(Tracker { inputs: Vec::new(), resume: Some(state.clone()) })) }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Tracker> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Registers `source` as the next input (0, then 1, ... for the inputs of a merge) and returns
+    /// the source to give [`crate::PipelineBuilder::source`] (one epoch) or
+    /// [`continuous_source`](crate::PipelineBuilder::continuous_source) (epoch after epoch). On
+    /// resume, the source's state is loaded from the saved one.
+    pub fn input<S: CheckpointSource>(&self, mut source: S) -> Result<KeyedSource<S>, CheckpointError> {
+        let mut t = self.lock();
+        let input =
+            u32::try_from(t.inputs.len()).map_err(|_| CheckpointError::InvalidState("too many inputs".into()))?;
+        let saved = match &t.resume {
+            Some(state) => Some(
+                state
+                    .inputs
+                    .get(input as usize)
+                    .cloned()
+                    .ok_or(CheckpointError::InputCount { saved: state.inputs.len(), now: input as usize + 1 })?,
+            ),
+            None => None,
+        };
+        let log = match saved {
+            Some(s) => {
+                let mut pending = s.epochs;
+                pending.reverse(); // popped oldest first
+                if pending.is_empty() {
+                    source.load_state(&s.next_source).map_err(|e| CheckpointError::Source {
+                        input,
+                        what: "load",
+                        cause: e.to_string(),
+                    })?;
+                }
+                InputLog {
+                    epochs: BTreeMap::new(),
+                    next_epoch: s.next_epoch,
+                    next_source: Some(s.next_source),
+                    failures_done: s.failures_done,
+                    pending,
+                    broken: None,
+                }
+            }
+            None => {
+                let next_source = source.state().map_err(|e| CheckpointError::Source {
+                    input,
+                    what: "report",
+                    cause: e.to_string(),
+                })?;
+                InputLog {
+                    epochs: BTreeMap::new(),
+                    next_epoch: 0,
+                    next_source: Some(next_source),
+                    failures_done: 0,
+                    pending: Vec::new(),
+                    broken: None,
+                }
+            }
+        };
+        t.inputs.push(log);
+        Ok(KeyedSource { input, checkpoint: self.clone(), source: Arc::new(Mutex::new(source)) })
+    }
+
+    /// Records `keys` as delivered (what [`CheckpointedPipeline`] does with every item it hands out;
+    /// also for an item a custom stage drops on purpose).
+    pub fn deliver(&self, keys: &[ItemKey]) {
+        let mut t = self.lock();
+        for &key in keys {
+            if let Some(log) = t.inputs.get_mut(key.input as usize) {
+                log.mark(key);
+            }
+        }
+    }
+
+    /// Records `keys` as failed in `stage` (consumed: a resumed pipeline does not yield them again).
+    pub fn fail(&self, keys: &[ItemKey], stage: &str, cause: &str) {
+        let mut t = self.lock();
+        for &key in keys {
+            if let Some(log) = t.inputs.get_mut(key.input as usize) {
+                if let Some(e) = log.epochs.get_mut(&key.epoch) {
+                    e.failures.push(FailureRecord {
+                        index: key.index,
+                        stage: stage.to_owned(),
+                        cause: cause.to_owned(),
+                    });
+                }
+                log.mark(key);
+            }
+        }
+    }
+
+    /// The pipeline's state: what the consumer has received. Fails if a source could not report its
+    /// state (never a silently wrong state).
+    pub fn state(&self) -> Result<PipelineState, CheckpointError> {
+        let t = self.lock();
+        let inputs = t.inputs.iter().enumerate().map(|(i, log)| log.state(i as u32)).collect::<Result<Vec<_>, _>>()?;
+        if let Some(saved) = &t.resume
+            && saved.inputs.len() != inputs.len()
+        {
+            return Err(CheckpointError::InputCount { saved: saved.inputs.len(), now: inputs.len() });
+        }
+        Ok(PipelineState { version: VERSION, inputs })
+    }
+
+    /// A blocking stage `T → U` over keyed items: the keys follow the value, and a failure (or a
+    /// panic) is recorded against them before the engine counts it.
+    pub fn map<T, U, F, E>(&self, name: impl Into<String>, f: F) -> Stage<Keyed<T>, Keyed<U>>
+    where
+        T: Send + 'static,
+        U: Send + 'static,
+        F: Fn(T) -> Result<U, E> + Send + Sync + 'static,
+        E: Into<BoxError>,
+    {
+        let name = name.into();
+        let (ckpt, stage) = (self.clone(), name.clone());
+        Stage::map(name, move |k: Keyed<T>| {
+            let Keyed { keys, value } = k;
+            match ckpt.guard(&keys, &stage, || f(value).map_err(Into::into)) {
+                Ok(value) => Ok(Keyed { keys, value }),
+                Err(e) => Err(e),
+            }
+        })
+    }
+
+    /// A blocking stage that keeps (`Some`) or drops (`None`) each item; a dropped item counts as
+    /// delivered.
+    pub fn filter_map<T, U, F, E>(&self, name: impl Into<String>, f: F) -> Stage<Keyed<T>, Keyed<U>>
+    where
+        T: Send + 'static,
+        U: Send + 'static,
+        F: Fn(T) -> Result<Option<U>, E> + Send + Sync + 'static,
+        E: Into<BoxError>,
+    {
+        let name = name.into();
+        let (ckpt, stage) = (self.clone(), name.clone());
+        Stage::filter_map(name, move |k: Keyed<T>| {
+            let Keyed { keys, value } = k;
+            match ckpt.guard(&keys, &stage, || f(value).map_err(Into::into))? {
+                Some(value) => Ok::<_, BoxError>(Some(Keyed { keys, value })),
+                None => {
+                    ckpt.deliver(&keys);
+                    Ok(None)
+                }
+            }
+        })
+    }
+
+    /// Runs `f`, recording its error or panic against `keys`.
+    fn guard<R>(&self, keys: &[ItemKey], stage: &str, f: impl FnOnce() -> Result<R, BoxError>) -> Result<R, BoxError> {
+        match catch_unwind(AssertUnwindSafe(f)) {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) => {
+                self.fail(keys, stage, &e.to_string());
+                Err(e)
+            }
+            Err(panic) => {
+                let cause = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "panic".into());
+                self.fail(keys, stage, &format!("panicked: {cause}"));
+                resume_unwind(panic)
+            }
+        }
+    }
+
+    /// The stage after [`crate::PipelineBuilder::aggregate`]: a batch of keyed items becomes one keyed
+    /// batch carrying every item's key.
+    pub fn collate<T: Send + 'static>(&self) -> Stage<Vec<Keyed<T>>, Keyed<Vec<T>>> {
+        Stage::map("collate", |batch: Vec<Keyed<T>>| {
+            let mut keys = Vec::with_capacity(batch.len());
+            let mut values = Vec::with_capacity(batch.len());
+            for k in batch {
+                keys.extend(k.keys);
+                values.push(k.value);
+            }
+            Ok::<_, BoxError>(Keyed { keys, value: values })
+        })
+    }
+
+    /// The stage before [`crate::PipelineBuilder::disaggregate`]: a keyed batch becomes keyed items.
+    /// When the batch has one key per element, each element takes its own; otherwise the last element
+    /// carries them all (the batch counts as delivered with its last part), and an empty batch counts
+    /// as delivered at once.
+    pub fn split<T: Send + 'static>(&self) -> Stage<Keyed<Vec<T>>, Vec<Keyed<T>>> {
+        let ckpt = self.clone();
+        Stage::map("split", move |batch: Keyed<Vec<T>>| {
+            let Keyed { keys, value } = batch;
+            if keys.len() == value.len() {
+                return Ok::<_, BoxError>(
+                    keys.into_iter().zip(value).map(|(k, value)| Keyed { keys: vec![k], value }).collect(),
+                );
+            }
+            let n = value.len();
+            if n == 0 {
+                ckpt.deliver(&keys);
+                return Ok(Vec::new());
+            }
+            let mut keys = Some(keys);
+            Ok(value
+                .into_iter()
+                .enumerate()
+                .map(|(i, value)| Keyed {
+                    keys: if i + 1 == n { keys.take().unwrap_or_default() } else { Vec::new() },
+                    value,
+                })
+                .collect())
+        })
+    }
+
+    /// Starts epoch enumeration for `input`: the epoch, its start state, its source iterator and the
+    /// positions to skip.
+    fn begin_epoch<S: CheckpointSource>(
+        &self,
+        input: u32,
+        source: &mut S,
+    ) -> Result<EpochRun<S::Epoch>, CheckpointError> {
+        let mut t = self.lock();
+        let log = t
+            .inputs
+            .get_mut(input as usize)
+            .ok_or_else(|| CheckpointError::InvalidState(format!("unknown input {input}")))?;
+        let res = Self::begin_epoch_locked(input, log, source);
+        if let Err(e) = &res {
+            log.broken = Some(match e {
+                CheckpointError::Source { input, what, cause } => {
+                    CheckpointError::Source { input: *input, what, cause: cause.clone() }
+                }
+                other => CheckpointError::InvalidState(other.to_string()),
+            });
+        }
+        res
+    }
+
+    fn begin_epoch_locked<S: CheckpointSource>(
+        input: u32,
+        log: &mut InputLog,
+        source: &mut S,
+    ) -> Result<EpochRun<S::Epoch>, CheckpointError> {
+        let src_err =
+            |what: &'static str| move |e: BoxError| CheckpointError::Source { input, what, cause: e.to_string() };
+        if let Some(saved) = log.pending.pop() {
+            source.load_state(&saved.source).map_err(src_err("load"))?;
+            let iter = source.next_epoch().map_err(src_err("load"))?;
+            let mut elog = EpochLog::new(saved.source);
+            elog.watermark = saved.watermark;
+            elog.above = saved.delivered.into_iter().collect();
+            elog.failures = saved.failures;
+            let skip_below = elog.watermark;
+            let skip: BTreeSet<u64> = elog.above.clone();
+            log.epochs.insert(saved.epoch, elog);
+            if log.pending.is_empty()
+                && let Some(next) = &log.next_source
+            {
+                // Past the saved epochs: the source continues from where the saved run would have.
+                source.load_state(next).map_err(src_err("load"))?;
+            }
+            return Ok(EpochRun { epoch: saved.epoch, iter, skip_below, skip, index: 0, yielded: 0, resumed: true });
+        }
+        let start = source.state().map_err(src_err("report"))?;
+        let iter = source.next_epoch().map_err(src_err("report"))?;
+        let after = source.state().map_err(src_err("report"))?;
+        let epoch = log.next_epoch;
+        log.epochs.insert(epoch, EpochLog::new(start));
+        log.next_epoch = epoch + 1;
+        log.next_source = Some(after);
+        Ok(EpochRun { epoch, iter, skip_below: 0, skip: BTreeSet::new(), index: 0, yielded: 0, resumed: false })
+    }
+
+    /// The source enumerated all `total` positions of `epoch`.
+    fn end_epoch(&self, input: u32, epoch: u64, total: u64) {
+        let mut t = self.lock();
+        if let Some(log) = t.inputs.get_mut(input as usize)
+            && let Some(e) = log.epochs.get_mut(&epoch)
+        {
+            e.total = Some(total);
+            if e.complete() {
+                log.finish(epoch);
+            }
+        }
+    }
+}
+
+/// One epoch being enumerated.
+struct EpochRun<I> {
+    epoch: u64,
+    iter: I,
+    skip_below: u64,
+    skip: BTreeSet<u64>,
+    index: u64,
+    yielded: u64,
+    resumed: bool,
+}
+
+/// A [`CheckpointSource`] registered with a [`Checkpoint`]: each `into_iter` enumerates one epoch
+/// as [`Keyed`] items, skipping what a resumed checkpoint says was delivered. Clone it (it is one
+/// `Arc`) for [`crate::PipelineBuilder::continuous_source`].
+pub struct KeyedSource<S> {
+    input: u32,
+    checkpoint: Checkpoint,
+    source: Arc<Mutex<S>>,
+}
+
+impl<S> Clone for KeyedSource<S> {
+    fn clone(&self) -> Self {
+        Self { input: self.input, checkpoint: self.checkpoint.clone(), source: Arc::clone(&self.source) }
+    }
+}
+
+impl<S> std::fmt::Debug for KeyedSource<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyedSource").field("input", &self.input).finish_non_exhaustive()
+    }
+}
+
+/// One epoch of a [`KeyedSource`].
+pub struct KeyedEpoch<S: CheckpointSource> {
+    owner: KeyedSource<S>,
+    run: Option<EpochRun<S::Epoch>>,
+}
+
+impl<S: CheckpointSource> std::fmt::Debug for KeyedEpoch<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyedEpoch").field("input", &self.owner.input).finish_non_exhaustive()
+    }
+}
+
+impl<S: CheckpointSource> KeyedEpoch<S> {
+    fn start(owner: KeyedSource<S>) -> Self {
+        let mut me = Self { owner, run: None };
+        me.run = me.begin();
+        me
+    }
+
+    fn begin(&self) -> Option<EpochRun<S::Epoch>> {
+        let mut source = self.owner.source.lock().unwrap_or_else(PoisonError::into_inner);
+        match self.owner.checkpoint.begin_epoch(self.owner.input, &mut *source) {
+            Ok(run) => Some(run),
+            Err(e) => {
+                // Recorded on the input: `state()` reports it. The epoch yields nothing.
+                tracing::error!(target: "spdl_exec", "{e}");
+                None
+            }
+        }
+    }
+}
+
+impl<S: CheckpointSource> Iterator for KeyedEpoch<S> {
+    type Item = Keyed<S::Item>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            let run = self.run.as_mut()?;
+            match run.iter.next() {
+                Some(value) => {
+                    let index = run.index;
+                    run.index += 1;
+                    if index < run.skip_below || run.skip.remove(&index) {
+                        continue;
+                    }
+                    run.yielded += 1;
+                    return Some(Keyed {
+                        keys: vec![ItemKey { input: self.owner.input, epoch: run.epoch, index }],
+                        value,
+                    });
+                }
+                None => {
+                    let (epoch, total, resumed_empty) = (run.epoch, run.index, run.resumed && run.yielded == 0);
+                    self.owner.checkpoint.end_epoch(self.owner.input, epoch, total);
+                    self.run = None;
+                    // A resumed epoch whose every item was delivered yields nothing: go on with the
+                    // next one (an empty epoch would end a continuous source).
+                    if resumed_empty {
+                        self.run = self.begin();
+                        continue;
+                    }
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+impl<S: CheckpointSource> IntoIterator for KeyedSource<S> {
+    type Item = Keyed<S::Item>;
+    type IntoIter = KeyedEpoch<S>;
+
+    fn into_iter(self) -> KeyedEpoch<S> {
+        KeyedEpoch::start(self)
+    }
+}
+
+/// A pipeline over [`Keyed`] items that records what it delivers: the consumer sees plain `T`s and
+/// [`state`](CheckpointedPipeline::state) says what it has received.
+pub struct CheckpointedPipeline<T> {
+    pipeline: Pipeline<Keyed<T>>,
+    checkpoint: Checkpoint,
+}
+
+impl<T> std::fmt::Debug for CheckpointedPipeline<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CheckpointedPipeline").finish_non_exhaustive()
+    }
+}
+
+impl<T: Send + 'static> CheckpointedPipeline<T> {
+    /// Wraps a built pipeline whose inputs were registered with `checkpoint`.
+    pub fn new(pipeline: Pipeline<Keyed<T>>, checkpoint: Checkpoint) -> Self {
+        Self { pipeline, checkpoint }
+    }
+
+    /// As [`Pipeline::get_item`]; a delivered item's keys are recorded.
+    pub fn get_item(&self, timeout: Option<Duration>) -> Result<Option<Item<T>>, PipelineError> {
+        Ok(match self.pipeline.get_item(timeout)? {
+            Some(Item::Data(k)) => {
+                self.checkpoint.deliver(&k.keys);
+                Some(Item::Data(k.value))
+            }
+            Some(Item::EpochEnd { epoch }) => Some(Item::EpochEnd { epoch }),
+            None => None,
+        })
+    }
+
+    /// One epoch's items, as [`Pipeline::iter`]; each item's keys are recorded as it is handed out.
+    pub fn iter(&self) -> impl Iterator<Item = Result<T, PipelineError>> + '_ {
+        self.pipeline.iter().map(|r| {
+            r.map(|k| {
+                self.checkpoint.deliver(&k.keys);
+                k.value
+            })
+        })
+    }
+
+    /// What the consumer has received: see [`Checkpoint::state`].
+    pub fn state(&self) -> Result<PipelineState, CheckpointError> {
+        self.checkpoint.state()
+    }
+
+    /// The wrapped pipeline (stop, stats, ...).
+    pub fn pipeline(&self) -> &Pipeline<Keyed<T>> {
+        &self.pipeline
+    }
+
+    /// As [`Pipeline::stats`].
+    pub fn stats(&self) -> PipelineStats {
+        self.pipeline.stats()
+    }
+}

@@ -1,0 +1,318 @@
+//! Whole-pipeline checkpoints: 1,000 random interruption points over ordered and unordered
+//! pipelines, with concurrency, batches, splits, filters, failures and merges. A new pipeline
+//! resumed from the state yields, per epoch and input, exactly the multiset the uninterrupted run
+//! yields, and every failure is recorded once.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use spdl_exec::checkpoint::{
+    Checkpoint, CheckpointError, CheckpointSource, CheckpointedPipeline, Keyed, PipelineState,
+};
+use spdl_exec::{BoxError, BuildOptions, Item, MergeOptions, MergePolicy, OutputOrder, PipelineBuilder};
+
+/// splitmix64: the test's only randomness.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        if n == 0 { 0 } else { self.next() % n }
+    }
+}
+
+/// A seeded shuffle of `0..n` per epoch, for `epochs` epochs (then empty: the pipeline ends).
+/// Items are `(input, epoch, sample)`.
+struct Shuffled {
+    input: u32,
+    n: u64,
+    seed: u64,
+    epoch: u64,
+    epochs: u64,
+}
+
+impl CheckpointSource for Shuffled {
+    type Item = (u32, u64, u64);
+    type Epoch = std::vec::IntoIter<(u32, u64, u64)>;
+
+    fn state(&self) -> Result<serde_json::Value, BoxError> {
+        Ok(serde_json::json!({ "seed": self.seed, "epoch": self.epoch }))
+    }
+
+    fn load_state(&mut self, state: &serde_json::Value) -> Result<(), BoxError> {
+        self.seed = state["seed"].as_u64().ok_or("no seed")?;
+        self.epoch = state["epoch"].as_u64().ok_or("no epoch")?;
+        Ok(())
+    }
+
+    fn next_epoch(&mut self) -> Result<Self::Epoch, BoxError> {
+        let e = self.epoch;
+        self.epoch += 1;
+        if e >= self.epochs {
+            return Ok(Vec::new().into_iter());
+        }
+        let mut order: Vec<u64> = (0..self.n).collect();
+        let mut rng = Rng(self.seed ^ e.wrapping_mul(0x1234_5678_9ABC));
+        for i in (1..order.len()).rev() {
+            order.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        let input = self.input;
+        Ok(order.into_iter().map(|s| (input, e, s)).collect::<Vec<_>>().into_iter())
+    }
+}
+
+/// A source that cannot report its state.
+struct Opaque;
+impl CheckpointSource for Opaque {
+    type Item = (u32, u64, u64);
+    type Epoch = std::vec::IntoIter<(u32, u64, u64)>;
+    fn state(&self) -> Result<serde_json::Value, BoxError> {
+        Err("this source keeps no state".into())
+    }
+    fn load_state(&mut self, _: &serde_json::Value) -> Result<(), BoxError> {
+        Err("this source keeps no state".into())
+    }
+    fn next_epoch(&mut self) -> Result<Self::Epoch, BoxError> {
+        Ok(Vec::new().into_iter())
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Config {
+    n: [u64; 2],
+    inputs: usize,
+    concurrency: usize,
+    ordered: bool,
+    batch: usize,
+    split: bool,
+    filter: bool,
+    epochs: u64,
+}
+
+fn fails(sample: u64) -> bool {
+    sample % 7 == 3
+}
+fn filtered(sample: u64) -> bool {
+    sample % 5 == 1
+}
+
+type Out = (u32, u64, u64);
+
+/// The pipeline's items, flattened (a batch is its items).
+enum Got {
+    One(Out),
+    Many(Vec<Out>),
+}
+
+fn build(cfg: Config, ckpt: &Checkpoint) -> Result<CheckpointedPipeline<Got>, CheckpointError> {
+    let order = if cfg.ordered { OutputOrder::Input } else { OutputOrder::Completion };
+    let mut inputs = Vec::new();
+    for i in 0..cfg.inputs {
+        let src =
+            ckpt.input(Shuffled { input: i as u32, n: cfg.n[i], seed: 17 + i as u64, epoch: 0, epochs: cfg.epochs })?;
+        let mut b = PipelineBuilder::new().continuous_source(src).pipe(
+            ckpt.map(
+                "work",
+                |(i, e, s): Out| {
+                    if fails(s) { Err(format!("sample {s} is broken")) } else { Ok((i, e, s * 10)) }
+                },
+            )
+            .concurrency(cfg.concurrency)
+            .order(order),
+        );
+        if cfg.filter {
+            b = b.pipe(ckpt.filter_map("keep", |x: Out| Ok::<_, BoxError>((!filtered(x.2 / 10)).then_some(x))));
+        }
+        inputs.push(b);
+    }
+    let b = if inputs.len() == 1 {
+        inputs.pop().unwrap_or_else(|| unreachable!())
+    } else {
+        let policy = if cfg.ordered { MergePolicy::RoundRobin } else { MergePolicy::AsAvailable };
+        PipelineBuilder::new().merge(inputs, MergeOptions::new("mix").policy(policy))
+    };
+    let options =
+        BuildOptions { num_threads: 2, queue_capacity: 4, batch_queue_capacity: 2, ..BuildOptions::default() };
+    let p = if cfg.batch > 0 {
+        let b = b.aggregate(cfg.batch).pipe(ckpt.collate());
+        if cfg.split {
+            b.pipe(ckpt.split())
+                .disaggregate()
+                .pipe(ckpt.map("one", |x: Out| Ok::<_, BoxError>(Got::One(x))))
+                .sink(2)
+                .build(options)
+        } else {
+            b.pipe(ckpt.map("many", |x: Vec<Out>| Ok::<_, BoxError>(Got::Many(x)))).sink(2).build(options)
+        }
+    } else {
+        b.pipe(ckpt.map("one", |x: Out| Ok::<_, BoxError>(Got::One(x)))).sink(2).build(options)
+    }
+    .map_err(|e| CheckpointError::InvalidState(e.to_string()))?;
+    Ok(CheckpointedPipeline::new(p, ckpt.clone()))
+}
+
+/// (input, epoch) -> sorted samples.
+type Multiset = BTreeMap<(u32, u64), Vec<u64>>;
+
+fn expected(cfg: Config) -> Multiset {
+    let mut m = Multiset::new();
+    for i in 0..cfg.inputs {
+        for e in 0..cfg.epochs {
+            let v: Vec<u64> =
+                (0..cfg.n[i]).filter(|&s| !(fails(s) || cfg.filter && filtered(s))).map(|s| s * 10).collect();
+            if !v.is_empty() {
+                m.insert((i as u32, e), v);
+            }
+        }
+    }
+    m
+}
+
+fn add(m: &mut Multiset, got: Got) {
+    let items = match got {
+        Got::One(x) => vec![x],
+        Got::Many(v) => v,
+    };
+    for (i, e, s) in items {
+        m.entry((i, e)).or_default().push(s);
+    }
+}
+
+/// Reads up to `limit` items (all if `None`); false when the pipeline ended first.
+fn drain(p: &CheckpointedPipeline<Got>, into: &mut Multiset, limit: Option<u64>) -> bool {
+    let mut taken = 0;
+    loop {
+        if limit.is_some_and(|l| taken >= l) {
+            return true;
+        }
+        match p.get_item(None).expect("no pipeline error") {
+            Some(Item::Data(x)) => {
+                add(into, x);
+                taken += 1;
+            }
+            Some(Item::EpochEnd { .. }) => {}
+            None => return false,
+        }
+    }
+}
+
+fn failures_of(state: &PipelineState) -> u64 {
+    state.inputs.iter().map(|i| i.failures_done + i.epochs.iter().map(|e| e.failures.len() as u64).sum::<u64>()).sum()
+}
+
+#[test]
+fn a_thousand_random_interruptions_resume_exactly() {
+    common::watchdog(240, || {
+        let mut rng = Rng(2024);
+        for trial in 0..1000 {
+            let cfg = Config {
+                n: [1 + rng.below(30), 1 + rng.below(20)],
+                inputs: 1 + (rng.below(4) == 0) as usize,
+                concurrency: 1 + rng.below(4) as usize,
+                ordered: rng.below(2) == 0,
+                batch: if rng.below(2) == 0 { 0 } else { 1 + rng.below(5) as usize },
+                split: rng.below(2) == 0,
+                filter: rng.below(3) == 0,
+                epochs: 1 + rng.below(3),
+            };
+            let total: u64 = (0..cfg.inputs).map(|i| cfg.n[i]).sum::<u64>() * cfg.epochs;
+            let stop_after = rng.below(total + 2);
+
+            let mut got = Multiset::new();
+            let ckpt = Checkpoint::new();
+            let first = build(cfg, &ckpt).expect("build");
+            drain(&first, &mut got, Some(stop_after));
+            let saved = first.state().expect("state").to_json().expect("json");
+            drop(first); // what it held in flight is lost
+
+            let state = PipelineState::from_json(&saved).expect("parse");
+            let resumed_ckpt = Checkpoint::resume(&state);
+            let resumed = build(cfg, &resumed_ckpt).expect("build resumed");
+            drain(&resumed, &mut got, None);
+
+            for v in got.values_mut() {
+                v.sort_unstable();
+            }
+            assert_eq!(got, expected(cfg), "trial {trial}: {cfg:?}, interrupted after {stop_after} items");
+            let end = resumed.state().expect("final state");
+            assert!(end.inputs.iter().all(|i| i.epochs.is_empty()), "trial {trial}: every epoch complete");
+            let failing: u64 =
+                (0..cfg.inputs).map(|i| (0..cfg.n[i]).filter(|&s| fails(s)).count() as u64).sum::<u64>() * cfg.epochs;
+            assert_eq!(failures_of(&end), failing, "trial {trial}: {cfg:?}: each failure recorded once");
+        }
+    });
+}
+
+#[test]
+fn the_state_is_small_and_names_the_epoch() {
+    let cfg = Config {
+        n: [1000, 0],
+        inputs: 1,
+        concurrency: 2,
+        ordered: true,
+        batch: 0,
+        split: false,
+        filter: false,
+        epochs: 2,
+    };
+    let ckpt = Checkpoint::new();
+    let p = build(cfg, &ckpt).expect("build");
+    let mut got = Multiset::new();
+    drain(&p, &mut got, Some(1200));
+    let state = p.state().expect("state");
+    let input = &state.inputs[0];
+    // Epoch 0 is complete: only epoch 1 is open, with its start state and a few positions.
+    assert_eq!(input.epochs.len(), 1);
+    assert_eq!(input.epochs[0].epoch, 1);
+    assert_eq!(input.epochs[0].source, serde_json::json!({ "seed": 17, "epoch": 1 }));
+    assert!(input.epochs[0].delivered.len() < 64);
+    assert!(state.to_json().expect("json").len() < 4096);
+}
+
+#[test]
+fn a_source_without_state_makes_state_fail_clearly() {
+    let ckpt = Checkpoint::new();
+    let err = ckpt.input(Opaque).expect_err("no state");
+    assert!(err.to_string().contains("failed to report its state: this source keeps no state"), "{err}");
+}
+
+#[test]
+fn a_state_for_another_pipeline_is_refused() {
+    let cfg = Config {
+        n: [10, 10],
+        inputs: 2,
+        concurrency: 1,
+        ordered: true,
+        batch: 0,
+        split: false,
+        filter: false,
+        epochs: 1,
+    };
+    let ckpt = Checkpoint::new();
+    let p = build(cfg, &ckpt).expect("build");
+    let state = p.state().expect("state");
+    let one_input = Config { inputs: 1, ..cfg };
+    let resumed = build(one_input, &Checkpoint::resume(&state)).expect("build");
+    let err = resumed.state().expect_err("input count");
+    assert!(matches!(err, CheckpointError::InputCount { saved: 2, now: 1 }), "{err}");
+    assert!(PipelineState::from_json("{\"version\": 9, \"inputs\": []}").is_err());
+    assert!(PipelineState::from_json("not json").is_err());
+}
+
+#[test]
+fn keys_follow_values() {
+    let ckpt = Checkpoint::new();
+    let src = ckpt.input(Shuffled { input: 0, n: 3, seed: 1, epoch: 0, epochs: 1 }).expect("input");
+    let all: Vec<Keyed<Out>> = src.into_iter().collect();
+    assert_eq!(all.len(), 3);
+    let idx: Vec<u64> = all.iter().map(|k| k.keys()[0].index).collect();
+    assert_eq!(idx, [0, 1, 2]);
+    let doubled = all.into_iter().next().map(|k| k.map(|(_, _, s)| s * 2)).expect("one");
+    assert_eq!(doubled.keys()[0].index, 0);
+}

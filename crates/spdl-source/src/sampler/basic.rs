@@ -16,7 +16,7 @@ const SHUFFLE_DOMAIN: u64 = 0x5348_5546; // "SHUF"
 const WEIGHTED_DOMAIN: u64 = 0x5745_4947; // "WEIG"
 
 /// The generator for (seed, epoch) in one domain: the key holds the seed and the domain, the stream the epoch.
-fn rng_for(seed: u64, domain: u64, epoch: u64) -> ChaCha8Rng {
+pub(super) fn rng_for(seed: u64, domain: u64, epoch: u64) -> ChaCha8Rng {
     let mut key = [0u8; 32];
     key[..8].copy_from_slice(&seed.to_le_bytes());
     key[8..16].copy_from_slice(&domain.to_le_bytes());
@@ -26,7 +26,7 @@ fn rng_for(seed: u64, domain: u64, epoch: u64) -> ChaCha8Rng {
 }
 
 /// A uniform integer in `0..n` (n > 0), by Lemire's multiply-and-reject method: unbiased, no floating point.
-fn below(rng: &mut ChaCha8Rng, n: u64) -> u64 {
+pub(super) fn below(rng: &mut ChaCha8Rng, n: u64) -> u64 {
     let mut product = u128::from(rng.next_u64()) * u128::from(n);
     let mut low = product as u64;
     if low < n {

@@ -27,9 +27,11 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Result, SourceError};
 
 mod basic;
+mod elastic;
 mod shard;
 
 pub use basic::{SequentialSampler, ShuffledSampler, WeightedSampler};
+pub use elastic::{CanonicalOrder, ElasticShard, EpochProgress, Spans, batches_per_rank, per_rank};
 pub use shard::{Remainder, Shard, ShardedSampler};
 
 /// The largest number of indices any sampler computes or allocates at once: an epoch's order, the permutation a

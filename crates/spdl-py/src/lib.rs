@@ -58,6 +58,8 @@ mod pipeline;
 mod signals;
 #[cfg(feature = "source")]
 mod source;
+#[cfg(feature = "source")]
+mod elastic;
 mod value;
 
 pub use buffer::PyBuffer;
@@ -86,6 +88,8 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("HAS_VIDEO", cfg!(feature = "ffmpeg"))?;
     #[cfg(feature = "source")]
     source::register(m)?;
+    #[cfg(feature = "source")]
+    m.add_class::<elastic::PyElasticSampler>()?;
     m.add("HAS_SOURCE", cfg!(feature = "source"))?;
     #[cfg(feature = "loader")]
     loader::register(m)?;

@@ -1,7 +1,7 @@
 """Type stubs of the native module ``spdl_rs._native`` (Rust, PyO3)."""
 
 import builtins
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from os import PathLike
 from typing import Any, Literal, final
 
@@ -487,6 +487,42 @@ class Sampler:
         """The seed (0 if it does not shuffle)."""
     def __len__(self) -> int:
         """Indices per epoch."""
+
+@final
+class ElasticSampler:
+    """One rank's share of a dataset's epochs over a canonical-partition order (the same for every world
+    size); checkpointable, and resumable at another world size."""
+
+    def __init__(
+        self,
+        n: int,
+        /,
+        *,
+        rank: int,
+        world_size: int,
+        seed: int = 0,
+        shuffle: bool = True,
+        num_partitions: int = 64,
+        drop_remainder: bool = False,
+    ) -> None: ...
+    def __iter__(self) -> Iterator[int]:
+        """This rank's indices for the current epoch; then moves to the next epoch."""
+    def __len__(self) -> int:
+        """Indices the next iteration yields (the same on every rank)."""
+    def num_batches(self, batch_size: int, *, drop_last: bool = False) -> int:
+        """Batches the next iteration makes on every rank."""
+    @property
+    def epoch(self) -> int:
+        """The epoch the next iteration yields."""
+    def set_epoch(self, epoch: int) -> None:
+        """Moves to the start of ``epoch``."""
+    def state_dict(self) -> dict[str, Any]:
+        """The state the next iteration starts from."""
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores a state from :py:meth:`state_dict`."""
+    @staticmethod
+    def merge_progress(start: dict[str, Any], delivered: Sequence[tuple[int, Any]]) -> dict[str, Any]:
+        """``start`` with what the ranks delivered (positions in their shares) added."""
 
 @final
 class Store:

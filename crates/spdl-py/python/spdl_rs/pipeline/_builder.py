@@ -14,6 +14,7 @@ from fractions import Fraction
 from typing import Any, Generic, TypeVar
 
 from .. import _native
+from . import _checkpoint
 from ._bg_task import BackgroundTaskFactory
 from ._extensions import Extensions, _next_pipeline_id
 from ._hooks import StageInfo, TaskHook
@@ -462,6 +463,8 @@ def _build(
         stage_buffer_size=stage_buffer_size,
         ext=ext,
     )
+    # Checkpointable sources: items carry their keys, ops pass them on (see _checkpoint.py).
+    src, pipes, checkpoint = _checkpoint.instrument(src, pipes)
     try:
         source = _convert_source(src, conv)
         steps = conv.source_relays + _convert_steps(pipes, conv)
@@ -486,7 +489,12 @@ def _build(
             r.close()
         raise
     return Pipeline(
-        core, event_loop=loop, report_stats_interval=report_stats_interval, resources=conv.resources, extensions=ext
+        core,
+        event_loop=loop,
+        report_stats_interval=report_stats_interval,
+        resources=conv.resources,
+        extensions=ext,
+        checkpoint=checkpoint,
     )
 
 

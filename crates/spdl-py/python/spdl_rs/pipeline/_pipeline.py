@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
 from .. import _native
+from . import _checkpoint
 from ._failure import PipelineFailure
 from ._stats import StageStats, from_raw
 
@@ -220,10 +221,13 @@ class Pipeline(Generic[T]):
         report_stats_interval: float,
         resources: Sequence[Any] = (),
         extensions: Any = None,
+        checkpoint: Any = None,
     ) -> None:
         self._core = core
         # Hooks, custom queues, background tasks (``_extensions.Extensions``), and the SPDL-style final stats.
         self._ext = extensions
+        # The checkpoint tracker (_checkpoint.Tracker), or why the pipeline cannot be checkpointed.
+        self._checkpoint = checkpoint
         self._loop = event_loop
         self._reporter = _Reporter(core, report_stats_interval, extensions) if report_stats_interval > 0 else None
         self._lock = threading.Lock()
@@ -336,7 +340,7 @@ class Pipeline(Generic[T]):
                     self._start_locked()
         kind, value = self._core.get_item(timeout)
         if kind == 0:
-            return value
+            return _checkpoint.unwrap(self._checkpoint, value)  # type: ignore[no-any-return]
         if kind == 1:
             raise EOFError(f"end of epoch {value}")
         if self._ext is not None:
@@ -347,6 +351,38 @@ class Pipeline(Generic[T]):
                 _LG.warning("Failed to finish the pipeline's stage hooks", exc_info=True)
             self._ext.report_native_stats(self._core)
         raise EOFError("the pipeline is exhausted")
+
+    def state_dict(self) -> dict[str, Any]:
+        """What the consumer has received, as a picklable dict (the torchdata ``Stateful`` protocol).
+
+        A pipeline built by :py:func:`load_state_dict`-ing it into a new pipeline of the same shape yields
+        exactly the items of the interrupted epoch not delivered yet (then the following epochs, as if never
+        interrupted). Per source (per input of a merge): the source's ``state_dict()`` at the start of each
+        epoch not fully delivered, a watermark (every position below it delivered or failed), the positions
+        delivered above it, and the failed items (a failed item counts as delivered). Its size follows the
+        items in flight, not the dataset.
+
+        Raises:
+            RuntimeError: The pipeline cannot be checkpointed: a source does not implement
+                ``state_dict``/``load_state_dict``, or a step cannot carry item keys (a native op, a
+                ``path_variants``, a ``to()`` region, a custom merge), or a source failed to report its state.
+        """
+        if self._checkpoint is None:
+            raise RuntimeError("this pipeline cannot be checkpointed: it was not built by spdl_rs's builder")
+        return self._checkpoint.state_dict()  # type: ignore[no-any-return]
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Resumes from a :py:meth:`state_dict` of a pipeline of the same shape (call before it starts).
+
+        Raises:
+            RuntimeError: The pipeline cannot be checkpointed, or it has started.
+            ValueError: ``state_dict`` is not a pipeline state, or has another number of sources.
+        """
+        if self._checkpoint is None:
+            raise RuntimeError("this pipeline cannot be checkpointed: it was not built by spdl_rs's builder")
+        if self._started:
+            raise RuntimeError("load_state_dict must be called before the pipeline starts")
+        self._checkpoint.load_state_dict(state_dict)
 
     def get_iterator(self, *, timeout: float | None = None) -> PipelineIterator[T]:
         """An iterator over the items, up to the end (or to the end of the current epoch of a continuous

@@ -26,12 +26,14 @@ as in ``spdl.source.utils``. SPDL's index samplers :py:class:`DistributedRandomS
 """
 
 from .._native import HAS_SOURCE
+from ._elastic import merge_rank_states
 from ._sampler import DistributedDeterministicSampler, DistributedRandomSampler
 from ._types import IterableWithShuffle, SizedIterable, SizedIterableWithShuffle
 
 if HAS_SOURCE:
-    from .._native import Sampler, Store, list_dataset
+    from .._native import ElasticSampler, Sampler, Store, list_dataset
 else:  # pragma: no cover (a build without the `source` feature)
+    ElasticSampler = None
     Sampler = None
     Store = None
 
@@ -42,10 +44,12 @@ else:  # pragma: no cover (a build without the `source` feature)
 __all__ = [
     "DistributedDeterministicSampler",
     "DistributedRandomSampler",
+    "ElasticSampler",
     "IterableWithShuffle",
     "Sampler",
     "SizedIterable",
     "SizedIterableWithShuffle",
     "Store",
     "list_dataset",
+    "merge_rank_states",
 ]

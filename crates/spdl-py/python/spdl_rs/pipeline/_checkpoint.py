@@ -146,7 +146,7 @@ class Tracker:
                     e = _Epoch(saved["source"])
                     e.watermark = int(saved["watermark"])
                     e.above = {int(x) for x in saved["delivered"]}
-                    e.failures = [tuple(f) for f in saved["failures"]]  # type: ignore[misc]
+                    e.failures = [tuple(f) for f in saved["failures"]]
                     inp.epochs[int(saved["epoch"])] = e
                     return int(saved["epoch"]), it, e.watermark, set(e.above), True
                 start = copy.deepcopy(src.state_dict())

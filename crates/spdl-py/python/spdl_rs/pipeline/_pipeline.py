@@ -340,7 +340,7 @@ class Pipeline(Generic[T]):
                     self._start_locked()
         kind, value = self._core.get_item(timeout)
         if kind == 0:
-            return _checkpoint.unwrap(self._checkpoint, value)  # type: ignore[no-any-return]
+            return _checkpoint.unwrap(self._checkpoint, value)
         if kind == 1:
             raise EOFError(f"end of epoch {value}")
         if self._ext is not None:
@@ -369,7 +369,7 @@ class Pipeline(Generic[T]):
         """
         if self._checkpoint is None:
             raise RuntimeError("this pipeline cannot be checkpointed: it was not built by spdl_rs's builder")
-        return self._checkpoint.state_dict()  # type: ignore[no-any-return]
+        return self._checkpoint.state_dict()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Resumes from a :py:meth:`state_dict` of a pipeline of the same shape (call before it starts).

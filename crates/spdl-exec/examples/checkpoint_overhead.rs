@@ -78,6 +78,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         keyed_s * 1e9 / N as f64,
         keyed_s / plain_s
     );
-    println!("state() + to_json(): {calls} calls, {:.1} us each, largest state {max_len} bytes", state_s * 1e6 / f64::from(calls));
+    println!(
+        "state() + to_json(): {calls} calls, {:.1} us each, largest state {max_len} bytes",
+        state_s * 1e6 / f64::from(calls)
+    );
     Ok(())
 }

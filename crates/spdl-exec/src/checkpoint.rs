@@ -58,7 +58,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -181,8 +181,9 @@ pub struct EpochState {
     pub source: serde_json::Value,
     /// Every position below it is delivered (or failed).
     pub watermark: u64,
-    /// The delivered positions above the watermark, ascending.
-    pub delivered: Vec<u64>,
+    /// The delivered positions above the watermark, as ascending, disjoint `[start, end)` spans (few:
+    /// one per gap left by an item still in flight).
+    pub delivered: Vec<(u64, u64)>,
     /// The items of this epoch that failed (counted as delivered).
     pub failures: Vec<FailureRecord>,
 }
@@ -235,7 +236,7 @@ impl PipelineState {
 struct EpochLog {
     start: serde_json::Value,
     watermark: u64,
-    above: BTreeSet<u64>,
+    above: SpanSet,
     /// Known once the source has enumerated the whole epoch.
     total: Option<u64>,
     failures: Vec<FailureRecord>,
@@ -243,7 +244,7 @@ struct EpochLog {
 
 impl EpochLog {
     fn new(start: serde_json::Value) -> Self {
-        Self { start, watermark: 0, above: BTreeSet::new(), total: None, failures: Vec::new() }
+        Self { start, watermark: 0, above: SpanSet::default(), total: None, failures: Vec::new() }
     }
 
     fn mark(&mut self, index: u64) {
@@ -251,10 +252,7 @@ impl EpochLog {
             return;
         }
         if index == self.watermark {
-            self.watermark += 1;
-            while self.above.remove(&self.watermark) {
-                self.watermark += 1;
-            }
+            self.watermark = self.above.take_from(self.watermark + 1);
         } else {
             self.above.insert(index);
         }
@@ -318,7 +316,7 @@ impl InputLog {
                 epoch,
                 source: log.start.clone(),
                 watermark: log.watermark,
-                delivered: log.above.iter().copied().collect(),
+                delivered: log.above.pairs(),
                 failures: log.failures.clone(),
             })
             .collect();
@@ -378,6 +376,9 @@ impl Checkpoint {
         };
         let log = match saved {
             Some(s) => {
+                for e in &s.epochs {
+                    SpanSet::from_pairs(&e.delivered)?;
+                }
                 let mut pending = s.epochs;
                 pending.reverse(); // popped oldest first
                 if pending.is_empty() {
@@ -600,10 +601,10 @@ impl Checkpoint {
             let iter = source.next_epoch().map_err(src_err("load"))?;
             let mut elog = EpochLog::new(saved.source);
             elog.watermark = saved.watermark;
-            elog.above = saved.delivered.into_iter().collect();
+            elog.above = SpanSet::from_pairs(&saved.delivered)?;
             elog.failures = saved.failures;
             let skip_below = elog.watermark;
-            let skip: BTreeSet<u64> = elog.above.clone();
+            let skip = elog.above.pairs();
             log.epochs.insert(saved.epoch, elog);
             if log.pending.is_empty()
                 && let Some(next) = &log.next_source
@@ -611,7 +612,16 @@ impl Checkpoint {
                 // Past the saved epochs: the source continues from where the saved run would have.
                 source.load_state(next).map_err(src_err("load"))?;
             }
-            return Ok(EpochRun { epoch: saved.epoch, iter, skip_below, skip, index: 0, yielded: 0, resumed: true });
+            return Ok(EpochRun {
+                epoch: saved.epoch,
+                iter,
+                skip_below,
+                skip,
+                next_skip: 0,
+                index: 0,
+                yielded: 0,
+                resumed: true,
+            });
         }
         let start = source.state().map_err(src_err("report"))?;
         let iter = source.next_epoch().map_err(src_err("report"))?;
@@ -620,7 +630,16 @@ impl Checkpoint {
         log.epochs.insert(epoch, EpochLog::new(start));
         log.next_epoch = epoch + 1;
         log.next_source = Some(after);
-        Ok(EpochRun { epoch, iter, skip_below: 0, skip: BTreeSet::new(), index: 0, yielded: 0, resumed: false })
+        Ok(EpochRun {
+            epoch,
+            iter,
+            skip_below: 0,
+            skip: Vec::new(),
+            next_skip: 0,
+            index: 0,
+            yielded: 0,
+            resumed: false,
+        })
     }
 
     /// The source enumerated all `total` positions of `epoch`.
@@ -642,10 +661,84 @@ struct EpochRun<I> {
     epoch: u64,
     iter: I,
     skip_below: u64,
-    skip: BTreeSet<u64>,
+    /// Delivered spans above `skip_below`, ascending; `next_skip` is the first not yet passed.
+    skip: Vec<(u64, u64)>,
+    next_skip: usize,
     index: u64,
     yielded: u64,
     resumed: bool,
+}
+
+impl<I> EpochRun<I> {
+    /// Whether `index` (increasing from call to call) was delivered.
+    fn skips(&mut self, index: u64) -> bool {
+        while let Some(&(_, end)) = self.skip.get(self.next_skip) {
+            if index < end {
+                break;
+            }
+            self.next_skip += 1;
+        }
+        self.skip.get(self.next_skip).is_some_and(|&(start, _)| start <= index)
+    }
+}
+
+/// Positions as disjoint, non-adjacent `[start, end)` spans: what an epoch delivered above its watermark.
+#[derive(Debug, Default, Clone)]
+struct SpanSet {
+    /// start -> end.
+    spans: BTreeMap<u64, u64>,
+}
+
+impl SpanSet {
+    fn from_pairs(pairs: &[(u64, u64)]) -> Result<Self, CheckpointError> {
+        let mut spans = BTreeMap::new();
+        let mut last_end = None;
+        for &(s, e) in pairs {
+            if s >= e || last_end.is_some_and(|l| s <= l) {
+                return Err(CheckpointError::InvalidState(format!(
+                    "delivered spans must be ascending, disjoint and non-empty; got [{s}, {e}) after {last_end:?}"
+                )));
+            }
+            spans.insert(s, e);
+            last_end = Some(e);
+        }
+        Ok(Self { spans })
+    }
+
+    fn pairs(&self) -> Vec<(u64, u64)> {
+        self.spans.iter().map(|(&s, &e)| (s, e)).collect()
+    }
+
+    fn insert(&mut self, p: u64) {
+        let left = self.spans.range(..=p).next_back().map(|(&s, &e)| (s, e));
+        if let Some((_, e)) = left
+            && p < e
+        {
+            return; // present
+        }
+        let right_end = self.spans.get(&(p + 1)).copied();
+        match (left.filter(|&(_, e)| e == p), right_end) {
+            (Some((s, _)), Some(re)) => {
+                self.spans.remove(&(p + 1));
+                self.spans.insert(s, re);
+            }
+            (Some((s, _)), None) => {
+                self.spans.insert(s, p + 1);
+            }
+            (None, Some(re)) => {
+                self.spans.remove(&(p + 1));
+                self.spans.insert(p, re);
+            }
+            (None, None) => {
+                self.spans.insert(p, p + 1);
+            }
+        }
+    }
+
+    /// `w`, or the end of the span that starts at `w` (which is removed): the new watermark.
+    fn take_from(&mut self, w: u64) -> u64 {
+        self.spans.remove(&w).unwrap_or(w)
+    }
 }
 
 /// A [`CheckpointSource`] registered with a [`Checkpoint`]: each `into_iter` enumerates one epoch
@@ -711,7 +804,7 @@ impl<S: CheckpointSource> Iterator for KeyedEpoch<S> {
                 Some(value) => {
                     let index = run.index;
                     run.index += 1;
-                    if index < run.skip_below || run.skip.remove(&index) {
+                    if index < run.skip_below || run.skips(index) {
                         continue;
                     }
                     run.yielded += 1;

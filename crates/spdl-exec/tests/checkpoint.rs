@@ -316,3 +316,25 @@ fn keys_follow_values() {
     let doubled = all.into_iter().next().map(|k| k.map(|(_, _, s)| s * 2)).expect("one");
     assert_eq!(doubled.keys()[0].index, 0);
 }
+
+#[test]
+fn malformed_delivered_spans_are_refused() {
+    let cfg = Config {
+        n: [10, 0],
+        inputs: 1,
+        concurrency: 1,
+        ordered: true,
+        batch: 0,
+        split: false,
+        filter: false,
+        epochs: 1,
+    };
+    let ckpt = Checkpoint::new();
+    let p = build(cfg, &ckpt).expect("build");
+    let _ = p.get_item(None).expect("one item");
+    let mut state = p.state().expect("state");
+    assert!(!state.inputs[0].epochs.is_empty());
+    state.inputs[0].epochs[0].delivered = vec![(5, 7), (6, 9)];
+    let err = build(cfg, &Checkpoint::resume(&state)).expect_err("overlapping spans");
+    assert!(err.to_string().contains("ascending, disjoint"), "{err}");
+}

@@ -270,3 +270,12 @@ def test_elastic_sampler_state_round_trip():
         ElasticSampler(11, rank=0, world_size=1, seed=4).load_state_dict(s.state_dict())
     with pytest.raises(ValueError, match="rank 2 is not in 0..2"):
         ElasticSampler(10, rank=2, world_size=2)
+
+
+def test_malformed_spans_are_refused():
+    p = PipelineBuilder().add_source(Shuffled(4, 1, 1)).add_sink(2).build(num_threads=1)
+    state = {"version": 1, "inputs": [{"epochs": [{"epoch": 0, "source": {"seed": 1, "epoch": 0}, "watermark": 0,
+             "delivered": [[3, 5], [4, 6]], "failures": []}], "next_epoch": 1, "next_source": None, "failures_done": 0}]}
+    with pytest.raises(ValueError, match="ascending, disjoint"):
+        p.load_state_dict(state)
+    p.stop()

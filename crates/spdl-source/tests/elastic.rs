@@ -159,7 +159,7 @@ fn rank_pipeline(shard: ElasticShard, start: &EpochProgress, ckpt: &Checkpoint) 
 /// The positions of its share a rank's pipeline state says it delivered.
 fn local_delivered(state: &PipelineState, share_len: u64) -> Spans {
     match state.inputs[0].epochs.first() {
-        Some(e) => Spans::from_range(0, e.watermark).union(&Spans::from_positions(e.delivered.iter().copied())),
+        Some(e) => Spans::from_range(0, e.watermark).union(&Spans::from_pairs(e.delivered.iter().copied()).unwrap()),
         None if state.inputs[0].next_epoch == 0 => Spans::new(), // never started
         None => Spans::from_range(0, share_len),                 // the epoch is complete
     }

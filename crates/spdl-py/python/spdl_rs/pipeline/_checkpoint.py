@@ -18,6 +18,7 @@ is exhausted, ``state_dict()`` is the state of the next epoch; ``load_state_dict
 
 from __future__ import annotations
 
+import bisect
 import copy
 import dataclasses
 import threading
@@ -43,6 +44,59 @@ class _Keyed:
         return f"_Keyed({self.keys!r}, {self.value!r})"
 
 
+class _Spans:
+    """Positions as sorted, disjoint, non-adjacent ``[start, end)`` spans (few: one per gap an item still in
+    flight leaves above the watermark)."""
+
+    __slots__ = ("ends", "starts")
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+
+    @classmethod
+    def from_pairs(cls, pairs: Any) -> _Spans:
+        out = cls()
+        last = None
+        for pair in pairs:
+            s, e = (int(x) for x in pair)
+            if s >= e or (last is not None and s <= last):
+                raise ValueError(f"delivered spans must be ascending, disjoint and non-empty; got {pairs!r:.200}")
+            out.starts.append(s)
+            out.ends.append(e)
+            last = e
+        return out
+
+    def pairs(self) -> list[list[int]]:
+        return [[s, e] for s, e in zip(self.starts, self.ends, strict=True)]
+
+    def add(self, p: int) -> None:
+        starts, ends = self.starts, self.ends
+        i = bisect.bisect_right(starts, p) - 1
+        if i >= 0 and p < ends[i]:
+            return  # present
+        left = i >= 0 and ends[i] == p
+        right = i + 1 < len(starts) and starts[i + 1] == p + 1
+        if left and right:
+            ends[i] = ends[i + 1]
+            del starts[i + 1], ends[i + 1]
+        elif left:
+            ends[i] = p + 1
+        elif right:
+            starts[i + 1] = p
+        else:
+            starts.insert(i + 1, p)
+            ends.insert(i + 1, p + 1)
+
+    def take_from(self, w: int) -> int:
+        """``w``, or the end of the span starting at ``w`` (removed): the new watermark."""
+        if self.starts and self.starts[0] == w:
+            end = self.ends[0]
+            del self.starts[0], self.ends[0]
+            return end
+        return w
+
+
 class _Epoch:
     """The delivery log of one epoch of one input."""
 
@@ -51,7 +105,7 @@ class _Epoch:
     def __init__(self, start: Any) -> None:
         self.start = start
         self.watermark = 0
-        self.above: set[int] = set()
+        self.above = _Spans()
         self.total: int | None = None
         self.failures: list[tuple[int, str, str]] = []
 
@@ -59,11 +113,7 @@ class _Epoch:
         if index < self.watermark:
             return
         if index == self.watermark:
-            self.watermark += 1
-            above = self.above
-            while self.watermark in above:
-                above.discard(self.watermark)
-                self.watermark += 1
+            self.watermark = self.above.take_from(index + 1)
         else:
             self.above.add(index)
 
@@ -116,9 +166,14 @@ class Tracker:
             epoch, it, skip_below, skip, resumed = self._begin(i)
             index = yielded = 0
             exhausted = False
+            # The delivered spans above the watermark, passed in order as the epoch is enumerated again.
+            spans = iter(skip)
+            span = next(spans, None)
             try:
                 for value in it:
-                    if index < skip_below or index in skip:
+                    while span is not None and index >= span[1]:
+                        span = next(spans, None)
+                    if index < skip_below or (span is not None and span[0] <= index):
                         index += 1
                         continue
                     key = (i, epoch, index)
@@ -133,7 +188,7 @@ class Tracker:
             if not (resumed and yielded == 0):
                 return
 
-    def _begin(self, i: int) -> tuple[int, Iterator[Any], int, set[int], bool]:
+    def _begin(self, i: int) -> tuple[int, Iterator[Any], int, list[list[int]], bool]:
         with self._lock:
             self._started = True
             inp = self._inputs[i]
@@ -145,10 +200,10 @@ class Tracker:
                     it = iter(src)
                     e = _Epoch(saved["source"])
                     e.watermark = int(saved["watermark"])
-                    e.above = {int(x) for x in saved["delivered"]}
+                    e.above = _Spans.from_pairs(saved["delivered"])
                     e.failures = [tuple(f) for f in saved["failures"]]
                     inp.epochs[int(saved["epoch"])] = e
-                    return int(saved["epoch"]), it, e.watermark, set(e.above), True
+                    return int(saved["epoch"]), it, e.watermark, e.above.pairs(), True
                 start = copy.deepcopy(src.state_dict())
                 it = iter(src)
             except Exception as exc:
@@ -157,7 +212,7 @@ class Tracker:
             epoch = inp.next_epoch
             inp.epochs[epoch] = _Epoch(start)
             inp.next_epoch = epoch + 1
-            return epoch, it, 0, set(), False
+            return epoch, it, 0, [], False
 
     def _end(self, i: int, epoch: int, total: int, exhausted: bool) -> None:
         with self._lock:
@@ -216,7 +271,7 @@ class Tracker:
                         "epoch": n,
                         "source": copy.deepcopy(e.start),
                         "watermark": e.watermark,
-                        "delivered": sorted(e.above),
+                        "delivered": e.above.pairs(),
                         "failures": [list(f) for f in e.failures],
                     }
                     for n, e in sorted(inp.epochs.items())
@@ -249,6 +304,8 @@ class Tracker:
                     next_epoch = int(saved["next_epoch"])
                     next_source = saved["next_source"]
                     failures_done = int(saved["failures_done"])
+                    for e in epochs:
+                        _Spans.from_pairs(e["delivered"])
                 except (KeyError, TypeError, ValueError) as exc:
                     raise ValueError(f"input {i} of the state is malformed: {exc!r}") from exc
                 if not epochs:

@@ -359,8 +359,8 @@ class Pipeline(Generic[T]):
         exactly the items of the interrupted epoch not delivered yet (then the following epochs, as if never
         interrupted). Per source (per input of a merge): the source's ``state_dict()`` at the start of each
         epoch not fully delivered, a watermark (every position below it delivered or failed), the positions
-        delivered above it, and the failed items (a failed item counts as delivered). Its size follows the
-        items in flight, not the dataset.
+        delivered above it (as ``[start, end)`` spans), and the failed items (a failed item counts as
+        delivered). Its size follows the items in flight, not the dataset.
 
         Raises:
             RuntimeError: The pipeline cannot be checkpointed: a source does not implement

@@ -14,7 +14,7 @@ def _delivered(epoch_state: dict[str, Any] | None, completed: bool, share: int) 
     if epoch_state is None:
         return [[0, share]] if completed and share > 0 else []
     spans = [[0, int(epoch_state["watermark"])]] if epoch_state["watermark"] > 0 else []
-    spans += [[int(p), int(p) + 1] for p in epoch_state["delivered"]]
+    spans += [[int(s), int(e)] for s, e in epoch_state["delivered"]]
     spans += [[int(f[0]), int(f[0]) + 1] for f in epoch_state["failures"]]
     return spans
 

@@ -48,6 +48,8 @@
 
 mod buffer;
 mod dlpack;
+#[cfg(feature = "source")]
+mod elastic;
 mod error;
 #[cfg(feature = "io")]
 mod io;
@@ -58,8 +60,6 @@ mod pipeline;
 mod signals;
 #[cfg(feature = "source")]
 mod source;
-#[cfg(feature = "source")]
-mod elastic;
 mod value;
 
 pub use buffer::PyBuffer;

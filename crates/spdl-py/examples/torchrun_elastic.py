@@ -51,7 +51,7 @@ def check(world: int, n: int, seen: list[list[int]], batches: list[int], what: s
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--n", type=int, default=1001)
+    parser.add_argument("--samples", type=int, default=1001)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--stop-after", type=int, default=7, help="batches each rank takes before the interruption")
     args = parser.parse_args()
@@ -60,7 +60,7 @@ def main() -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
 
     def sampler() -> ElasticSampler:
-        return ElasticSampler(args.n, rank=rank, world_size=world, seed=2024, num_partitions=16)
+        return ElasticSampler(args.samples, rank=rank, world_size=world, seed=2024, num_partitions=16)
 
     # Epoch 0, interrupted after a few batches (what the pipeline held in flight is lost with it).
     first = build(sampler(), args.batch_size)
@@ -103,9 +103,9 @@ def main() -> None:
     reports: list = [None] * world
     dist.all_gather_object(reports, report)
     if rank == 0:
-        check(world, args.n, [r["epoch0"] for r in reports], [r["resumed_batches"] for r in reports], "epoch 0")
-        check(world, args.n, [r["epoch1"] for r in reports], [r["epoch1_batches"] for r in reports], "epoch 1")
-        print(f"ok: {world} ranks, {args.n} samples, epoch 0 resumed from a merged checkpoint, epoch 1 whole",
+        check(world, args.samples, [r["epoch0"] for r in reports], [r["resumed_batches"] for r in reports], "epoch 0")
+        check(world, args.samples, [r["epoch1"] for r in reports], [r["epoch1_batches"] for r in reports], "epoch 1")
+        print(f"ok: {world} ranks, {args.samples} samples, epoch 0 resumed from a merged checkpoint, epoch 1 whole",
               flush=True)
     dist.barrier()
     dist.destroy_process_group()

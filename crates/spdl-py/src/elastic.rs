@@ -7,7 +7,7 @@ use pyo3::exceptions::{PyKeyError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use spdl_source::sampler::{
-    CanonicalOrder, ElasticShard, EpochProgress, Remainder, Shard, Spans, batches_per_rank, per_rank,
+    CanonicalOrder, ElasticShard, EpochProgress, Remainder, Sampler, Shard, Spans, batches_per_rank, per_rank,
 };
 
 fn err(e: impl std::fmt::Display) -> PyErr {
@@ -42,8 +42,16 @@ fn spans_to_py<'py>(py: Python<'py>, spans: &Spans) -> PyResult<Bound<'py, PyLis
     PyList::new(py, spans.pairs().iter().map(|&(s, e)| vec![s, e]))
 }
 
+/// Spans from a sequence of ``[start, end]`` pairs (lists or tuples).
 fn spans_from_py(obj: &Bound<'_, PyAny>) -> PyResult<Spans> {
-    let pairs: Vec<(u64, u64)> = obj.extract()?;
+    let mut pairs = Vec::new();
+    for pair in obj.try_iter()? {
+        let pair: Vec<u64> = pair?.extract()?;
+        match pair[..] {
+            [s, e] => pairs.push((s, e)),
+            _ => return Err(PyValueError::new_err(format!("a span is [start, end], got {pair:?}"))),
+        }
+    }
     Spans::from_pairs(pairs).map_err(err)
 }
 

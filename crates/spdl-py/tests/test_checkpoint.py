@@ -221,7 +221,7 @@ def test_every_rank_gets_the_same_number_of_items_and_batches():
             assert counts == {ranks[0].num_batches(b, drop_last=drop_last)}
         union = Counter(i for s in shares for i in s)
         if drop:
-            assert max(union.values()) == 1 and n - len(union) < w
+            assert max(union.values(), default=1) == 1 and n - len(union) < w
         else:
             assert set(union) == set(range(n)) and sum(union.values()) - n < w
 
@@ -239,7 +239,7 @@ def test_a_checkpoint_at_three_ranks_resumes_at_two(watchdog):
         for r in range(3):
             p = rank_pipeline(ElasticSampler(n, rank=r, world_size=3, seed=trial, num_partitions=4))
             it = p.get_iterator(timeout=30)
-            for _ in range(rng.randrange(12)):
+            for _ in range(rng.randrange(8)):  # of 9 batches: the epoch stays open
                 for x in next(it):
                     got[x // 2] += 1
             states.append(pickle.loads(pickle.dumps(p.state_dict())))

@@ -23,7 +23,7 @@ def test_two_ranks_disjoint_complete_equal_batches(tmp_path: Path) -> None:
     env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1")
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-        str(EXAMPLE), "--out", str(tmp_path), "--n", str(n), "--batch-size", str(batch),
+        str(EXAMPLE), "--out", str(tmp_path), "--samples", str(n), "--batch-size", str(batch),
     ]
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]

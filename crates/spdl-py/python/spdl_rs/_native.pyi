@@ -54,6 +54,7 @@ __all__ = [
     "HAS_VIDEO",
     "Store",
     "Sampler",
+    "ElasticSampler",
     "list_dataset",
     "HAS_SOURCE",
 ]
@@ -493,8 +494,8 @@ class ElasticSampler:
     """One rank's share of a dataset's epochs over a canonical-partition order (the same for every world
     size); checkpointable, and resumable at another world size."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         n: int,
         /,
         *,
@@ -504,7 +505,7 @@ class ElasticSampler:
         shuffle: bool = True,
         num_partitions: int = 64,
         drop_remainder: bool = False,
-    ) -> None: ...
+    ) -> ElasticSampler: ...
     def __iter__(self) -> Iterator[int]:
         """This rank's indices for the current epoch; then moves to the next epoch."""
     def __len__(self) -> int:

@@ -279,3 +279,28 @@ def test_malformed_spans_are_refused():
     with pytest.raises(ValueError, match="ascending, disjoint"):
         p.load_state_dict(state)
     p.stop()
+
+
+class Unordered(Shuffled):
+    """A source whose epochs come in a different order each time (a distributed reader, a stream)."""
+
+    deterministic_epoch_order = False
+
+
+def test_a_source_without_a_deterministic_order_is_saved_only_at_epoch_boundaries():
+    def run(src):
+        return PipelineBuilder().add_source(src).pipe(lambda x: x).add_sink(4).build(num_threads=1)
+
+    pipeline = run(Unordered(20, 3, 1))
+    with pipeline.auto_stop():
+        it = iter(pipeline)
+        next(it)
+        with pytest.raises(RuntimeError, match="middle of an epoch.*Unordered"):
+            pipeline.state_dict()
+        rest = list(it)
+        assert len(rest) == 19
+        state = pipeline.state_dict()  # at the boundary: nothing of the epoch is owed
+    resumed = run(Unordered(20, 3, 1))
+    resumed.load_state_dict(pickle.loads(pickle.dumps(state)))
+    with resumed.auto_stop():
+        assert list(resumed) == []

@@ -395,6 +395,13 @@ class RayDataSource:
             if close is not None:
                 close()
 
+    @property
+    def deterministic_epoch_order(self) -> bool:
+        """Whether an epoch is enumerated again in the same order: what a whole-pipeline checkpoint needs to
+        resume mid-epoch by skipping delivered positions. True only with ``mid_epoch="skip"`` (the user vouches
+        for a deterministic order); otherwise a pipeline's ``state_dict()`` in the middle of an epoch is refused."""
+        return self._mid_epoch == "skip"
+
     def state_dict(self) -> dict[str, Any]:
         """The source's position: ``{"epoch": epochs finished, "position": items yielded in the current epoch}``.
 

@@ -14,6 +14,9 @@ with that start state, enumerates the epoch again, and the delivered positions a
 A source's protocol, as used here: ``state_dict()`` taken before ``iter(source)`` is the state from which
 that iteration enumerates an epoch (the same items in the same order for the same state); after the epoch
 is exhausted, ``state_dict()`` is the state of the next epoch; ``load_state_dict(state)`` restores one.
+A source whose epochs do not come again in the same order (a distributed reader, a stream) says so with a
+false ``deterministic_epoch_order`` attribute: a state taken in the middle of one of its epochs is then refused,
+since skipping "the delivered positions" of a different order would skip the wrong items.
 """
 
 from __future__ import annotations
@@ -266,6 +269,14 @@ class Tracker:
                             f"this pipeline's state cannot be saved: the source of input {i} failed to report its "
                             f"state: {exc!r}"
                         ) from exc
+                if not getattr(inp.source, "deterministic_epoch_order", True):
+                    started = [n for n, e in inp.epochs.items() if e.watermark > 0 or e.above.pairs()]
+                    if started or inp.pending:
+                        raise RuntimeError(
+                            f"this pipeline's state cannot be saved in the middle of an epoch: the source of input {i} "
+                            f"({type(inp.source).__name__}) does not enumerate an epoch in the same order again "
+                            "(deterministic_epoch_order is false); save the state at an epoch boundary"
+                        )
                 epochs = [
                     {
                         "epoch": n,

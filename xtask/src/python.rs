@@ -45,7 +45,7 @@ const FT_COMPLETE_STAMP: &str = ".spdl-rs-complete";
 /// before this step), `http` and `s3` (`spdl_rs.source.Store` over HTTP(S) and S3; the suite's S3 tests
 /// run against the s3s-fs server that `cargo xtask test` installs), `turbojpeg` (libjpeg-turbo's region decode;
 /// cmake and nasm, which `cargo xtask test` installs).
-const MODULE_FEATURES: &str = "abi3,ffmpeg,http,s3,turbojpeg";
+const MODULE_FEATURES: &str = "abi3,cuda,ffmpeg,http,s3,turbojpeg";
 
 /// Runs spdl-py's clippy (and, unless `quick`, rustdoc and doctest) gates against `.venv`'s interpreter,
 /// builds `spdl_rs` into `.venv` (system python3), type-checks it (mypy, stubtest), then builds it into

@@ -215,31 +215,44 @@ impl Stream {
     }
 
     /// Queues an asynchronous copy of `host` to new device memory and returns at once; see [`transfer`].
-    #[cfg_attr(not(feature = "cuda"), allow(unreachable_code, unused_variables))] // uninhabited stub types
     pub fn transfer(&self, host: Buffer) -> Result<DeviceBuffer> {
+        self.transfer_source(HostSource::Owned(host))
+    }
+
+    /// Like [`Stream::transfer`], for a buffer the caller keeps sharing (Python objects hold their buffers
+    /// through an [`Arc`]): one reference is held until the copy completes, so a pinned buffer is DMA'd in place
+    /// with no host copy. The caller must not write the buffer until the copy is done (wait with
+    /// [`DeviceBuffer::synchronize`]).
+    pub fn transfer_shared(&self, host: Arc<Buffer>) -> Result<DeviceBuffer> {
+        self.transfer_source(HostSource::Shared(host))
+    }
+
+    #[cfg_attr(not(feature = "cuda"), allow(unreachable_code, unused_variables))] // uninhabited stub types
+    fn transfer_source(&self, host: HostSource) -> Result<DeviceBuffer> {
         let t0 = Instant::now();
         let inner = &*self.inner;
         // Give back the host memory of copies that finished since the last call (never blocks).
         inner.tracker.reap()?;
         let raw = &inner.raw;
-        let nbytes = host.nbytes();
-        let (dtype, shape, layout) = (host.dtype(), host.shape().to_vec(), host.layout());
+        let src = host.buffer();
+        let nbytes = src.nbytes();
+        let (dtype, shape, layout, pinned) = (src.dtype(), src.shape().to_vec(), src.layout(), src.is_pinned());
         let mem = raw.alloc(nbytes)?;
         let start = if inner.options.timing && nbytes > 0 { Some(raw.record()?) } else { None };
 
         let mut kind = Kind::Empty;
         let hold = if nbytes == 0 {
-            HostHold::Source(host)
-        } else if host.is_pinned() {
+            host.into_hold()
+        } else if pinned {
             // SAFETY: `mem` holds `nbytes` bytes and is freed stream-ordered after this copy; `host` is parked
             // in the tracker below until the copy's event completes.
-            unsafe { raw.copy_htod(mem.ptr(), host.as_bytes())? };
+            unsafe { raw.copy_htod(mem.ptr(), host.buffer().as_bytes())? };
             kind = Kind::Pinned;
-            HostHold::Source(host)
+            host.into_hold()
         } else {
             match &inner.options.pageable {
                 PageablePolicy::Staged(alloc) => {
-                    let staging = StagingBlock::copy_of(host.as_bytes(), alloc)?;
+                    let staging = StagingBlock::copy_of(host.buffer().as_bytes(), alloc)?;
                     drop(host); // copied: the caller's pageable buffer can go now
                     // SAFETY: as above, with the staging block parked instead of `host`.
                     unsafe { raw.copy_htod(mem.ptr(), staging.as_bytes())? };
@@ -249,9 +262,9 @@ impl Stream {
                 PageablePolicy::Driver => {
                     // SAFETY: as above; the driver reads pageable memory before returning, and we keep it anyway
                     // (on systems where the GPU reads pageable memory directly, that matters).
-                    unsafe { raw.copy_htod(mem.ptr(), host.as_bytes())? };
+                    unsafe { raw.copy_htod(mem.ptr(), host.buffer().as_bytes())? };
                     kind = Kind::Pageable;
-                    HostHold::Source(host)
+                    host.into_hold()
                 }
             }
         };
@@ -328,6 +341,28 @@ impl Stream {
             enqueue_time: issued.enqueue_time,
             leaked_host_blocks: done.leaked,
             pool: None,
+        }
+    }
+}
+
+/// The host side of a copy: a buffer the stream takes, or a shared one it holds a reference to.
+enum HostSource {
+    Owned(Buffer),
+    Shared(Arc<Buffer>),
+}
+
+impl HostSource {
+    fn buffer(&self) -> &Buffer {
+        match self {
+            HostSource::Owned(b) => b,
+            HostSource::Shared(b) => b,
+        }
+    }
+
+    fn into_hold(self) -> HostHold {
+        match self {
+            HostSource::Owned(b) => HostHold::Source(b),
+            HostSource::Shared(b) => HostHold::Shared(b),
         }
     }
 }

@@ -77,6 +77,9 @@ pub(crate) enum HostHold {
     Source(Buffer),
     /// A pinned copy of a pageable buffer (the caller's buffer was dropped right after the memcpy).
     Staging(StagingBlock),
+    /// A reference to a buffer the caller keeps sharing (e.g. one Python also holds); the memory is freed
+    /// when the last reference goes, never before the copy is done.
+    Shared(Arc<Buffer>),
 }
 
 /// One queued copy.

@@ -116,6 +116,11 @@ impl Transfer {
         self.stream.transfer(host)
     }
 
+    /// Queues the copy of a shared buffer on the copy stream; see [`Stream::transfer_shared`].
+    pub fn transfer_shared(&self, host: Arc<Buffer>) -> Result<DeviceBuffer> {
+        self.stream.transfer_shared(host)
+    }
+
     /// Waits for every queued copy and releases its host memory.
     pub fn synchronize(&self) -> Result<()> {
         self.stream.synchronize()

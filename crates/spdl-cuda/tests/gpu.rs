@@ -195,3 +195,20 @@ fn device_dlpack_export_shares_device_memory() {
     drop::<DlpackTensor>(t);
     dev.synchronize().unwrap();
 }
+
+#[test]
+fn shared_buffers_are_held_until_their_copy_is_done_then_let_go() {
+    let Some(_dev) = gpu_or_skip("shared_buffers_are_held_until_their_copy_is_done_then_let_go") else { return };
+    let gpu = Transfer::new(&TransferConfig::default()).unwrap();
+    for (seed, alloc) in [(1, gpu.allocator()), (2, system_allocator())] {
+        let (buf, data) = filled(3 << 20, seed, &alloc);
+        let shared = Arc::new(buf);
+        let d = gpu.transfer_shared(Arc::clone(&shared)).unwrap();
+        d.synchronize().unwrap();
+        gpu.stream().release_completed().unwrap();
+        assert_eq!(Arc::strong_count(&shared), 1, "the stream let go of the caller's buffer once the copy was done");
+        assert_eq!(d.to_host().unwrap().as_bytes(), &data[..], "seed {seed}");
+    }
+    let stats = gpu.stats();
+    assert_eq!((stats.pinned_copies, stats.staged_copies), (1, 1));
+}

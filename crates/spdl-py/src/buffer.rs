@@ -71,8 +71,24 @@ pub(crate) fn parse_dtype(name: &str) -> PyResult<DType> {
     })
 }
 
-/// numpy's type string (`__array_interface__["typestr"]`).
-fn typestr(dtype: DType) -> &'static str {
+/// numpy's name of a dtype (`"uint8"`, `"float32"`, ...).
+pub(crate) fn numpy_name(dtype: DType) -> &'static str {
+    match dtype {
+        DType::U8 => "uint8",
+        DType::I8 => "int8",
+        DType::U16 => "uint16",
+        DType::I16 => "int16",
+        DType::U32 => "uint32",
+        DType::I32 => "int32",
+        DType::I64 => "int64",
+        DType::F32 => "float32",
+        DType::F64 => "float64",
+        _ => "void",
+    }
+}
+
+/// numpy's type string (`__array_interface__["typestr"]`, and the CUDA array interface's).
+pub(crate) fn typestr(dtype: DType) -> &'static str {
     #[cfg(target_endian = "little")]
     const E: &str = "<";
     #[cfg(target_endian = "big")]
@@ -133,18 +149,7 @@ impl PyBuffer {
     /// The element type as numpy names it (`"uint8"`, `"float32"`, ...).
     #[getter]
     fn dtype(&self) -> &'static str {
-        match self.inner.dtype() {
-            DType::U8 => "uint8",
-            DType::I8 => "int8",
-            DType::U16 => "uint16",
-            DType::I16 => "int16",
-            DType::U32 => "uint32",
-            DType::I32 => "int32",
-            DType::I64 => "int64",
-            DType::F32 => "float32",
-            DType::F64 => "float64",
-            _ => "void",
-        }
+        numpy_name(self.inner.dtype())
     }
 
     /// What the axes mean (`"NHWC"`, `"HWC"`, `"CT"`, ... or `""`).

@@ -43,12 +43,28 @@ unsafe extern "C" fn capsule_destructor(capsule: *mut ffi::PyObject) {
 /// else the legacy one, as the Python array API standard says.
 pub(crate) fn to_capsule(py: Python<'_>, buffer: &Arc<Buffer>, versioned: bool) -> PyResult<Py<PyAny>> {
     let export_err = |e: spdl_buffer::BufferError| PyBufferError::new_err(format!("DLPack export: {e}"));
-    let (ptr, name): (*mut c_void, &CStr) = if versioned {
-        let t = DlpackTensorVersioned::from_shared_buffer(Arc::clone(buffer)).map_err(export_err)?;
-        (t.into_raw().cast::<c_void>(), CAPSULE_VERSIONED)
+    let tensor = if versioned {
+        Managed::Versioned(DlpackTensorVersioned::from_shared_buffer(Arc::clone(buffer)).map_err(export_err)?)
     } else {
-        let t = DlpackTensor::from_shared_buffer(Arc::clone(buffer)).map_err(export_err)?;
-        (t.into_raw().cast::<c_void>(), CAPSULE_LEGACY)
+        Managed::Legacy(DlpackTensor::from_shared_buffer(Arc::clone(buffer)).map_err(export_err)?)
+    };
+    managed_to_capsule(py, tensor)
+}
+
+/// A managed tensor of either DLPack ABI, ready to go into a capsule.
+pub(crate) enum Managed {
+    /// `"dltensor"` (pre-1.0 consumers).
+    Legacy(DlpackTensor),
+    /// `"dltensor_versioned"` (DLPack 1.x).
+    Versioned(DlpackTensorVersioned),
+}
+
+/// The capsule of a managed tensor (host or device memory); the capsule owns the tensor until a consumer takes
+/// it.
+pub(crate) fn managed_to_capsule(py: Python<'_>, tensor: Managed) -> PyResult<Py<PyAny>> {
+    let (ptr, name, versioned): (*mut c_void, &CStr, bool) = match tensor {
+        Managed::Versioned(t) => (t.into_raw().cast::<c_void>(), CAPSULE_VERSIONED, true),
+        Managed::Legacy(t) => (t.into_raw().cast::<c_void>(), CAPSULE_LEGACY, false),
     };
     // SAFETY: `ptr` is a live managed tensor of the kind `name` says; the destructor frees it unless a consumer
     // renamed the capsule. On failure the capsule does not exist, so we free the tensor ourselves.

@@ -12,6 +12,8 @@
 //! - `spdl_rs.io` (feature `io`) wraps spdl-io's image and audio decoders and `probe`, and (feature
 //!   `ffmpeg`, the system's FFmpeg libraries) its video demuxer and decoder, each releasing the GIL.
 //! - `spdl_rs.source` (feature `source`) wraps spdl-source's samplers and dataset listings.
+//! - `spdl_rs.io`'s host/device memory (feature `cuda`) wraps spdl-cuda's pinned pool and copy stream
+//!   (`cpu_storage`, `transfer_buffer`, `CUDABuffer`, ...); CUDA is loaded at run time.
 //!
 //! The module is declared free-threading safe (`gil_used = false`): no Rust code relies on the GIL for its
 //! own safety (shared state is in atomics, channels and `Mutex`es that hold no Python object while Python
@@ -47,6 +49,8 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod buffer;
+#[cfg(feature = "cuda")]
+mod cuda;
 mod dlpack;
 #[cfg(feature = "source")]
 mod elastic;
@@ -93,5 +97,8 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("HAS_SOURCE", cfg!(feature = "source"))?;
     #[cfg(feature = "loader")]
     loader::register(m)?;
+    #[cfg(feature = "cuda")]
+    cuda::register(m)?;
+    m.add("HAS_CUDA", cfg!(feature = "cuda"))?;
     Ok(())
 }

@@ -610,3 +610,108 @@ class ImageLoader:
     def failed_images(self) -> int: ...
     def stats_table(self) -> str: ...
     def stop(self) -> None: ...
+
+# `spdl_rs.io`'s host/device memory (the `cuda` feature; wrapped by `spdl_rs.io._cuda`). The names below exist
+# only in builds with ``HAS_CUDA``.
+__all__ += [
+    "HAS_CUDA",
+    "CUDAUnavailableError",
+    "CUDAConfig",
+    "CPUStorage",
+    "CUDABuffer",
+    "cuda_device_count",
+    "cuda_open",
+    "cuda_cpu_storage",
+    "cuda_pinned_buffer",
+    "cuda_transfer_buffer",
+    "cuda_transfer_buffer_cpu",
+]
+
+HAS_CUDA: bool
+"""Whether this build has the ``cuda`` feature (spdl-cuda; the CUDA driver is looked for at run time)."""
+
+class CUDAUnavailableError(RuntimeError):
+    """No usable CUDA GPU: no ``cuda`` feature, no CUDA driver, no device, or an index beyond the devices."""
+
+@final
+class CUDAConfig:
+    """The CUDA device of :py:func:`spdl_rs.io.transfer_buffer`, and SPDL's stream and allocator settings."""
+
+    def __new__(
+        cls,
+        device_index: int,
+        stream: int = 2,
+        allocator: tuple[Any, Any] | None = None,
+    ) -> CUDAConfig: ...
+    @property
+    def device_index(self) -> int:
+        """The CUDA device ordinal."""
+    @property
+    def stream(self) -> int:
+        """The CUDA stream handle given (kept for SPDL compatibility)."""
+    @property
+    def allocator(self) -> tuple[Any, Any] | None:
+        """The ``(allocate, delete)`` pair given, or ``None``."""
+
+@final
+class CPUStorage:
+    """Host memory from :py:func:`spdl_rs.io.cpu_storage` (page-locked or ordinary)."""
+
+    @property
+    def size(self) -> int:
+        """Size in bytes."""
+    @property
+    def pinned(self) -> bool:
+        """True if the memory is page-locked."""
+    @property
+    def buffer(self) -> Buffer:
+        """The memory as a writable 1-D ``uint8`` :py:class:`Buffer` (shared, not copied)."""
+
+@final
+class CUDABuffer:
+    """An array in CUDA device memory (``__cuda_array_interface__`` and DLPack)."""
+
+    @property
+    def device_index(self) -> int:
+        """The CUDA device ordinal."""
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The extent of each axis."""
+    @property
+    def dtype(self) -> str:
+        """numpy's name of the element type."""
+    @property
+    def nbytes(self) -> int:
+        """Size in bytes."""
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        """The CUDA array interface (version 3)."""
+    def __dlpack__(
+        self,
+        *,
+        stream: Any = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> Any:
+        """A DLPack capsule (``kDLCUDA``) viewing the device memory in place."""
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """``(2, device_index)``."""
+
+def cuda_device_count() -> int:
+    """CUDA devices the driver reports (0 without a driver)."""
+
+def cuda_open(device_index: int) -> None:
+    """Opens a device (its pinned pool and copy stream); ``CUDAUnavailableError`` if it cannot be used."""
+
+def cuda_cpu_storage(size: int, pin_memory: bool = True) -> CPUStorage:
+    """``size`` zeroed bytes, page-locked (device 0's pinned pool) or ordinary."""
+
+def cuda_pinned_buffer(shape: Sequence[int], dtype: str, device_index: int) -> Buffer:
+    """A zeroed buffer in the pinned pool of a device."""
+
+def cuda_transfer_buffer(buffer: Buffer, *, device_config: CUDAConfig) -> CUDABuffer:
+    """Copies a buffer to the device and waits for the copy."""
+
+def cuda_transfer_buffer_cpu(buffer: CUDABuffer) -> Buffer:
+    """Copies a device buffer back into a new host buffer."""

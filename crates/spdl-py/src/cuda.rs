@@ -174,7 +174,8 @@ impl CpuStorage {
     }
 
     fn __repr__(&self) -> String {
-        format!("CPUStorage(size={}, pinned={})", self.inner.nbytes(), self.inner.is_pinned())
+        let pinned = if self.inner.is_pinned() { "True" } else { "False" };
+        format!("CPUStorage(size={}, pinned={pinned})", self.inner.nbytes())
     }
 }
 

@@ -67,6 +67,14 @@ pub mod audio;
 pub mod corrupt;
 #[cfg(feature = "ffmpeg")]
 mod ffmpeg;
+/// SPDL's demuxing and decoding objects (feature `ffmpeg`): a [`media::Demuxer`] kept open over one source
+/// (demux audio, video or an image, or stream packets in bounded chunks), owned [`media::MediaPackets`] and
+/// [`media::MediaFrames`], a streaming [`media::Decoder`] with an optional [`media::FilterGraph`], and
+/// [`media::convert_frames`] into one buffer in SPDL's shapes.
+#[cfg(feature = "ffmpeg")]
+pub mod media {
+    pub use crate::ffmpeg::objects::*;
+}
 #[cfg(feature = "image")]
 pub mod image;
 #[cfg(feature = "audio")]

@@ -9,6 +9,9 @@
 #[macro_use]
 pub(crate) mod options;
 mod audio;
+mod encode;
+#[cfg(feature = "ffmpeg")]
+mod media;
 #[cfg(feature = "ffmpeg")]
 mod video;
 
@@ -558,7 +561,10 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode_memory_budget, m)?)?;
     m.add_function(wrap_pyfunction!(set_decode_memory_budget, m)?)?;
     audio::register(m)?;
+    encode::register(m)?;
     #[cfg(feature = "ffmpeg")]
     video::register(m)?;
+    #[cfg(feature = "ffmpeg")]
+    media::register(m)?;
     Ok(())
 }

@@ -38,6 +38,11 @@ pub(crate) fn ff_error(item: &str, what: &str, e: ff::Error) -> Error {
 
 /// Opens `input` for demuxing (headers and stream info read).
 pub(crate) fn open_input(input: &MediaInput<'_>, item: &str) -> Result<Input> {
+    open_input_with(input, item, &[])
+}
+
+/// Opens `input` for demuxing with demuxer `options` (FFmpeg's format-context options).
+pub(crate) fn open_input_with(input: &MediaInput<'_>, item: &str, options: &[(String, String)]) -> Result<Input> {
     init();
     input.check_not_empty()?;
     let (io, hint) = match *input {
@@ -52,7 +57,14 @@ pub(crate) fn open_input(input: &MediaInput<'_>, item: &str) -> Result<Input> {
     let io = io.map_err(|e| ff_error(item, "avio", e))?;
     // The name is only a format hint (by extension); an interior NUL would be rejected.
     let hint = hint.filter(|h| !h.contains('\0'));
-    ff::format::input_from_stream(io, hint, None).map_err(|e| match e {
+    let options = (!options.is_empty()).then(|| {
+        let mut d = ff::Dictionary::new();
+        for (k, v) in options {
+            d.set(k, v);
+        }
+        d
+    });
+    ff::format::input_from_stream(io, hint, options).map_err(|e| match e {
         ff::Error::InvalidData | ff::Error::DemuxerNotFound => {
             // Tell "not a format FFmpeg knows" from "a known format whose header or index is damaged"
             // (e.g. an MP4 cut before its moov atom) by probing the first bytes' content alone.

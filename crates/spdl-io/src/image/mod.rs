@@ -50,6 +50,7 @@
 
 mod batch;
 mod decode;
+mod encode;
 mod format;
 mod pixels;
 pub(crate) mod rng;
@@ -63,6 +64,7 @@ use fast_image_resize::Resizer;
 use spdl_buffer::{Buffer, DType, Layout, SharedAllocator};
 
 pub use batch::{BatchDecoder, BatchOptions, BatchOutput, Normalize, decode_image_batch, load_image_batch};
+pub use encode::{EncodeColor, EncodeOptions, encode_image};
 pub use format::ImageFormat;
 pub use transform::{ResizeFilter, Transform};
 

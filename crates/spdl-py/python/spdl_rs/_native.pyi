@@ -3,7 +3,7 @@
 import builtins
 from collections.abc import Iterator, Sequence
 from os import PathLike
-from typing import Any, Literal, final
+from typing import Any, Literal, final, overload
 
 from typing_extensions import Buffer as _BufferLike  # collections.abc.Buffer from Python 3.12
 from typing_extensions import TypedDict, Unpack
@@ -43,7 +43,26 @@ __all__ = [
     "probe",
     "load_audio_op",
     "load_audio_batch_op",
-    "Packets",
+    "AudioCodec",
+    "VideoCodec",
+    "ImageCodec",
+    "AudioPackets",
+    "VideoPackets",
+    "ImagePackets",
+    "AudioFrames",
+    "VideoFrames",
+    "ImageFrames",
+    "MediaDemuxer",
+    "MediaDecoder",
+    "MediaBSF",
+    "FilterGraph",
+    "media_decode_packets",
+    "convert_frames",
+    "reference_video_frame",
+    "reference_audio_frame",
+    "split_packets_at_indices",
+    "concat_video_frames",
+    "encode_image_file",
     "load_video",
     "demux_video",
     "decode_packets",
@@ -409,36 +428,275 @@ def load_audio_batch_op(**options: Unpack[_AudioBatchOptions]) -> NativeOp:
     """The native op of :py:func:`load_audio_batch`."""
 
 @final
-class Packets:
-    """The packets of one video stream from :py:func:`demux_video`, owned by Rust; :py:func:`decode_packets`
-    consumes them (a second decode raises ``ValueError``). Only in builds with ``HAS_VIDEO``."""
+class AudioCodec:
+    """The codec of an audio stream (SPDL's ``AudioCodec``)."""
 
     @property
-    def item(self) -> str:
-        """The path or name they came from."""
+    def name(self) -> str: ...
     @property
-    def codec(self) -> str:
-        """Codec short name (``"h264"``, ...)."""
+    def sample_rate(self) -> int: ...
     @property
-    def width(self) -> int:
-        """Coded width in pixels."""
+    def num_channels(self) -> int: ...
     @property
-    def height(self) -> int:
-        """Coded height in pixels."""
+    def sample_fmt(self) -> str: ...
     @property
-    def frame_rate(self) -> float | None:
-        """Average frame rate, if stated."""
+    def time_base(self) -> tuple[int, int]: ...
     @property
-    def nbytes(self) -> int:
-        """Bytes of packet data."""
+    def channel_layout(self) -> str: ...
+
+@final
+class VideoCodec:
+    """The codec of a video stream (SPDL's ``VideoCodec``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def width(self) -> int: ...
+    @property
+    def height(self) -> int: ...
+    @property
+    def pix_fmt(self) -> str: ...
+    @property
+    def frame_rate(self) -> tuple[int, int]: ...
+    @property
+    def time_base(self) -> tuple[int, int]: ...
+    @property
+    def sample_aspect_ratio(self) -> tuple[int, int]: ...
+
+@final
+class ImageCodec:
+    """The codec of an image (SPDL's ``ImageCodec``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def width(self) -> int: ...
+    @property
+    def height(self) -> int: ...
+    @property
+    def pix_fmt(self) -> str: ...
+    @property
+    def time_base(self) -> tuple[int, int]: ...
+    @property
+    def sample_aspect_ratio(self) -> tuple[int, int]: ...
+
+@final
+class AudioPackets:
+    """Packets of an audio stream (SPDL's ``AudioPackets``); a decode consumes them."""
+
+    @property
+    def item(self) -> str: ...
+    @property
+    def codec(self) -> AudioCodec: ...
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def decodable(self) -> bool: ...
+    @property
+    def timestamp(self) -> tuple[float, float] | None: ...
+    @property
+    def sample_rate(self) -> int: ...
+    @property
+    def num_channels(self) -> int: ...
+    def clone(self) -> AudioPackets: ...
+    def __len__(self) -> int: ...
+
+@final
+class VideoPackets:
+    """Packets of a video stream (SPDL's ``VideoPackets``; ``spdl_rs.io.Packets``); a decode consumes them."""
+
+    @property
+    def item(self) -> str: ...
+    @property
+    def codec(self) -> VideoCodec: ...
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def decodable(self) -> bool: ...
+    @property
+    def timestamp(self) -> tuple[float, float] | None: ...
     @property
     def timestamps(self) -> list[float]:
         """Presentation times (seconds) of the frames a full decode of the window yields."""
+    def get_timestamps(self, *, raw: bool = False) -> list[float]: ...
     @property
-    def decodable(self) -> bool:
-        """True until :py:func:`decode_packets` consumed them."""
-    def __len__(self) -> int:
-        """Number of packets (including those before the window that decoding needs)."""
+    def pix_fmt(self) -> str: ...
+    @property
+    def width(self) -> int: ...
+    @property
+    def height(self) -> int: ...
+    @property
+    def frame_rate(self) -> tuple[int, int]: ...
+    def clone(self) -> VideoPackets: ...
+    def __len__(self) -> int: ...
+
+@final
+class ImagePackets:
+    """The packet of an image (SPDL's ``ImagePackets``); a decode consumes it."""
+
+    @property
+    def item(self) -> str: ...
+    @property
+    def codec(self) -> ImageCodec: ...
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def decodable(self) -> bool: ...
+    @property
+    def pix_fmt(self) -> str: ...
+    @property
+    def width(self) -> int: ...
+    @property
+    def height(self) -> int: ...
+    def clone(self) -> ImagePackets: ...
+    def __len__(self) -> int: ...
+
+@final
+class AudioFrames:
+    """Decoded audio (SPDL's ``AudioFrames``)."""
+
+    @property
+    def num_frames(self) -> int: ...
+    @property
+    def sample_rate(self) -> int: ...
+    @property
+    def num_channels(self) -> int: ...
+    @property
+    def sample_fmt(self) -> str: ...
+    def clone(self) -> AudioFrames: ...
+    def __len__(self) -> int: ...
+
+@final
+class VideoFrames:
+    """Decoded video frames (SPDL's ``VideoFrames``)."""
+
+    @property
+    def num_frames(self) -> int: ...
+    @property
+    def num_planes(self) -> int: ...
+    @property
+    def width(self) -> int: ...
+    @property
+    def height(self) -> int: ...
+    @property
+    def pix_fmt(self) -> str: ...
+    def get_timestamps(self) -> list[float]: ...
+    def get_pts(self) -> list[int]: ...
+    @property
+    def time_base(self) -> tuple[int, int]: ...
+    def clone(self) -> VideoFrames: ...
+    def __len__(self) -> int: ...
+    @overload
+    def __getitem__(self, key: int, /) -> ImageFrames: ...
+    @overload
+    def __getitem__(self, key: slice | Sequence[int], /) -> VideoFrames: ...
+
+@final
+class ImageFrames:
+    """One decoded image (SPDL's ``ImageFrames``)."""
+
+    @property
+    def num_planes(self) -> int: ...
+    @property
+    def width(self) -> int: ...
+    @property
+    def height(self) -> int: ...
+    @property
+    def pix_fmt(self) -> str: ...
+    @property
+    def metadata(self) -> dict[str, str]: ...
+    @property
+    def pts(self) -> float: ...
+    def clone(self) -> ImageFrames: ...
+
+_Codec = AudioCodec | VideoCodec | ImageCodec
+_AnyPackets = AudioPackets | VideoPackets | ImagePackets
+_AnyFrames = AudioFrames | VideoFrames | ImageFrames
+
+@final
+class MediaDemuxer:
+    """A source kept open (``spdl_rs.io.Demuxer`` wraps it)."""
+
+    def __new__(
+        cls,
+        src: _Src,
+        *,
+        name: str | None = None,
+        format_options: dict[str, str] | None = None,
+        limits: dict[str, int] | None = None,
+    ) -> MediaDemuxer: ...
+    @property
+    def item(self) -> str: ...
+    def demux(self, kind: str, window: tuple[float, float] | None = None) -> Any: ...
+    def stream_index(self, kind: str) -> int | None: ...
+    def codec(self, kind: str) -> Any: ...
+    def start_streaming(
+        self, indices: Sequence[int], *, num_packets: int | None = None, duration: float | None = None
+    ) -> None: ...
+    def next_chunk(self) -> dict[int, Any] | None: ...
+    def close(self) -> None: ...
+
+@final
+class MediaDecoder:
+    """A streaming decoder (``spdl_rs.io.Decoder`` wraps it)."""
+
+    def __new__(
+        cls,
+        codec: _Codec,
+        *,
+        filter_desc: str | None = None,
+        decoder: str | None = None,
+        decoder_options: dict[str, str] | None = None,
+        limits: dict[str, int] | None = None,
+    ) -> MediaDecoder: ...
+    def decode(self, packets: _AnyPackets) -> Any: ...
+    def flush(self) -> Any: ...
+
+@final
+class MediaBSF:
+    """A bitstream filter chain (``spdl_rs.io.BSF`` wraps it)."""
+
+    def __new__(cls, codec: _Codec, bsf: str) -> MediaBSF: ...
+    def filter(self, packets: _AnyPackets, *, flush: bool = False) -> Any: ...
+    def flush(self) -> Any: ...
+
+@final
+class FilterGraph:
+    """An FFmpeg filter graph (SPDL's ``FilterGraph``)."""
+
+    def __new__(cls, filter_desc: str) -> FilterGraph: ...
+    def add_frames(self, frames: _AnyFrames, *, key: str | None = None) -> None: ...
+    def flush(self) -> None: ...
+    def get_frames(self, *, key: str | None = None) -> _AnyFrames | None: ...
+    def dump(self) -> str: ...
+
+def media_decode_packets(
+    packets: _AnyPackets,
+    *,
+    filter_desc: str | None = None,
+    decoder: str | None = None,
+    decoder_options: dict[str, str] | None = None,
+    num_frames: int = -1,
+) -> Any: ...
+def convert_frames(frames: Any) -> Buffer: ...
+def reference_video_frame(
+    data: bytes, shape: Sequence[int], itemsize: int, *, pix_fmt: str, frame_rate: tuple[int, int], pts: int
+) -> VideoFrames: ...
+def reference_audio_frame(
+    data: bytes, shape: Sequence[int], itemsize: int, *, sample_fmt: str, sample_rate: int, pts: int
+) -> AudioFrames: ...
+def split_packets_at_indices(packets: VideoPackets, indices: Sequence[int]) -> list[tuple[VideoPackets, list[int]]]: ...
+def concat_video_frames(a: VideoFrames, b: VideoFrames) -> VideoFrames: ...
+def encode_image_file(
+    path: str | PathLike[str],
+    data: bytes,
+    width: int,
+    height: int,
+    color: str,
+    *,
+    quality: int | None = None,
+    compression: int | None = None,
+) -> None: ...
 
 def load_video(
     src: _Src, *, name: str | None = None, return_info: bool = False, **options: Unpack[_VideoOptions]
@@ -446,11 +704,11 @@ def load_video(
     """Demuxes and decodes a video into a ``uint8`` buffer ``[N, H, W, C]`` (GIL released); ``(buffer,
     {"pts", "frame_rate", "codec", "item"})`` with ``return_info=True``. Only in builds with ``HAS_VIDEO``."""
 
-def demux_video(src: _Src, *, name: str | None = None, **options: Unpack[_DemuxOptions]) -> Packets:
+def demux_video(src: _Src, *, name: str | None = None, **options: Unpack[_DemuxOptions]) -> VideoPackets:
     """The packets the window needs, to decode later with :py:func:`decode_packets` (GIL released)."""
 
 def decode_packets(
-    packets: Packets, *, return_info: bool = False, **options: Unpack[_DecodeOptions]
+    packets: VideoPackets, *, return_info: bool = False, **options: Unpack[_DecodeOptions]
 ) -> Buffer | tuple[Buffer, dict[str, Any]]:
     """Decodes (and consumes) packets into a ``uint8`` buffer ``[N, H, W, C]`` (GIL released)."""
 
@@ -458,7 +716,7 @@ def load_video_op(**options: Unpack[_VideoOptions]) -> NativeOp:
     """The native op of :py:func:`load_video`."""
 
 def demux_video_op(**options: Unpack[_DemuxOptions]) -> NativeOp:
-    """The native op of :py:func:`demux_video` (outputs :py:class:`Packets`)."""
+    """The native op of :py:func:`demux_video` (outputs :py:class:`VideoPackets`)."""
 
 def decode_packets_op(**options: Unpack[_DecodeOptions]) -> NativeOp:
     """The native op of :py:func:`decode_packets`."""

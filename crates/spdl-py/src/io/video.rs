@@ -2,107 +2,25 @@
 //! that demux (I/O) and decode (CPU) in separate stages, with their native ops. Every function releases the
 //! GIL for its whole duration.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
+use spdl_io::media::MediaPackets;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use spdl_buffer::system_allocator;
 use spdl_io::video::{
-    DecodeOptions, DemuxOptions, FrameSampling, Frames, Packets, PixelFormat, ScaleFilter, VideoLimits,
+    DecodeOptions, DemuxOptions, FrameSampling, Frames, PixelFormat, ScaleFilter,
     decode_packets as decode_packets_rs, demux_video as demux_video_rs,
 };
 
 use super::audio::window;
+use super::media::{PyVideoPackets, limits_from};
 use super::options::KeywordOptions;
 use super::{buffer_result, io_err, media_src, src_from_value};
 use crate::error::Error;
 use crate::pipeline::{NativeOp, PyNativeOp};
 use crate::value::Value;
-
-/// The packets of one video stream (``demux_video``'s result), owned by Rust: hand them to another thread or
-/// pipeline stage and decode them there with ``decode_packets``, which consumes them (a second decode
-/// raises ``ValueError``).
-#[pyclass(name = "Packets", module = "spdl_rs._native", frozen)]
-#[derive(Debug)]
-pub struct PyPackets {
-    /// `None` once decoded. The lock is held only to take the packets out, never while Python runs.
-    packets: Mutex<Option<Packets>>,
-    /// The item (path or name) they came from.
-    #[pyo3(get)]
-    item: String,
-    /// Codec short name (``"h264"``, ``"vp9"``, ...).
-    #[pyo3(get)]
-    codec: String,
-    /// Coded width in pixels.
-    #[pyo3(get)]
-    width: u32,
-    /// Coded height in pixels.
-    #[pyo3(get)]
-    height: u32,
-    /// Average frame rate, if the container states it.
-    #[pyo3(get)]
-    frame_rate: Option<f64>,
-    len: usize,
-    /// Bytes of packet data.
-    #[pyo3(get)]
-    nbytes: usize,
-    /// Presentation times (seconds) of the frames in the window, in order: what a full decode yields.
-    #[pyo3(get)]
-    timestamps: Vec<f64>,
-}
-
-impl PyPackets {
-    fn new(p: Packets) -> Self {
-        Self {
-            item: p.item().to_owned(),
-            codec: p.codec().to_owned(),
-            width: p.width(),
-            height: p.height(),
-            frame_rate: p.frame_rate(),
-            len: p.len(),
-            nbytes: p.bytes(),
-            timestamps: p.timestamps(),
-            packets: Mutex::new(Some(p)),
-        }
-    }
-
-    /// Takes the packets out (they are decoded once).
-    fn take(&self) -> PyResult<Packets> {
-        self.packets.lock().unwrap_or_else(PoisonError::into_inner).take().ok_or_else(|| {
-            PyValueError::new_err(format!(
-                "{}: these packets were already decoded (decode_packets consumes them; demux again)",
-                self.item
-            ))
-        })
-    }
-}
-
-#[pymethods]
-impl PyPackets {
-    /// True until ``decode_packets`` consumed them.
-    #[getter]
-    fn decodable(&self) -> bool {
-        self.packets.lock().unwrap_or_else(PoisonError::into_inner).is_some()
-    }
-
-    /// Number of packets (including those before the window that decoding needs).
-    fn __len__(&self) -> usize {
-        self.len
-    }
-
-    fn __repr__(&self) -> String {
-        format!(
-            "spdl_rs.io.Packets(item={:?}, codec={:?}, {}x{}, packets={}, frames={})",
-            self.item,
-            self.codec,
-            self.width,
-            self.height,
-            self.len,
-            self.timestamps.len()
-        )
-    }
-}
 
 fn pixel_format(name: &str) -> PyResult<PixelFormat> {
     match name.to_ascii_lowercase().as_str() {
@@ -124,30 +42,6 @@ fn scale_filter(name: &str) -> PyResult<ScaleFilter> {
     }
 }
 
-/// `None` or a dict overriding some of [`VideoLimits`]' fields (unknown keys are an error).
-fn limits(spec: Option<&Bound<'_, PyDict>>) -> PyResult<VideoLimits> {
-    let mut l = VideoLimits::default();
-    let Some(spec) = spec else { return Ok(l) };
-    for (key, value) in spec.iter() {
-        let key: String = key.extract()?;
-        match key.as_str() {
-            "max_packets" => l.max_packets = value.extract()?,
-            "max_packet_bytes" => l.max_packet_bytes = value.extract()?,
-            "max_frames" => l.max_frames = value.extract()?,
-            "max_pixels" => l.max_pixels = value.extract()?,
-            "max_output_bytes" => l.max_output_bytes = value.extract()?,
-            "max_bad_packets" => l.max_bad_packets = value.extract()?,
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "unknown video limit {other:?} (max_packets, max_packet_bytes, max_frames, max_pixels, \
-                     max_output_bytes, max_bad_packets)"
-                )));
-            }
-        }
-    }
-    Ok(l)
-}
-
 keyword_options! {
     /// The options of `demux_video` and its op: the window and the bounds.
     struct DemuxArgs {
@@ -164,7 +58,7 @@ impl DemuxArgs {
         if let Some(w) = &window {
             w.validate().map_err(io_err)?;
         }
-        Ok(DemuxOptions { window, limits: limits(self.limits.as_ref().map(|l| l.bind(py)))? })
+        Ok(DemuxOptions { window, limits: limits_from(self.limits.as_ref().map(|l| l.bind(py)))? })
     }
 }
 
@@ -296,11 +190,11 @@ fn demux_video(
     src: &Bound<'_, PyAny>,
     name: Option<&str>,
     options: Option<&Bound<'_, PyDict>>,
-) -> PyResult<PyPackets> {
+) -> PyResult<PyVideoPackets> {
     let demux = DemuxArgs::from_kwargs("demux_video", options)?.options(py)?;
     let src = media_src(src, name)?;
     let packets = py.detach(|| demux_video_rs(src.media(), &demux)).map_err(io_err)?;
-    Ok(PyPackets::new(packets))
+    Ok(PyVideoPackets::from_packets(MediaPackets::from_video_packets(packets)))
 }
 
 /// Decodes :py:class:`Packets` into a ``uint8`` :py:class:`spdl_rs.Buffer` ``[N, H, W, C]`` (GIL released); the packets
@@ -309,12 +203,12 @@ fn demux_video(
 #[pyo3(signature = (packets, *, return_info=false, **options))]
 fn decode_packets(
     py: Python<'_>,
-    packets: &PyPackets,
+    packets: &PyVideoPackets,
     return_info: bool,
     options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<Py<PyAny>> {
     let decode = DecodeArgs::from_kwargs("decode_packets", options)?.options()?;
-    let packets = packets.take()?;
+    let packets = packets.state.take()?.into_video_packets();
     let frames = py.detach(|| decode_packets_rs(packets, &decode, &system_allocator())).map_err(io_err)?;
     frames_result(py, frames, return_info)
 }
@@ -363,7 +257,7 @@ impl NativeOp for DemuxVideoOp {
         let src = src_from_value(input, stage, self.name(), VIDEO_INPUT, 0)?;
         let packets =
             demux_video_rs(src.media(), &self.demux).map_err(|e| Error::native(stage, self.name(), src.name(), e))?;
-        let obj = crate::pipeline::tstate::attach(|py| Py::new(py, PyPackets::new(packets)))
+        let obj = crate::pipeline::tstate::attach(|py| Py::new(py, PyVideoPackets::from_packets(MediaPackets::from_video_packets(packets))))
             .map_err(|e| Error::native(stage, self.name(), src.name(), PyTypeError::new_err(e.to_string())))?;
         Ok(vec![Value::Py(obj.into_any())])
     }
@@ -386,8 +280,8 @@ impl NativeOp for DecodePacketsOp {
         let wrong = |item: String| Error::wrong_input(stage, self.name(), item, PACKETS_INPUT);
         let Value::Py(obj) = input else { return Err(wrong(input.describe())) };
         // The GIL is held only to take the packets out of their Python object.
-        let packets = crate::pipeline::tstate::attach(|py| match obj.bind(py).cast::<PyPackets>() {
-            Ok(p) => p.get().take().map_err(|e| wrong(format!("spent packets ({e})"))),
+        let packets = crate::pipeline::tstate::attach(|py| match obj.bind(py).cast::<PyVideoPackets>() {
+            Ok(p) => p.get().state.take().map(MediaPackets::into_video_packets).map_err(|e| wrong(format!("spent packets ({e})"))),
             Err(_) => Err(wrong("a Python object".to_owned())),
         })?;
         let item = packets.item().to_owned();
@@ -426,7 +320,6 @@ fn decode_packets_op(options: Option<&Bound<'_, PyDict>>) -> PyResult<PyNativeOp
 
 /// Registers the video functions and `Packets` on the native module.
 pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<PyPackets>()?;
     m.add_function(wrap_pyfunction!(load_video, m)?)?;
     m.add_function(wrap_pyfunction!(demux_video, m)?)?;
     m.add_function(wrap_pyfunction!(decode_packets, m)?)?;

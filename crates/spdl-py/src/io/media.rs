@@ -1,0 +1,1020 @@
+//! SPDL's demuxing and decoding objects (feature `ffmpeg`), over spdl-io's `media` module: the codecs,
+//! packets and frames classes, a native `MediaDemuxer` and `MediaDecoder` (which `spdl_rs.io.Demuxer` and
+//! `spdl_rs.io.Decoder` wrap), `FilterGraph`, `convert_frames` and frames made from arrays. Every call that
+//! demuxes, decodes, filters or copies releases the GIL; every object is safe to share between threads
+//! (its mutable state sits behind a lock that is never held while Python runs).
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PySlice};
+use spdl_buffer::system_allocator;
+use spdl_io::media::{
+    Bsf, Codec, DecodeConfig, Decoder, DemuxConfig, Demuxer, FilterGraph, MediaFrames, MediaPackets, MediaType,
+    convert_frames as convert_frames_rs, decode_all, reference_audio_frame as reference_audio_frame_rs,
+    reference_video_frames,
+};
+use spdl_io::video::VideoLimits;
+
+use super::{io_err, media_src};
+use crate::buffer::PyBuffer;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn fmt_window(w: Option<(f64, f64)>) -> String {
+    match w {
+        None => "None".into(),
+        Some((s, e)) => format!("({s}, {e})"),
+    }
+}
+
+/// `None` or a dict overriding some of [`VideoLimits`]' fields.
+pub(super) fn limits_from(spec: Option<&Bound<'_, PyDict>>) -> PyResult<VideoLimits> {
+    let mut l = VideoLimits::default();
+    let Some(spec) = spec else { return Ok(l) };
+    for (key, value) in spec.iter() {
+        let key: String = key.extract()?;
+        match key.as_str() {
+            "max_packets" => l.max_packets = value.extract()?,
+            "max_packet_bytes" => l.max_packet_bytes = value.extract()?,
+            "max_frames" => l.max_frames = value.extract()?,
+            "max_pixels" => l.max_pixels = value.extract()?,
+            "max_output_bytes" => l.max_output_bytes = value.extract()?,
+            "max_bad_packets" => l.max_bad_packets = value.extract()?,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "unknown limit {other:?} (max_packets, max_packet_bytes, max_frames, max_pixels, \
+                     max_output_bytes, max_bad_packets)"
+                )));
+            }
+        }
+    }
+    Ok(l)
+}
+
+// ---------------------------------------------------------------------------------------------- codecs
+
+/// The codec of an audio stream (SPDL's ``AudioCodec``).
+#[pyclass(name = "AudioCodec", module = "spdl_rs._native", frozen)]
+#[derive(Debug)]
+pub struct PyAudioCodec {
+    pub(crate) codec: Codec,
+}
+
+#[pymethods]
+impl PyAudioCodec {
+    /// The codec's name (``"aac"``, ...).
+    #[getter]
+    fn name(&self) -> &str {
+        &self.codec.name
+    }
+    /// Samples per second.
+    #[getter]
+    fn sample_rate(&self) -> u32 {
+        self.codec.sample_rate
+    }
+    /// Channels.
+    #[getter]
+    fn num_channels(&self) -> u32 {
+        self.codec.num_channels
+    }
+    /// The sample format (``"fltp"``, ...).
+    #[getter]
+    fn sample_fmt(&self) -> &str {
+        &self.codec.sample_fmt
+    }
+    /// Time base of the timestamps, ``(numerator, denominator)``.
+    #[getter]
+    fn time_base(&self) -> (i32, i32) {
+        self.codec.time_base
+    }
+    /// The channel layout (``"mono"``, ``"stereo"``, ...).
+    #[getter]
+    fn channel_layout(&self) -> &str {
+        &self.codec.channel_layout
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "AudioCodec<name={}, sample_rate={}, num_channels={}, sample_fmt={}>",
+            self.codec.name, self.codec.sample_rate, self.codec.num_channels, self.codec.sample_fmt
+        )
+    }
+}
+
+/// The codec of a video stream (SPDL's ``VideoCodec``).
+#[pyclass(name = "VideoCodec", module = "spdl_rs._native", frozen)]
+#[derive(Debug)]
+pub struct PyVideoCodec {
+    pub(crate) codec: Codec,
+}
+
+/// The codec of an image (SPDL's ``ImageCodec``).
+#[pyclass(name = "ImageCodec", module = "spdl_rs._native", frozen)]
+#[derive(Debug)]
+pub struct PyImageCodec {
+    pub(crate) codec: Codec,
+}
+
+macro_rules! picture_codec {
+    ($ty:ident, $label:literal { $($extra:tt)* }) => {
+        #[pymethods]
+        impl $ty {
+            $($extra)*
+            /// The codec's name (``"h264"``, ...).
+            #[getter]
+            fn name(&self) -> &str {
+                &self.codec.name
+            }
+            /// Width in pixels.
+            #[getter]
+            fn width(&self) -> u32 {
+                self.codec.width
+            }
+            /// Height in pixels.
+            #[getter]
+            fn height(&self) -> u32 {
+                self.codec.height
+            }
+            /// The pixel format (``"yuv420p"``, ...).
+            #[getter]
+            fn pix_fmt(&self) -> &str {
+                &self.codec.pix_fmt
+            }
+            /// Time base of the timestamps, ``(numerator, denominator)``.
+            #[getter]
+            fn time_base(&self) -> (i32, i32) {
+                self.codec.time_base
+            }
+            /// Aspect ratio of one pixel, ``(width, height)``.
+            #[getter]
+            fn sample_aspect_ratio(&self) -> (i32, i32) {
+                self.codec.sample_aspect_ratio
+            }
+            fn __repr__(&self) -> String {
+                format!(
+                    "{}<name={}, width={}, height={}, pix_fmt={}>",
+                    $label, self.codec.name, self.codec.width, self.codec.height, self.codec.pix_fmt
+                )
+            }
+        }
+    };
+}
+picture_codec!(PyVideoCodec, "VideoCodec" {
+    /// Average frame rate, ``(numerator, denominator)``.
+    #[getter]
+    fn frame_rate(&self) -> (i32, i32) {
+        self.codec.frame_rate
+    }
+});
+picture_codec!(PyImageCodec, "ImageCodec" {});
+
+fn codec_object(py: Python<'_>, codec: Codec) -> PyResult<Py<PyAny>> {
+    Ok(match codec.kind {
+        MediaType::Audio => Py::new(py, PyAudioCodec { codec })?.into_any(),
+        MediaType::Video => Py::new(py, PyVideoCodec { codec })?.into_any(),
+        MediaType::Image => Py::new(py, PyImageCodec { codec })?.into_any(),
+    })
+}
+
+/// The codec behind any of the three codec classes.
+fn codec_from(obj: &Bound<'_, PyAny>) -> PyResult<Codec> {
+    if let Ok(c) = obj.cast::<PyAudioCodec>() {
+        return Ok(c.get().codec.clone());
+    }
+    if let Ok(c) = obj.cast::<PyVideoCodec>() {
+        return Ok(c.get().codec.clone());
+    }
+    if let Ok(c) = obj.cast::<PyImageCodec>() {
+        return Ok(c.get().codec.clone());
+    }
+    Err(PyTypeError::new_err(format!(
+        "expected AudioCodec, VideoCodec or ImageCodec, got {}",
+        obj.get_type().name()?
+    )))
+}
+
+// --------------------------------------------------------------------------------------------- packets
+
+/// What every packets class holds: the packets (taken out by a decode) and their metadata.
+#[derive(Debug)]
+pub(crate) struct PacketsState {
+    packets: Mutex<Option<MediaPackets>>,
+    item: String,
+    codec: Codec,
+    len: usize,
+    nbytes: usize,
+    window: Option<(f64, f64)>,
+}
+
+impl PacketsState {
+    fn new(p: MediaPackets) -> Self {
+        Self {
+            item: p.item.clone(),
+            codec: p.codec.clone(),
+            len: p.len(),
+            nbytes: p.bytes(),
+            window: p.window,
+            packets: Mutex::new(Some(p)),
+        }
+    }
+
+    fn spent(&self) -> PyErr {
+        PyValueError::new_err(format!(
+            "{}: these packets were already decoded (decoding consumes them; use .clone() to decode twice)",
+            self.item
+        ))
+    }
+
+    /// Takes the packets out (a decode consumes them).
+    pub(crate) fn take(&self) -> PyResult<MediaPackets> {
+        lock(&self.packets).take().ok_or_else(|| self.spent())
+    }
+
+    fn cloned(&self) -> PyResult<MediaPackets> {
+        lock(&self.packets).as_ref().cloned().ok_or_else(|| self.spent())
+    }
+
+    fn timestamps(&self, raw: bool) -> PyResult<Vec<f64>> {
+        Ok(lock(&self.packets).as_ref().ok_or_else(|| self.spent())?.timestamps(raw))
+    }
+}
+
+macro_rules! packets_class {
+    ($ty:ident, $name:literal, $doc:literal { $($extra:tt)* }) => {
+        #[doc = $doc]
+        #[pyclass(name = $name, module = "spdl_rs._native", frozen)]
+        #[derive(Debug)]
+        pub struct $ty {
+            pub(crate) state: PacketsState,
+        }
+
+        impl $ty {
+            pub(crate) fn from_packets(p: MediaPackets) -> Self {
+                Self { state: PacketsState::new(p) }
+            }
+        }
+
+        #[pymethods]
+        impl $ty {
+            $($extra)*
+            /// The path or name they came from.
+            #[getter]
+            fn item(&self) -> &str {
+                &self.state.item
+            }
+            /// The stream's codec.
+            #[getter]
+            fn codec(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+                codec_object(py, self.state.codec.clone())
+            }
+            /// Bytes of packet data.
+            #[getter]
+            fn nbytes(&self) -> usize {
+                self.state.nbytes
+            }
+            /// True until a decode consumed them.
+            #[getter]
+            fn decodable(&self) -> bool {
+                lock(&self.state.packets).is_some()
+            }
+            /// A copy that can be decoded separately (the packet data are shared, not copied).
+            fn clone(&self) -> PyResult<Self> {
+                Ok(Self::from_packets(self.state.cloned()?))
+            }
+            fn __len__(&self) -> usize {
+                self.state.len
+            }
+            fn __repr__(&self) -> String {
+                format!(
+                    "{}<item={:?}, codec={:?}, num_packets={}, timestamp={}>",
+                    $name,
+                    self.state.item,
+                    self.state.codec.name,
+                    self.state.len,
+                    fmt_window(self.state.window)
+                )
+            }
+        }
+    };
+}
+
+packets_class!(
+    PyAudioPackets,
+    "AudioPackets",
+    "Packets of an audio stream (SPDL's ``AudioPackets``), owned by Rust; a decode consumes them." {
+    /// The window asked for when demuxing, ``(start, end)`` in seconds, or ``None``.
+    #[getter]
+    fn timestamp(&self) -> Option<(f64, f64)> {
+        self.state.window
+    }
+    /// Samples per second.
+    #[getter]
+    fn sample_rate(&self) -> u32 {
+        self.state.codec.sample_rate
+    }
+    /// Channels.
+    #[getter]
+    fn num_channels(&self) -> u32 {
+        self.state.codec.num_channels
+    }
+    }
+);
+packets_class!(
+    PyVideoPackets,
+    "VideoPackets",
+    "Packets of a video stream (SPDL's ``VideoPackets``; ``spdl_rs.io.Packets`` is the same class), owned by \
+     Rust; a decode consumes them." {
+    /// The window asked for when demuxing, ``(start, end)`` in seconds, or ``None``.
+    #[getter]
+    fn timestamp(&self) -> Option<(f64, f64)> {
+        self.state.window
+    }
+    /// Presentation times (seconds) of the frames in the window, sorted (``raw``: of every packet, in
+    /// packet order).
+    #[pyo3(signature = (*, raw=false))]
+    fn get_timestamps(&self, raw: bool) -> PyResult<Vec<f64>> {
+        self.state.timestamps(raw)
+    }
+    /// Presentation times (seconds) of the frames in the window, sorted.
+    #[getter(timestamps)]
+    fn timestamps_attr(&self) -> PyResult<Vec<f64>> {
+        self.state.timestamps(false)
+    }
+    /// The pixel format (``"yuv420p"``, ...).
+    #[getter]
+    fn pix_fmt(&self) -> &str {
+        &self.state.codec.pix_fmt
+    }
+    /// Width in pixels.
+    #[getter]
+    fn width(&self) -> u32 {
+        self.state.codec.width
+    }
+    /// Height in pixels.
+    #[getter]
+    fn height(&self) -> u32 {
+        self.state.codec.height
+    }
+    /// Average frame rate, ``(numerator, denominator)``.
+    #[getter]
+    fn frame_rate(&self) -> (i32, i32) {
+        self.state.codec.frame_rate
+    }
+    }
+);
+packets_class!(
+    PyImagePackets,
+    "ImagePackets",
+    "The packet of an image (SPDL's ``ImagePackets``), owned by Rust; a decode consumes it." {
+    /// The pixel format (``"yuvj420p"``, ...).
+    #[getter]
+    fn pix_fmt(&self) -> &str {
+        &self.state.codec.pix_fmt
+    }
+    /// Width in pixels.
+    #[getter]
+    fn width(&self) -> u32 {
+        self.state.codec.width
+    }
+    /// Height in pixels.
+    #[getter]
+    fn height(&self) -> u32 {
+        self.state.codec.height
+    }
+    }
+);
+
+
+
+
+fn packets_object(py: Python<'_>, p: MediaPackets) -> PyResult<Py<PyAny>> {
+    Ok(match p.codec.kind {
+        MediaType::Audio => Py::new(py, PyAudioPackets::from_packets(p))?.into_any(),
+        MediaType::Video => Py::new(py, PyVideoPackets::from_packets(p))?.into_any(),
+        MediaType::Image => Py::new(py, PyImagePackets::from_packets(p))?.into_any(),
+    })
+}
+
+/// The state behind any of the three packets classes.
+fn packets_state<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<&'a PacketsState> {
+    if let Ok(p) = obj.cast::<PyAudioPackets>() {
+        return Ok(&p.get().state);
+    }
+    if let Ok(p) = obj.cast::<PyVideoPackets>() {
+        return Ok(&p.get().state);
+    }
+    if let Ok(p) = obj.cast::<PyImagePackets>() {
+        return Ok(&p.get().state);
+    }
+    Err(PyTypeError::new_err(format!(
+        "expected AudioPackets, VideoPackets or ImagePackets, got {}",
+        obj.get_type().name()?
+    )))
+}
+
+// ---------------------------------------------------------------------------------------------- frames
+
+/// Decoded audio frames (SPDL's ``AudioFrames``).
+#[pyclass(name = "AudioFrames", module = "spdl_rs._native", frozen)]
+#[derive(Debug)]
+pub struct PyAudioFrames {
+    frames: MediaFrames,
+}
+
+/// Decoded video frames (SPDL's ``VideoFrames``).
+#[pyclass(name = "VideoFrames", module = "spdl_rs._native", frozen)]
+#[derive(Debug)]
+pub struct PyVideoFrames {
+    frames: MediaFrames,
+}
+
+/// One decoded image (SPDL's ``ImageFrames``).
+#[pyclass(name = "ImageFrames", module = "spdl_rs._native", frozen)]
+#[derive(Debug)]
+pub struct PyImageFrames {
+    frames: MediaFrames,
+    pts: Option<f64>,
+}
+
+fn frames_object(py: Python<'_>, frames: MediaFrames) -> PyResult<Py<PyAny>> {
+    Ok(match frames.kind {
+        MediaType::Audio => Py::new(py, PyAudioFrames { frames })?.into_any(),
+        MediaType::Video => Py::new(py, PyVideoFrames { frames })?.into_any(),
+        MediaType::Image => Py::new(py, PyImageFrames { frames, pts: None })?.into_any(),
+    })
+}
+
+fn frames_of<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<&'a MediaFrames> {
+    if let Ok(f) = obj.cast::<PyAudioFrames>() {
+        return Ok(&f.get().frames);
+    }
+    if let Ok(f) = obj.cast::<PyVideoFrames>() {
+        return Ok(&f.get().frames);
+    }
+    if let Ok(f) = obj.cast::<PyImageFrames>() {
+        return Ok(&f.get().frames);
+    }
+    Err(PyTypeError::new_err(format!(
+        "expected AudioFrames, VideoFrames or ImageFrames, got {}",
+        obj.get_type().name()?
+    )))
+}
+
+fn ts_range(f: &MediaFrames) -> String {
+    let t = f.timestamps();
+    match (t.first(), t.last()) {
+        (Some(a), Some(b)) => format!("[{a:.3}, {b:.3}]"),
+        _ => "[]".into(),
+    }
+}
+
+#[pymethods]
+impl PyAudioFrames {
+    /// Samples per channel (SPDL counts an audio "frame" as one sample of every channel).
+    #[getter]
+    fn num_frames(&self) -> usize {
+        self.frames.num_frames()
+    }
+    /// Samples per second.
+    #[getter]
+    fn sample_rate(&self) -> u32 {
+        self.frames.sample_rate()
+    }
+    /// Channels.
+    #[getter]
+    fn num_channels(&self) -> u32 {
+        self.frames.num_channels()
+    }
+    /// The sample format (``"fltp"``, ``"s16"``, ...; a ``p`` suffix: planar, converted as ``[C, N]``).
+    #[getter]
+    fn sample_fmt(&self) -> String {
+        self.frames.format_name()
+    }
+    /// A copy sharing the data.
+    fn clone(&self) -> PyResult<Self> {
+        Ok(Self { frames: self.frames.try_clone().map_err(io_err)? })
+    }
+    fn __len__(&self) -> usize {
+        self.frames.num_frames()
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "AudioFrames<num_frames={}, sample_format={:?}, sample_rate={}, num_channels={}, timestamp={}>",
+            self.frames.num_frames(),
+            self.frames.format_name(),
+            self.frames.sample_rate(),
+            self.frames.num_channels(),
+            ts_range(&self.frames)
+        )
+    }
+}
+
+#[pymethods]
+impl PyVideoFrames {
+    /// The number of frames.
+    #[getter]
+    fn num_frames(&self) -> usize {
+        self.frames.num_frames()
+    }
+    /// Planes per frame (``yuv420p``: 3, ``rgb24``: 1).
+    #[getter]
+    fn num_planes(&self) -> u32 {
+        self.frames.num_planes()
+    }
+    /// Width in pixels.
+    #[getter]
+    fn width(&self) -> u32 {
+        self.frames.width()
+    }
+    /// Height in pixels.
+    #[getter]
+    fn height(&self) -> u32 {
+        self.frames.height()
+    }
+    /// The pixel format.
+    #[getter]
+    fn pix_fmt(&self) -> String {
+        self.frames.format_name()
+    }
+    /// Presentation times in seconds.
+    fn get_timestamps(&self) -> Vec<f64> {
+        self.frames.timestamps()
+    }
+    /// Presentation timestamps in time base units.
+    fn get_pts(&self) -> Vec<i64> {
+        self.frames.pts()
+    }
+    /// Time base of the timestamps, ``(numerator, denominator)``.
+    #[getter]
+    fn time_base(&self) -> (i32, i32) {
+        self.frames.time_base
+    }
+    /// A copy sharing the data.
+    fn clone(&self) -> PyResult<Self> {
+        Ok(Self { frames: self.frames.try_clone().map_err(io_err)? })
+    }
+    fn __len__(&self) -> usize {
+        self.frames.num_frames()
+    }
+    /// An ``int`` gives one frame as :py:class:`ImageFrames`; a slice or a sequence of ints the frames as
+    /// :py:class:`VideoFrames`.
+    fn __getitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let n = self.frames.num_frames();
+        if let Ok(i) = key.extract::<isize>() {
+            let j = if i < 0 { i + n as isize } else { i };
+            if j < 0 || j as usize >= n {
+                return Err(PyIndexError::new_err(format!("frame index {i} is out of range for {n} frames")));
+            }
+            let frames = self.frames.select(&[j as usize], MediaType::Image).map_err(io_err)?;
+            let pts = self.frames.timestamps().get(j as usize).copied();
+            return Ok(Py::new(py, PyImageFrames { frames, pts })?.into_any());
+        }
+        let idx: Vec<usize> = if let Ok(s) = key.cast::<PySlice>() {
+            let ind = s.indices(n as isize)?;
+            let mut v = Vec::with_capacity(ind.slicelength);
+            let mut i = ind.start;
+            for _ in 0..ind.slicelength {
+                v.push(i as usize);
+                i += ind.step;
+            }
+            v
+        } else {
+            let raw: Vec<isize> = key.extract().map_err(|_| {
+                PyTypeError::new_err("VideoFrames index must be an int, a slice or a sequence of ints")
+            })?;
+            raw.into_iter()
+                .map(|i| {
+                    let j = if i < 0 { i + n as isize } else { i };
+                    if j < 0 || j as usize >= n {
+                        Err(PyIndexError::new_err(format!("frame index {i} is out of range for {n} frames")))
+                    } else {
+                        Ok(j as usize)
+                    }
+                })
+                .collect::<PyResult<_>>()?
+        };
+        let frames = self.frames.select(&idx, MediaType::Video).map_err(io_err)?;
+        Ok(Py::new(py, PyVideoFrames { frames })?.into_any())
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "VideoFrames<num_frames={}, pixel_format={:?}, num_planes={}, width={}, height={}, timestamp={}>",
+            self.frames.num_frames(),
+            self.frames.format_name(),
+            self.frames.num_planes(),
+            self.frames.width(),
+            self.frames.height(),
+            ts_range(&self.frames)
+        )
+    }
+}
+
+#[pymethods]
+impl PyImageFrames {
+    /// Planes of the frame.
+    #[getter]
+    fn num_planes(&self) -> u32 {
+        self.frames.num_planes()
+    }
+    /// Width in pixels.
+    #[getter]
+    fn width(&self) -> u32 {
+        self.frames.width()
+    }
+    /// Height in pixels.
+    #[getter]
+    fn height(&self) -> u32 {
+        self.frames.height()
+    }
+    /// The pixel format.
+    #[getter]
+    fn pix_fmt(&self) -> String {
+        self.frames.format_name()
+    }
+    /// Metadata attached to the frame.
+    #[getter]
+    fn metadata(&self) -> std::collections::HashMap<String, String> {
+        self.frames.metadata().into_iter().collect()
+    }
+    /// Presentation time (seconds) in the source video, for a frame taken out of :py:class:`VideoFrames`.
+    #[getter]
+    fn pts(&self) -> PyResult<f64> {
+        self.pts.ok_or_else(|| PyValueError::new_err("this image was not taken out of VideoFrames: it has no pts"))
+    }
+    /// A copy sharing the data.
+    fn clone(&self) -> PyResult<Self> {
+        Ok(Self { frames: self.frames.try_clone().map_err(io_err)?, pts: self.pts })
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "ImageFrames<pixel_format={:?}, num_planes={}, width={}, height={}>",
+            self.frames.format_name(),
+            self.frames.num_planes(),
+            self.frames.width(),
+            self.frames.height()
+        )
+    }
+}
+
+// ------------------------------------------------------------------------------------ demuxer, decoder
+
+/// A source kept open (``spdl_rs.io.Demuxer`` wraps it): demux audio, video or an image, or stream packets
+/// in bounded chunks. Thread-safe: calls on one demuxer run one at a time.
+#[pyclass(name = "MediaDemuxer", module = "spdl_rs._native", frozen)]
+#[derive(Debug)]
+pub struct PyMediaDemuxer {
+    inner: Mutex<Option<Demuxer>>,
+    item: String,
+}
+
+impl PyMediaDemuxer {
+    fn with<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut Demuxer) -> spdl_io::Result<T> + Send) -> PyResult<T> {
+        py.detach(|| {
+            let mut g = lock(&self.inner);
+            let d = g.as_mut().ok_or_else(|| {
+                spdl_io::Error::InvalidOptions(format!("{}: the demuxer was closed", self.item))
+            })?;
+            f(d)
+        })
+        .map_err(io_err)
+    }
+}
+
+fn kind_of(name: &str) -> PyResult<MediaType> {
+    match name {
+        "audio" => Ok(MediaType::Audio),
+        "video" => Ok(MediaType::Video),
+        "image" => Ok(MediaType::Image),
+        other => Err(PyValueError::new_err(format!("media kind must be audio, video or image, got {other:?}"))),
+    }
+}
+
+#[pymethods]
+impl PyMediaDemuxer {
+    /// Opens ``src`` (a path, or encoded bytes named ``name`` in errors), GIL released.
+    #[new]
+    #[pyo3(signature = (src, *, name=None, format_options=None, limits=None))]
+    fn new(
+        py: Python<'_>,
+        src: &Bound<'_, PyAny>,
+        name: Option<&str>,
+        format_options: Option<std::collections::BTreeMap<String, String>>,
+        limits: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
+        let config = DemuxConfig {
+            format_options: format_options.unwrap_or_default().into_iter().collect(),
+            limits: limits_from(limits)?,
+        };
+        let src = media_src(src, name)?;
+        let item = src.name();
+        let d = py.detach(|| Demuxer::open(src.media(), &config)).map_err(io_err)?;
+        Ok(Self { inner: Mutex::new(Some(d)), item })
+    }
+
+    /// The path or name of the source.
+    #[getter]
+    fn item(&self) -> &str {
+        &self.item
+    }
+
+    /// The packets of the best stream of ``kind`` (``"audio"``, ``"video"``, ``"image"``) in ``window``
+    /// (``(start, end)`` seconds; ``None``: all).
+    #[pyo3(signature = (kind, window=None))]
+    fn demux(&self, py: Python<'_>, kind: &str, window: Option<(f64, f64)>) -> PyResult<Py<PyAny>> {
+        let kind = kind_of(kind)?;
+        let p = self.with(py, |d| match kind {
+            MediaType::Audio => d.demux_audio(window),
+            MediaType::Video => d.demux_video(window),
+            MediaType::Image => d.demux_image(),
+        })?;
+        packets_object(py, p)
+    }
+
+    /// The index of the best stream of ``kind``, or ``None``.
+    fn stream_index(&self, py: Python<'_>, kind: &str) -> PyResult<Option<usize>> {
+        let kind = kind_of(kind)?;
+        self.with(py, |d| Ok(d.stream_index(kind)))
+    }
+
+    /// The codec of the best stream of ``kind``.
+    fn codec(&self, py: Python<'_>, kind: &str) -> PyResult<Py<PyAny>> {
+        let kind = kind_of(kind)?;
+        let c = self.with(py, |d| d.codec(kind))?;
+        codec_object(py, c)
+    }
+
+    /// Starts streaming the packets of the streams ``indices`` from the start.
+    #[pyo3(signature = (indices, *, num_packets=None, duration=None))]
+    fn start_streaming(
+        &self,
+        py: Python<'_>,
+        indices: Vec<usize>,
+        num_packets: Option<usize>,
+        duration: Option<f64>,
+    ) -> PyResult<()> {
+        self.with(py, |d| d.start_streaming(&indices, num_packets, duration))
+    }
+
+    /// The next chunk of the streaming demux (``{stream index: packets}``), or ``None`` at the end.
+    fn next_chunk<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(chunk) = self.with(py, |d| d.next_chunk())? else { return Ok(None) };
+        let out = PyDict::new(py);
+        for (i, p) in chunk {
+            out.set_item(i, packets_object(py, p)?)?;
+        }
+        Ok(Some(out))
+    }
+
+    /// Closes the source (later calls raise).
+    fn close(&self, py: Python<'_>) {
+        let d = lock(&self.inner).take();
+        py.detach(|| drop(d));
+    }
+}
+
+/// A streaming decoder (``spdl_rs.io.Decoder`` wraps it): packets in, frames out, through an optional
+/// FFmpeg filter graph. Thread-safe: calls run one at a time.
+#[pyclass(name = "MediaDecoder", module = "spdl_rs._native", frozen)]
+#[derive(Debug)]
+pub struct PyMediaDecoder {
+    inner: Mutex<Decoder>,
+}
+
+#[pymethods]
+impl PyMediaDecoder {
+    /// A decoder for packets of ``codec``; frames go through ``filter_desc`` (a complete graph from a
+    /// ``buffer``/``abuffer`` input to a ``buffersink``/``abuffersink`` output) when given.
+    #[new]
+    #[pyo3(signature = (codec, *, filter_desc=None, decoder=None, decoder_options=None, limits=None))]
+    fn new(
+        py: Python<'_>,
+        codec: &Bound<'_, PyAny>,
+        filter_desc: Option<String>,
+        decoder: Option<String>,
+        decoder_options: Option<std::collections::BTreeMap<String, String>>,
+        limits: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
+        let codec = codec_from(codec)?;
+        let config = DecodeConfig { decoder, options: decoder_options.unwrap_or_default().into_iter().collect() };
+        let limits = limits_from(limits)?;
+        let item = format!("<{} decoder>", codec.name);
+        let d = py
+            .detach(|| Decoder::new(&codec, &config, filter_desc.as_deref(), &item, limits))
+            .map_err(io_err)?;
+        Ok(Self { inner: Mutex::new(d) })
+    }
+
+    /// Decodes ``packets`` (consumed): the frames ready now, or ``None``.
+    fn decode(&self, py: Python<'_>, packets: &Bound<'_, PyAny>) -> PyResult<Option<Py<PyAny>>> {
+        let p = packets_state(packets)?.take()?;
+        let frames = py.detach(|| lock(&self.inner).decode(&p)).map_err(io_err)?;
+        if frames.num_frame_objects() == 0 {
+            return Ok(None);
+        }
+        frames_object(py, frames).map(Some)
+    }
+
+    /// Ends the stream: the frames still held, or ``None``.
+    fn flush(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        let frames = py.detach(|| lock(&self.inner).flush()).map_err(io_err)?;
+        if frames.num_frame_objects() == 0 {
+            return Ok(None);
+        }
+        frames_object(py, frames).map(Some)
+    }
+}
+
+/// An FFmpeg filter graph (SPDL's ``FilterGraph``): its inputs are ``buffer``/``abuffer`` filters and its
+/// outputs ``buffersink``/``abuffersink`` filters, named in the description. Thread-safe: calls run one
+/// at a time.
+#[pyclass(name = "FilterGraph", module = "spdl_rs._native", frozen)]
+#[derive(Debug)]
+pub struct PyFilterGraph {
+    inner: Mutex<FilterGraph>,
+}
+
+#[pymethods]
+impl PyFilterGraph {
+    #[new]
+    fn new(py: Python<'_>, filter_desc: String) -> PyResult<Self> {
+        let g = py.detach(|| FilterGraph::new(&filter_desc)).map_err(io_err)?;
+        Ok(Self { inner: Mutex::new(g) })
+    }
+
+    /// Feeds frames to the input ``key`` (needed when the graph has several inputs).
+    #[pyo3(signature = (frames, *, key=None))]
+    fn add_frames(&self, py: Python<'_>, frames: &Bound<'_, PyAny>, key: Option<String>) -> PyResult<()> {
+        let f = frames_of(frames)?;
+        py.detach(|| lock(&self.inner).add_frames(f, key.as_deref())).map_err(io_err)
+    }
+
+    /// Tells every input that its stream ended.
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| lock(&self.inner).flush()).map_err(io_err)
+    }
+
+    /// The frames ready at output ``key`` (needed when the graph has several outputs), or ``None``.
+    #[pyo3(signature = (*, key=None))]
+    fn get_frames(&self, py: Python<'_>, key: Option<String>) -> PyResult<Option<Py<PyAny>>> {
+        let f = py.detach(|| lock(&self.inner).get_frames(key.as_deref(), "<filter graph>")).map_err(io_err)?;
+        f.map(|f| frames_object(py, f)).transpose()
+    }
+
+    /// FFmpeg's drawing of the graph.
+    fn dump(&self) -> String {
+        lock(&self.inner).dump()
+    }
+}
+
+// ------------------------------------------------------------------------------------------- functions
+
+/// Decodes ``packets`` (consumed) in one call into frames: every frame (video frames outside the packets'
+/// window dropped), at most ``num_frames`` (video) when ``num_frames >= 0``. GIL released.
+#[pyfunction]
+#[pyo3(signature = (packets, *, filter_desc=None, decoder=None, decoder_options=None, num_frames=-1))]
+fn media_decode_packets(
+    py: Python<'_>,
+    packets: &Bound<'_, PyAny>,
+    filter_desc: Option<String>,
+    decoder: Option<String>,
+    decoder_options: Option<std::collections::BTreeMap<String, String>>,
+    num_frames: i64,
+) -> PyResult<Py<PyAny>> {
+    let p = packets_state(packets)?.take()?;
+    let config = DecodeConfig { decoder, options: decoder_options.unwrap_or_default().into_iter().collect() };
+    let n = usize::try_from(num_frames).ok();
+    let frames = py.detach(|| decode_all(&p, &config, filter_desc.as_deref(), n)).map_err(io_err)?;
+    frames_object(py, frames)
+}
+
+/// Frames (one object, or a list of them: a batch) into one ``spdl_rs.Buffer`` in SPDL's shapes. GIL
+/// released while copying.
+#[pyfunction]
+fn convert_frames(py: Python<'_>, frames: &Bound<'_, PyAny>) -> PyResult<PyBuffer> {
+    let (items, batch): (Vec<Bound<'_, PyAny>>, bool) = if frames_of(frames).is_ok() {
+        (vec![frames.clone()], false)
+    } else if frames.cast::<PyList>().is_ok() || frames.hasattr("__len__")? {
+        (frames.try_iter()?.collect::<PyResult<_>>()?, true)
+    } else {
+        return Err(PyTypeError::new_err("convert_frames takes frames or a sequence of frames"));
+    };
+    let refs: Vec<&MediaFrames> = items.iter().map(|o| frames_of(o)).collect::<PyResult<_>>()?;
+    let buf = py.detach(|| convert_frames_rs(&refs, batch, &system_allocator())).map_err(io_err)?;
+    Ok(PyBuffer::new(buf))
+}
+
+/// Video frames copied from the bytes of an array of ``shape`` (elements of ``itemsize`` bytes).
+#[pyfunction]
+#[pyo3(signature = (data, shape, itemsize, *, pix_fmt, frame_rate, pts))]
+fn reference_video_frame(
+    py: Python<'_>,
+    data: &[u8],
+    shape: Vec<usize>,
+    itemsize: usize,
+    pix_fmt: &str,
+    frame_rate: (i32, i32),
+    pts: i64,
+) -> PyResult<Py<PyAny>> {
+    if frame_rate.0 <= 0 || frame_rate.1 <= 0 {
+        return Err(PyValueError::new_err(format!("frame_rate must be positive, got {frame_rate:?}")));
+    }
+    let f = reference_video_frames(data, &shape, itemsize, pix_fmt, frame_rate, pts).map_err(io_err)?;
+    frames_object(py, f)
+}
+
+/// An audio frame copied from the bytes of a 2D array of ``shape`` (elements of ``itemsize`` bytes).
+#[pyfunction]
+#[pyo3(signature = (data, shape, itemsize, *, sample_fmt, sample_rate, pts))]
+fn reference_audio_frame(
+    py: Python<'_>,
+    data: &[u8],
+    shape: Vec<usize>,
+    itemsize: usize,
+    sample_fmt: &str,
+    sample_rate: u32,
+    pts: i64,
+) -> PyResult<Py<PyAny>> {
+    let f = reference_audio_frame_rs(data, &shape, itemsize, sample_fmt, sample_rate, pts).map_err(io_err)?;
+    frames_object(py, f)
+}
+
+/// Splits video ``packets`` (not consumed) so that each of the sorted, distinct frame ``indices`` decodes
+/// from the keyframe before it: a list of ``(packets, indices within their decoded frames)``.
+#[pyfunction]
+fn split_packets_at_indices(
+    py: Python<'_>,
+    packets: &PyVideoPackets,
+    indices: Vec<usize>,
+) -> PyResult<Vec<(PyVideoPackets, Vec<usize>)>> {
+    let p = packets.state.cloned()?;
+    let parts = py.detach(|| p.split_at_indices(&indices)).map_err(io_err)?;
+    Ok(parts.into_iter().map(|(p, i)| (PyVideoPackets::from_packets(p), i)).collect())
+}
+
+/// ``a`` then ``b`` (frames of one video stream) as one ``VideoFrames``, sharing the data.
+#[pyfunction]
+fn concat_video_frames(a: &PyVideoFrames, b: &PyVideoFrames) -> PyResult<PyVideoFrames> {
+    Ok(PyVideoFrames { frames: a.frames.concat(&b.frames).map_err(io_err)? })
+}
+
+/// A bitstream filter chain for packets of one codec (``spdl_rs.io.BSF`` wraps it). Thread-safe: calls
+/// run one at a time.
+#[pyclass(name = "MediaBSF", module = "spdl_rs._native", frozen)]
+#[derive(Debug)]
+pub struct PyMediaBsf {
+    inner: Mutex<Bsf>,
+    item: String,
+}
+
+#[pymethods]
+impl PyMediaBsf {
+    /// The filter chain ``bsf`` (``"h264_mp4toannexb"``, ...) for packets of ``codec``.
+    #[new]
+    fn new(py: Python<'_>, codec: &Bound<'_, PyAny>, bsf: String) -> PyResult<Self> {
+        let codec = codec_from(codec)?;
+        let item = format!("<{} packets>", codec.name);
+        let b = py.detach(|| Bsf::new(&codec, &bsf)).map_err(io_err)?;
+        Ok(Self { inner: Mutex::new(b), item })
+    }
+
+    /// Filters ``packets`` (not consumed), ending the stream when ``flush``: the packets ready, or ``None``.
+    #[pyo3(signature = (packets, *, flush=false))]
+    fn filter(&self, py: Python<'_>, packets: &Bound<'_, PyAny>, flush: bool) -> PyResult<Option<Py<PyAny>>> {
+        let p = packets_state(packets)?.cloned()?;
+        let out = py.detach(|| lock(&self.inner).filter(&p, flush)).map_err(io_err)?;
+        out.map(|p| packets_object(py, p)).transpose()
+    }
+
+    /// Ends the stream: the packets still held, or ``None``.
+    fn flush(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        let out = py.detach(|| lock(&self.inner).flush(&self.item)).map_err(io_err)?;
+        out.map(|p| packets_object(py, p)).transpose()
+    }
+}
+
+/// Registers the classes and functions on the native module.
+pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyAudioCodec>()?;
+    m.add_class::<PyVideoCodec>()?;
+    m.add_class::<PyImageCodec>()?;
+    m.add_class::<PyAudioPackets>()?;
+    m.add_class::<PyVideoPackets>()?;
+    m.add_class::<PyImagePackets>()?;
+    m.add_class::<PyAudioFrames>()?;
+    m.add_class::<PyVideoFrames>()?;
+    m.add_class::<PyImageFrames>()?;
+    m.add_class::<PyMediaDemuxer>()?;
+    m.add_class::<PyMediaDecoder>()?;
+    m.add_class::<PyFilterGraph>()?;
+    m.add_class::<PyMediaBsf>()?;
+    m.add_function(wrap_pyfunction!(concat_video_frames, m)?)?;
+    m.add_function(wrap_pyfunction!(media_decode_packets, m)?)?;
+    m.add_function(wrap_pyfunction!(convert_frames, m)?)?;
+    m.add_function(wrap_pyfunction!(reference_video_frame, m)?)?;
+    m.add_function(wrap_pyfunction!(reference_audio_frame, m)?)?;
+    m.add_function(wrap_pyfunction!(split_packets_at_indices, m)?)?;
+    Ok(())
+}

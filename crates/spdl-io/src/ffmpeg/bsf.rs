@@ -5,6 +5,7 @@ use std::ffi::{CString, c_int};
 use std::ptr;
 
 use ff::ffi;
+use ff::packet::Mut as _;
 use ffmpeg_next as ff;
 
 use super::avio::ff_error;
@@ -67,7 +68,8 @@ impl Bsf {
         if r < 0 || ctx.is_null() {
             return Err(bsf_error(desc, r));
         }
-        let mut bsf = Bsf { ctx, desc: desc.to_owned(), codec: codec.clone(), limits: VideoLimits::default(), flushed: false };
+        let mut bsf =
+            Bsf { ctx, desc: desc.to_owned(), codec: codec.clone(), limits: VideoLimits::default(), flushed: false };
         // SAFETY: `ctx` is a valid, not yet initialised context; `par_in` was allocated with it.
         let r = unsafe {
             let r = ffi::avcodec_parameters_copy((*ctx).par_in, codec.params.0.as_ptr());

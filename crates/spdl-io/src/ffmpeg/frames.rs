@@ -6,12 +6,12 @@
 use std::ffi::{CStr, CString, c_int};
 use std::ptr;
 
-use ffmpeg_next as ff;
 use ff::ffi;
+use ffmpeg_next as ff;
 use spdl_buffer::{Buffer, DType, Layout, SharedAllocator};
 
 use super::avio::ff_error;
-use super::media::{Codec, Fraction, MediaPackets, MediaType, pix_fmt_name, sample_fmt_name};
+use super::media::{Codec, Fraction, MediaPackets, MediaType, pix_fmt, pix_fmt_name, sample_fmt, sample_fmt_name};
 use crate::video::VideoLimits;
 use crate::{Error, Result};
 
@@ -68,22 +68,13 @@ fn info(f: &ff::Frame) -> Info {
 /// Bytes the data of a frame takes (at its tightest packing), or `None` if it states no valid format.
 fn frame_bytes(f: &ff::Frame, kind: MediaType) -> Option<u64> {
     let i = info(f);
-    // SAFETY: the size queries take any values and return a negative number for invalid ones.
+    // SAFETY: the size queries take any sizes and return a negative number for invalid ones.
     let n = unsafe {
         match kind {
-            MediaType::Audio => ffi::av_samples_get_buffer_size(
-                ptr::null_mut(),
-                i.channels,
-                i.samples,
-                std::mem::transmute::<i32, ffi::AVSampleFormat>(i.format),
-                1,
-            ),
-            _ => ffi::av_image_get_buffer_size(
-                std::mem::transmute::<i32, ffi::AVPixelFormat>(i.format),
-                i.width,
-                i.height,
-                1,
-            ),
+            MediaType::Audio => {
+                ffi::av_samples_get_buffer_size(ptr::null_mut(), i.channels, i.samples, sample_fmt(i.format)?, 1)
+            }
+            _ => ffi::av_image_get_buffer_size(pix_fmt(i.format)?, i.width, i.height, 1),
         }
     };
     u64::try_from(n).ok()
@@ -175,8 +166,9 @@ impl MediaFrames {
     /// Planes per frame (video, image).
     pub fn num_planes(&self) -> u32 {
         self.first().map_or(0, |i| {
-            // SAFETY: av_pix_fmt_count_planes takes any value (negative for invalid ones).
-            let n = unsafe { ffi::av_pix_fmt_count_planes(std::mem::transmute::<i32, ffi::AVPixelFormat>(i.format)) };
+            let Some(f) = pix_fmt(i.format) else { return 0 };
+            // SAFETY: a valid pixel format.
+            let n = unsafe { ffi::av_pix_fmt_count_planes(f) };
             u32::try_from(n).unwrap_or(0)
         })
     }
@@ -328,7 +320,8 @@ impl FilterGraph {
         let bad = |m: String| Error::InvalidOptions(format!("filter graph {desc:?}: {m}"));
         let c = CString::new(desc).map_err(|_| bad("contains a NUL character".into()))?;
         let mut graph = ff::filter::Graph::new();
-        let (mut ins, mut outs): (*mut ffi::AVFilterInOut, *mut ffi::AVFilterInOut) = (ptr::null_mut(), ptr::null_mut());
+        let (mut ins, mut outs): (*mut ffi::AVFilterInOut, *mut ffi::AVFilterInOut) =
+            (ptr::null_mut(), ptr::null_mut());
         // SAFETY: `graph` is a valid graph; `c` a NUL-terminated string; the in/out lists are freed below.
         let r = unsafe { ffi::avfilter_graph_parse2(graph.as_mut_ptr(), c.as_ptr(), &mut ins, &mut outs) };
         let dangling = !ins.is_null() || !outs.is_null();
@@ -473,7 +466,9 @@ impl FilterGraph {
     fn run(&mut self, f: &ff::Frame, item: &str, out: &mut MediaFrames, counter: &mut Counter) -> Result<()> {
         let ctx = self.inputs[0].1;
         // SAFETY: as in `add_frames`.
-        let r = unsafe { ffi::av_buffersrc_add_frame_flags(ctx, f.as_ptr() as *mut _, ffi::AV_BUFFERSRC_FLAG_KEEP_REF as c_int) };
+        let r = unsafe {
+            ffi::av_buffersrc_add_frame_flags(ctx, f.as_ptr() as *mut _, ffi::AV_BUFFERSRC_FLAG_KEEP_REF as c_int)
+        };
         if r < 0 {
             return Err(averr(item, "filter graph input", r));
         }
@@ -556,7 +551,8 @@ impl Decoder {
         limits: VideoLimits,
     ) -> Result<Decoder> {
         super::avio::init();
-        let ctx = ff::codec::Context::from_parameters(codec.params.0.clone()).map_err(|e| ff_error(item, &codec.name, e))?;
+        let ctx =
+            ff::codec::Context::from_parameters(codec.params.0.clone()).map_err(|e| ff_error(item, &codec.name, e))?;
         let tb = ff::Rational::new(codec.time_base.0, codec.time_base.1);
         let mut opts = ff::Dictionary::new();
         let mut threads = false;
@@ -571,19 +567,16 @@ impl Decoder {
         d.set_packet_time_base(tb);
         let dec = match &config.decoder {
             Some(name) => {
-                let c = ff::decoder::find_by_name(name).ok_or_else(|| {
-                    Error::InvalidOptions(format!("{item}: FFmpeg has no decoder named {name:?}"))
-                })?;
+                let c = ff::decoder::find_by_name(name)
+                    .ok_or_else(|| Error::InvalidOptions(format!("{item}: FFmpeg has no decoder named {name:?}")))?;
                 d.open_as_with(c, opts)
             }
             None => {
-                if ff::decoder::find(codec.params.0.id()).is_none() {
-                    return Err(Error::UnknownFormat {
-                        item: item.to_owned(),
-                        detail: format!("ffmpeg has no decoder for {}", codec.name),
-                    });
-                }
-                d.open_with(opts)
+                let c = ff::decoder::find(codec.params.0.id()).ok_or_else(|| Error::UnknownFormat {
+                    item: item.to_owned(),
+                    detail: format!("ffmpeg has no decoder for {}", codec.name),
+                })?;
+                d.open_as_with(c, opts)
             }
         }
         .map_err(|e| ff_error(item, &codec.name, e))?;
@@ -1062,7 +1055,10 @@ pub fn reference_audio_frame(
     let bad = |m: String| Error::InvalidOptions(format!("create_reference_audio_frame: {m}"));
     let (dtype, planar) = audio_dtype(sample_fmt).ok_or_else(|| bad(format!("unknown sample_fmt {sample_fmt:?}")))?;
     if itemsize != dtype.size() {
-        return Err(bad(format!("sample_fmt {sample_fmt:?} needs {}-byte elements, got {itemsize}-byte", dtype.size())));
+        return Err(bad(format!(
+            "sample_fmt {sample_fmt:?} needs {}-byte elements, got {itemsize}-byte",
+            dtype.size()
+        )));
     }
     let &[a, b] = shape else { return Err(bad(format!("the array must be 2D, got shape {shape:?}"))) };
     let (c, n) = if planar { (a, b) } else { (b, a) };

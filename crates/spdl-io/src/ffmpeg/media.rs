@@ -140,7 +140,7 @@ impl Codec {
         };
         let (pix_fmt, sample_fmt) = match kind {
             MediaType::Audio => (String::new(), sample_fmt_name(format)),
-            _ => (String::new() + &pix_fmt_name(format), String::new()),
+            _ => (pix_fmt_name(format), String::new()),
         };
         Codec {
             name: params.0.id().name().to_owned(),
@@ -166,18 +166,38 @@ impl Codec {
     }
 }
 
+/// `format` as an `AVPixelFormat`, if it is one of this FFmpeg's.
+pub(crate) fn pix_fmt(format: i32) -> Option<ff::ffi::AVPixelFormat> {
+    if !(0..ff::ffi::AVPixelFormat::AV_PIX_FMT_NB as i32).contains(&format) {
+        return None;
+    }
+    // SAFETY: `AVPixelFormat` is a `repr(i32)` enum whose values are 0..AV_PIX_FMT_NB without gaps
+    // (FFmpeg's pixel format table), and `format` is in that range.
+    Some(unsafe { std::mem::transmute::<i32, ff::ffi::AVPixelFormat>(format) })
+}
+
+/// `format` as an `AVSampleFormat`, if it is one of this FFmpeg's.
+pub(crate) fn sample_fmt(format: i32) -> Option<ff::ffi::AVSampleFormat> {
+    if !(0..ff::ffi::AVSampleFormat::AV_SAMPLE_FMT_NB as i32).contains(&format) {
+        return None;
+    }
+    // SAFETY: `AVSampleFormat` is a `repr(i32)` enum whose values are 0..AV_SAMPLE_FMT_NB without gaps, and
+    // `format` is in that range.
+    Some(unsafe { std::mem::transmute::<i32, ff::ffi::AVSampleFormat>(format) })
+}
+
 /// The name of pixel format `format` (an `AVPixelFormat` value), `""` if none.
 pub(crate) fn pix_fmt_name(format: i32) -> String {
-    // SAFETY: av_get_pix_fmt_name takes any value and returns a static C string or null.
-    let p = unsafe { ff::ffi::av_get_pix_fmt_name(std::mem::transmute::<i32, ff::ffi::AVPixelFormat>(format)) };
-    cstr(p)
+    let Some(f) = pix_fmt(format) else { return String::new() };
+    // SAFETY: av_get_pix_fmt_name returns a static C string or null.
+    cstr(unsafe { ff::ffi::av_get_pix_fmt_name(f) })
 }
 
 /// The name of sample format `format` (an `AVSampleFormat` value), `""` if none.
 pub(crate) fn sample_fmt_name(format: i32) -> String {
-    // SAFETY: av_get_sample_fmt_name takes any value and returns a static C string or null.
-    let p = unsafe { ff::ffi::av_get_sample_fmt_name(std::mem::transmute::<i32, ff::ffi::AVSampleFormat>(format)) };
-    cstr(p)
+    let Some(f) = sample_fmt(format) else { return String::new() };
+    // SAFETY: av_get_sample_fmt_name returns a static C string or null.
+    cstr(unsafe { ff::ffi::av_get_sample_fmt_name(f) })
 }
 
 fn cstr(p: *const std::ffi::c_char) -> String {
@@ -572,7 +592,12 @@ impl Demuxer {
 
     /// Starts streaming the packets of the streams `indices` from the start, in chunks of `num_packets`
     /// packets (of any one stream) or of `duration` seconds (exactly one of them). Call [`Demuxer::next_chunk`] for each chunk.
-    pub fn start_streaming(&mut self, indices: &[usize], num_packets: Option<usize>, duration: Option<f64>) -> Result<()> {
+    pub fn start_streaming(
+        &mut self,
+        indices: &[usize],
+        num_packets: Option<usize>,
+        duration: Option<f64>,
+    ) -> Result<()> {
         match (num_packets, duration) {
             (Some(n), None) if n > 0 => {}
             (None, Some(d)) if d > 0.0 && d.is_finite() => {}
@@ -593,14 +618,8 @@ impl Demuxer {
             return Err(Error::InvalidOptions("give at least one stream index".into()));
         }
         self.rewind(0.0)?;
-        self.stream = Some(StreamState {
-            indices: indices.to_vec(),
-            num_packets,
-            duration,
-            pending: None,
-            done: false,
-            read: 0,
-        });
+        self.stream =
+            Some(StreamState { indices: indices.to_vec(), num_packets, duration, pending: None, done: false, read: 0 });
         Ok(())
     }
 
@@ -680,13 +699,10 @@ impl Demuxer {
         let mut out = BTreeMap::new();
         for (index, packets) in chunk {
             if let Some(codec) = self.codec_of_index(index) {
-                out.insert(index, MediaPackets {
-                    item: self.item.clone(),
-                    codec,
-                    packets,
-                    window: None,
-                    limits: self.limits,
-                });
+                out.insert(
+                    index,
+                    MediaPackets { item: self.item.clone(), codec, packets, window: None, limits: self.limits },
+                );
             }
         }
         Ok(Some(out))

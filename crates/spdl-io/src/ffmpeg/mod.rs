@@ -29,11 +29,11 @@ pub use video::decode_packets;
 
 /// SPDL's demuxing and decoding objects (see [`crate::media`]).
 pub mod objects {
+    pub use super::bsf::Bsf;
     pub use super::frames::{
         DecodeConfig, Decoder, FilterGraph, MediaFrames, convert_frames, decode_all, reference_audio_frame,
         reference_video_frames,
     };
-    pub use super::bsf::Bsf;
     pub use super::media::{Codec, DemuxConfig, Demuxer, Fraction, MediaPackets, MediaType};
 }
 

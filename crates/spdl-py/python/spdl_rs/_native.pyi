@@ -676,7 +676,7 @@ def media_decode_packets(
     filter_desc: str | None = None,
     decoder: str | None = None,
     decoder_options: dict[str, str] | None = None,
-    num_frames: int = -1,
+    num_frames: int = ...,
 ) -> Any: ...
 def convert_frames(frames: Any) -> Buffer: ...
 def reference_video_frame(

@@ -190,10 +190,7 @@ fn codec_from(obj: &Bound<'_, PyAny>) -> PyResult<Codec> {
     if let Ok(c) = obj.cast::<PyImageCodec>() {
         return Ok(c.get().codec.clone());
     }
-    Err(PyTypeError::new_err(format!(
-        "expected AudioCodec, VideoCodec or ImageCodec, got {}",
-        obj.get_type().name()?
-    )))
+    Err(PyTypeError::new_err(format!("expected AudioCodec, VideoCodec or ImageCodec, got {}", obj.get_type().name()?)))
 }
 
 // --------------------------------------------------------------------------------------------- packets
@@ -387,9 +384,6 @@ packets_class!(
     }
 );
 
-
-
-
 fn packets_object(py: Python<'_>, p: MediaPackets) -> PyResult<Py<PyAny>> {
     Ok(match p.codec.kind {
         MediaType::Audio => Py::new(py, PyAudioPackets::from_packets(p))?.into_any(),
@@ -582,9 +576,9 @@ impl PyVideoFrames {
             }
             v
         } else {
-            let raw: Vec<isize> = key.extract().map_err(|_| {
-                PyTypeError::new_err("VideoFrames index must be an int, a slice or a sequence of ints")
-            })?;
+            let raw: Vec<isize> = key
+                .extract()
+                .map_err(|_| PyTypeError::new_err("VideoFrames index must be an int, a slice or a sequence of ints"))?;
             raw.into_iter()
                 .map(|i| {
                     let j = if i < 0 { i + n as isize } else { i };
@@ -674,9 +668,9 @@ impl PyMediaDemuxer {
     fn with<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut Demuxer) -> spdl_io::Result<T> + Send) -> PyResult<T> {
         py.detach(|| {
             let mut g = lock(&self.inner);
-            let d = g.as_mut().ok_or_else(|| {
-                spdl_io::Error::InvalidOptions(format!("{}: the demuxer was closed", self.item))
-            })?;
+            let d = g
+                .as_mut()
+                .ok_or_else(|| spdl_io::Error::InvalidOptions(format!("{}: the demuxer was closed", self.item)))?;
             f(d)
         })
         .map_err(io_err)
@@ -801,9 +795,7 @@ impl PyMediaDecoder {
         let config = DecodeConfig { decoder, options: decoder_options.unwrap_or_default().into_iter().collect() };
         let limits = limits_from(limits)?;
         let item = format!("<{} decoder>", codec.name);
-        let d = py
-            .detach(|| Decoder::new(&codec, &config, filter_desc.as_deref(), &item, limits))
-            .map_err(io_err)?;
+        let d = py.detach(|| Decoder::new(&codec, &config, filter_desc.as_deref(), &item, limits)).map_err(io_err)?;
         Ok(Self { inner: Mutex::new(d) })
     }
 

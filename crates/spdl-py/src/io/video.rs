@@ -5,13 +5,13 @@
 use std::sync::Arc;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
-use spdl_io::media::MediaPackets;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use spdl_buffer::system_allocator;
+use spdl_io::media::MediaPackets;
 use spdl_io::video::{
-    DecodeOptions, DemuxOptions, FrameSampling, Frames, PixelFormat, ScaleFilter,
-    decode_packets as decode_packets_rs, demux_video as demux_video_rs,
+    DecodeOptions, DemuxOptions, FrameSampling, Frames, PixelFormat, ScaleFilter, decode_packets as decode_packets_rs,
+    demux_video as demux_video_rs,
 };
 
 use super::audio::window;
@@ -257,8 +257,10 @@ impl NativeOp for DemuxVideoOp {
         let src = src_from_value(input, stage, self.name(), VIDEO_INPUT, 0)?;
         let packets =
             demux_video_rs(src.media(), &self.demux).map_err(|e| Error::native(stage, self.name(), src.name(), e))?;
-        let obj = crate::pipeline::tstate::attach(|py| Py::new(py, PyVideoPackets::from_packets(MediaPackets::from_video_packets(packets))))
-            .map_err(|e| Error::native(stage, self.name(), src.name(), PyTypeError::new_err(e.to_string())))?;
+        let obj = crate::pipeline::tstate::attach(|py| {
+            Py::new(py, PyVideoPackets::from_packets(MediaPackets::from_video_packets(packets)))
+        })
+        .map_err(|e| Error::native(stage, self.name(), src.name(), PyTypeError::new_err(e.to_string())))?;
         Ok(vec![Value::Py(obj.into_any())])
     }
 }
@@ -281,7 +283,12 @@ impl NativeOp for DecodePacketsOp {
         let Value::Py(obj) = input else { return Err(wrong(input.describe())) };
         // The GIL is held only to take the packets out of their Python object.
         let packets = crate::pipeline::tstate::attach(|py| match obj.bind(py).cast::<PyVideoPackets>() {
-            Ok(p) => p.get().state.take().map(MediaPackets::into_video_packets).map_err(|e| wrong(format!("spent packets ({e})"))),
+            Ok(p) => p
+                .get()
+                .state
+                .take()
+                .map(MediaPackets::into_video_packets)
+                .map_err(|e| wrong(format!("spent packets ({e})"))),
             Err(_) => Err(wrong("a Python object".to_owned())),
         })?;
         let item = packets.item().to_owned();

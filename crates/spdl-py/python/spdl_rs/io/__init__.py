@@ -585,6 +585,9 @@ _LAZY: dict[str, str] = {
     "CUDAConfig": "._cuda",
     "cuda_config": "._cuda",
     "CUDABuffer": "._cuda",
+    # spdl_rs's own error classes of the above (SPDL raises plain RuntimeError/ValueError; these subclass them)
+    "CUDAUnavailableError": "._cuda",
+    "FormatError": "._tar",
 }
 
 

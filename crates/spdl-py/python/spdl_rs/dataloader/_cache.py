@@ -10,67 +10,6 @@ __all__ = ["CacheDataLoader"]
 T = TypeVar("T")
 
 
-def _check_cache_args(num_caches: int, return_caches_after: int | None, stop_after: int | None) -> None:
-    if num_caches <= 0:
-        raise ValueError(f"`num_caches` must be greater than zero. Found: {num_caches}")
-    if return_caches_after is not None and return_caches_after < num_caches:
-        raise ValueError(
-            "When provided, `return_caches_after` must be greater than or equal to `num_caches`. "
-            f"num_caches={num_caches}, return_caches_after={return_caches_after}"
-        )
-    if stop_after is not None:
-        if stop_after < num_caches:
-            raise ValueError(
-                "When provided, `stop_after` must be greater than or equal to `num_caches`. "
-                f"num_caches={num_caches}, stop_after={stop_after}"
-            )
-        if return_caches_after is not None and stop_after < return_caches_after:
-            raise ValueError(
-                "When provided, `stop_after` must be greater than or equal to `return_caches_after`. "
-                f"return_caches_after={return_caches_after}, stop_after={stop_after}"
-            )
-
-
-def _cache_iterator(
-    src: Iterable[T], num_caches: int, return_caches_after: int | None, stop_after: int | None
-) -> Iterator[T]:
-    """Yields ``src``'s first ``return_caches_after`` items (keeping the first ``num_caches``), then the kept
-    items over and over; ``stop_after`` items in all, or without end when ``None``. Arguments are checked
-    when the first item is asked for."""
-    _check_cache_args(num_caches, return_caches_after, stop_after)
-    run_for = num_caches if return_caches_after is None else return_caches_after
-    limit = float("inf") if stop_after is None else stop_after
-    cache: list[T] = []
-    count = 0
-    it = iter(src)
-    try:
-        for item in it:
-            yield item
-            count += 1
-            if len(cache) < num_caches:
-                cache.append(item)
-            if count >= limit:
-                return
-            if count >= run_for:
-                break
-    finally:
-        # Stop the source now (e.g. a DataLoader's background pipeline) rather than when it is collected;
-        # an iterator the caller passed in is theirs to close.
-        if it is not src:
-            close = getattr(it, "close", None)
-            if callable(close):
-                close()
-    del it
-    if not cache:
-        return
-    while True:
-        for item in cache:
-            yield item
-            count += 1
-            if count >= limit:
-                return
-
-
 class CacheDataLoader(Generic[T]):
     """Yields a data loader's first outputs, then replays a cache of them, to show how fast the training loop
     would run if data loading cost nothing.
@@ -110,7 +49,14 @@ class CacheDataLoader(Generic[T]):
 
     def __iter__(self) -> Iterator[T]:
         """The outputs of ``dl``, then the cached ones (see the class)."""
-        return _cache_iterator(self.dl, self.num_caches, self.return_caches_after, self.stop_after)
+        from ..pipeline._subprocess import cache_iterator
+
+        return cache_iterator(
+            self.dl,
+            num_caches=self.num_caches,
+            return_caches_after=self.return_caches_after,
+            stop_after=self.stop_after,
+        )
 
     def __len__(self) -> int:
         """``len(dl)`` (``TypeError`` if it has none)."""

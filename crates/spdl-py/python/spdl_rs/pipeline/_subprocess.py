@@ -558,22 +558,32 @@ def cache_iterator(
         if return_caches_after is not None and stop_after < return_caches_after:
             raise ValueError(
                 "When provided, `stop_after` must be greater than or equal to `return_caches_after`. "
-                f"{stop_after=}, {return_caches_after=}"
+                f"{return_caches_after=}, {stop_after=}"
             )
 
     cache: list[T] = []
     switch_at = num_caches if return_caches_after is None else return_caches_after
     limit = float("inf") if stop_after is None else stop_after
     count = 0
-    for item in src:
-        yield item
-        count += 1
-        if len(cache) < num_caches:
-            cache.append(item)
-        if count >= limit:
-            return
-        if count >= switch_at:
-            break
+    it = iter(src)
+    try:
+        for item in it:
+            yield item
+            count += 1
+            if len(cache) < num_caches:
+                cache.append(item)
+            if count >= limit:
+                return
+            if count >= switch_at:
+                break
+    finally:
+        # Stop the source's iteration now (e.g. a data loader's background pipeline) rather than when it is
+        # collected; an iterator the caller passed in is theirs to close.
+        if it is not src:
+            close = getattr(it, "close", None)
+            if callable(close):
+                close()
+    del it
     if delete_src:
         del src
     if not cache:

@@ -26,6 +26,7 @@ from os import PathLike
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from .. import _native
+from .._lazy import lazy_attributes as _lazy_attributes
 from .._native import HAS_VIDEO, Buffer
 
 if TYPE_CHECKING:
@@ -591,19 +592,7 @@ _LAZY: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = _lazy_attributes(__name__, globals(), _LAZY)
 
 
 __all__ = [

@@ -5,6 +5,7 @@ the engine's Rust thread pool and hold the GIL only while Python code runs; asyn
 the pipeline owns; native ops (:py:mod:`spdl_rs.io.ops`) never take the GIL.
 """
 
+from .._lazy import lazy_attributes as _lazy_attributes
 from . import defs
 from ._builder import PipelineBuilder, build_pipeline
 from ._failure import EOF, EPOCH_END, PipelineFailure, is_eof, is_epoch_end
@@ -44,19 +45,7 @@ _LAZY: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = _lazy_attributes(__name__, globals(), _LAZY)
 
 
 __all__ = [

@@ -25,20 +25,14 @@ as in ``spdl.source.utils``. SPDL's index samplers :py:class:`DistributedRandomS
     mixed = MergeIterator([speech, music], weights=[3, 1], stop_after=1000, seed=0)
 """
 
-from .. import _native as _native_module
-from .._native import HAS_SOURCE
+from .._native import HAS_SOURCE, ElasticSampler
 from ._elastic import merge_rank_states
 from ._sampler import DistributedDeterministicSampler, DistributedRandomSampler
 from ._types import IterableWithShuffle, SizedIterable, SizedIterableWithShuffle
 
 if HAS_SOURCE:
     from .._native import Sampler, Store, list_dataset
-
-    # A native module built before ElasticSampler existed still imports (the name is then None until it is
-    # rebuilt), so that one stale build does not break `spdl_rs.source` and `spdl_rs.pipeline` as a whole.
-    ElasticSampler = getattr(_native_module, "ElasticSampler", None)
 else:  # pragma: no cover (a build without the `source` feature)
-    ElasticSampler = None
     Sampler = None
     Store = None
 

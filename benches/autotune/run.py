@@ -8,6 +8,10 @@ Workloads:
   each request 20 ms before passing it on.
 - ``pyslow``: an ``spdl_rs`` pipeline whose Python stage waits 2 ms per item (``time.sleep``) and works 0.1 ms,
   run for ``--py-seconds`` each (throughput over the whole run, tuning included).
+- ``audio``: an ``spdl_rs`` pipeline over audio clips made at start (``--audio-clips`` of 5-10 s, 44.1 and
+  48 kHz stereo; WAV, FLAC and MP3 in turn when ``ffmpeg`` is on the PATH to encode them, WAV only
+  otherwise): a stage reads each file's bytes, a stage decodes and resamples them to 16 kHz mono
+  (``spdl_rs.io.load_audio``), then batches of 16; ``--py-seconds`` per run, the clips in a cycle.
 
 Usage (standard library only; ``--spdl`` is a release build of the CLI, ``--python`` an interpreter with
 ``spdl_rs`` built from this tree)::
@@ -19,9 +23,13 @@ Usage (standard library only; ``--spdl`` is a release build of the CLI, ``--pyth
 from __future__ import annotations
 
 import argparse
+import array
 import asyncio
+import concurrent.futures
 import json
+import math
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -29,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+import wave
 from pathlib import Path
 from typing import Any
 
@@ -109,9 +118,13 @@ class DelayProxy:
 
 def start_s3(data: Path, limit: int) -> tuple[subprocess.Popen[bytes], int, Path]:
     binary = shutil.which("s3s-fs") or str(Path.home() / ".cargo/bin/s3s-fs")
+    if not Path(binary).is_file():
+        raise RuntimeError("the s3 workload needs s3s-fs: `cargo install s3s-fs@0.14.1 --features binary --locked`")
+    files = sorted(p for p in data.rglob("*.jpg"))[:limit]
+    if not files:
+        raise RuntimeError(f"no .jpg files under {data}")
     root = Path(tempfile.mkdtemp(prefix="spdl-autotune-s3-"))
     dest = root / "photos" / "train"
-    files = sorted(p for p in data.rglob("*.jpg"))[:limit]
     for p in files:
         d = dest / p.parent.name
         d.mkdir(parents=True, exist_ok=True)
@@ -125,32 +138,35 @@ def start_s3(data: Path, limit: int) -> tuple[subprocess.Popen[bytes], int, Path
     for _ in range(600):
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-            break
+            return proc, port, root
         except OSError:
+            if proc.poll() is not None:
+                break
             time.sleep(0.1)
-    return proc, port, root
+    proc.kill()
+    proc.wait()
+    shutil.rmtree(root, ignore_errors=True)
+    raise RuntimeError(f"s3s-fs did not start listening on 127.0.0.1:{port} (exit status {proc.returncode})")
 
 
-# --- the slow Python stage --------------------------------------------------------------------------------
+# --- spdl_rs pipelines run in a child interpreter ---------------------------------------------------------
 
-PYSLOW = r"""
+# Each script builds `b` (a PipelineBuilder up to its last stage) from `duration`, `threads`, `conc` and
+# `autotune` (argv 1-4; conc 0: the stages' default concurrency) and defines `size(batch)`; the footer batches,
+# runs it for `duration` seconds and prints the figures as one JSON line.
+PY_HEAD = r"""
 import itertools, json, resource, sys, time
 from spdl_rs.pipeline import PipelineBuilder
 duration, threads, conc, autotune = float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
-def slow(x):
-    time.sleep(0.002)
-    t = time.perf_counter()
-    while time.perf_counter() - t < 0.0001:
-        pass
-    return x
-b = PipelineBuilder().add_source(itertools.count())
-b = b.pipe(slow) if conc == 0 else b.pipe(slow, concurrency=conc)
+"""
+
+PY_FOOT = r"""
 p = b.aggregate(16).add_sink(4).build(num_threads=threads, autotune=autotune)
 got = 0
 t0 = time.perf_counter()
 with p.auto_stop():
     for batch in p:
-        got += len(batch)
+        got += size(batch)
         if time.perf_counter() - t0 >= duration:
             break
     dt = time.perf_counter() - t0
@@ -162,12 +178,49 @@ print(json.dumps({"throughput": got / dt, "seconds": dt,
                   "end": [[k, v["concurrency"]] for k, v in rows.items() if v["concurrency_bounds"]]}))
 """
 
+# The slow Python stage: 2 ms asleep and 0.1 ms busy per item.
+PYSLOW = PY_HEAD + r"""
+def slow(x):
+    time.sleep(0.002)
+    t = time.perf_counter()
+    while time.perf_counter() - t < 0.0001:
+        pass
+    return x
+b = PipelineBuilder().add_source(itertools.count())
+b = b.pipe(slow) if conc == 0 else b.pipe(slow, concurrency=conc)
+size = len
+""" + PY_FOOT
 
-def bench_py(python: str, seconds: float, threads: int, conc: int, autotune: bool) -> dict[str, Any]:
-    cmd = [python, "-c", PYSLOW, str(seconds), str(threads), str(conc), "1" if autotune else "0"]
+# Audio: read the bytes of each clip (argv 5: the folder of clips, cycled), decode and resample them to 16 kHz
+# mono; `conc` is the decode stage's concurrency, the read stage keeps its default.
+AUDIO = PY_HEAD + r"""
+import os
+from spdl_rs.io import load_audio
+root = sys.argv[5]
+paths = sorted(os.path.join(root, n) for n in os.listdir(root))
+def read(path):
+    with open(path, "rb") as f:
+        return path, f.read()
+def decode(item):
+    path, data = item
+    return load_audio(data, name=path, sample_rate=16000, channels="mono")
+b = PipelineBuilder().add_source(itertools.cycle(paths)).pipe(read)
+b = b.pipe(decode) if conc == 0 else b.pipe(decode, concurrency=conc)
+def size(batch):
+    for clip in batch:
+        if clip.shape[0] != 1 or clip.shape[1] < 16000 * 5 - 1:
+            raise SystemExit(f"a decoded clip has shape {clip.shape}, expected [1, >= 5 s at 16 kHz]")
+    return len(batch)
+""" + PY_FOOT
+
+
+def bench_py(
+    python: str, name: str, script: str, seconds: float, threads: int, conc: int, autotune: bool, *extra: str
+) -> dict[str, Any]:
+    cmd = [python, "-c", script, str(seconds), str(threads), str(conc), "1" if autotune else "0", *extra]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if out.returncode != 0:
-        raise RuntimeError(f"pyslow failed:\n{out.stderr[-2000:]}")
+        raise RuntimeError(f"{name} (num_threads {threads}, concurrency {conc}) failed:\n{out.stderr[-2000:]}")
     r = json.loads(out.stdout.strip().splitlines()[-1])
     changes = [
         {"at_s": d["at"], "stage": d["stage"], "from": d["from"], "to": d["to"], "reason": d["reason"]}
@@ -183,8 +236,76 @@ def bench_py(python: str, seconds: float, threads: int, conc: int, autotune: boo
         "end": r["end"],
         "start": [],
         "budget": None,
-        "unit": "items/s",
+        "unit": "clips/s" if name == "audio" else "items/s",
     }
+
+
+# --- audio clips ------------------------------------------------------------------------------------------
+
+
+def _tone_blocks(rate: int, count: int) -> list[bytes]:
+    """`count` different seconds of 16-bit stereo at `rate`: two tones per channel and a little noise."""
+    blocks = []
+    for j in range(count):
+        rng = random.Random(rate * 100 + j)
+        f = [110.0 * (j + 2), 165.0 * (j + 1) + 7.0, 220.0 * (j + 1) + 3.0, 97.0 * (j + 3)]
+        samples = array.array("h")
+        step = 2 * math.pi / rate
+        for n in range(rate):
+            t = n * step
+            left = 0.4 * math.sin(f[0] * t) + 0.2 * math.sin(f[1] * t) + 0.05 * (rng.random() - 0.5)
+            right = 0.3 * math.sin(f[2] * t) + 0.3 * math.sin(f[3] * t) + 0.05 * (rng.random() - 0.5)
+            samples.append(int(left * 32767))
+            samples.append(int(right * 32767))
+        blocks.append(samples.tobytes())
+    return blocks
+
+
+def make_clips(count: int) -> tuple[Path, str]:
+    """Writes `count` clips of 5-10 s (44.1 and 48 kHz stereo, 16-bit) to a new temporary folder: WAV, FLAC and
+    MP3 in turn when ffmpeg is on the PATH (it encodes the last two), WAV only otherwise. Returns the folder
+    and a line that describes its clips."""
+    root = Path(tempfile.mkdtemp(prefix="spdl-autotune-audio-"))
+    ffmpeg = shutil.which("ffmpeg")
+    formats = ["wav", "flac", "mp3"] if ffmpeg else ["wav"]
+    blocks = {rate: _tone_blocks(rate, 6) for rate in (44100, 48000)}
+    frame = 4  # bytes per stereo 16-bit frame
+
+    def one(i: int) -> float:
+        rate = 48000 if i % 2 == 0 else 44100
+        seconds = 5.0 + (i * 37 % 51) / 10.0
+        frames = int(seconds * rate)
+        parts = [blocks[rate][(i + k) % 6] for k in range(frames // rate)]
+        parts.append(blocks[rate][i % 6][: (frames % rate) * frame])
+        fmt = formats[i % len(formats)]
+        wav = root / (f"clip{i:04d}.wav" if fmt == "wav" else f".clip{i:04d}.tmp.wav")
+        with wave.open(str(wav), "wb") as w:
+            w.setnchannels(2)
+            w.setsampwidth(2)
+            w.setframerate(rate)
+            w.writeframes(b"".join(parts))
+        if fmt != "wav":
+            dest = root / f"clip{i:04d}.{fmt}"
+            extra = ["-b:a", "128k"] if fmt == "mp3" else []
+            cmd = [str(ffmpeg), "-hide_banner", "-loglevel", "error", "-y", "-i", str(wav), *extra, str(dest)]
+            out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            wav.unlink()
+            if out.returncode != 0 or not dest.is_file():
+                raise RuntimeError(f"ffmpeg could not encode {dest.name}: {out.stderr[-1000:]}")
+        return frames / rate
+
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+            total = sum(pool.map(one, range(count)))
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    size = sum(p.stat().st_size for p in root.iterdir())
+    what = (
+        f"{count} clips of 5-10 s ({total / 60:.0f} min of audio, {size / 2**20:.0f} MiB; "
+        f"{', '.join(f.upper() for f in formats)}; 44.1/48 kHz stereo)"
+    )
+    return root, what
 
 
 def _settled(changes: list[dict[str, Any]]) -> float | None:
@@ -299,12 +420,13 @@ def report(name: str, grid: dict[str, dict[str, Any]], auto: dict[str, Any], def
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--spdl", required=True)
-    ap.add_argument("--data", type=Path, required=True)
+    ap.add_argument("--spdl", help="the CLI (release build): for the jpeg and s3 workloads")
+    ap.add_argument("--data", type=Path, help="a folder of JPEGs (`spdl gen-data`): for the jpeg and s3 workloads")
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--images", type=int, default=1000)
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--py-seconds", type=float, default=20.0)
+    ap.add_argument("--audio-clips", type=int, default=300, help="clips the audio workload makes at start")
     ap.add_argument("--workloads", default="jpeg,s3,pyslow")
     ap.add_argument("--svg", type=Path, required=True)
     ap.add_argument("--json", type=Path)
@@ -314,6 +436,13 @@ def main() -> None:
     out: list[str] = []
     common = ["--limit", str(args.images), "--epochs", str(args.epochs)]
     workloads = args.workloads.split(",")
+    unknown = sorted(set(workloads) - {"jpeg", "s3", "pyslow", "audio"})
+    if unknown:
+        ap.error(f"unknown workloads {', '.join(unknown)} (known: jpeg, s3, pyslow, audio)")
+    if {"jpeg", "s3"} & set(workloads) and (args.spdl is None or args.data is None):
+        ap.error("the jpeg and s3 workloads need --spdl and --data")
+    if args.audio_clips < 1 or args.py_seconds <= 0:
+        ap.error("--audio-clips must be at least 1 and --py-seconds above 0")
 
     def cli_grid(name: str, target: list[str], threads: list[int], io: list[int], env: dict[str, str] | None = None):
         grid = {}
@@ -341,20 +470,39 @@ def main() -> None:
             g, a, d = cli_grid("s3", target, [1, 2, 4], [4, 16, 64, 128], env)
         finally:
             proc.kill()
+            proc.wait()
             shutil.rmtree(root, ignore_errors=True)
         out.append(report("The same JPEGs from S3 (s3s-fs) with 20 ms added per GET", g, a, d))
     if "pyslow" in workloads:
         grid = {}
         for t in [2, 4, 8]:
             for c in [1, 2, 4, 8]:
-                r = bench_py(args.python, args.py_seconds, t, c, False)
+                r = bench_py(args.python, "pyslow", PYSLOW, args.py_seconds, t, c, False)
                 grid[f"num_threads {t}, concurrency {c}"] = r
                 print(f"pyslow threads {t} conc {c}: {r['throughput']:.0f}", file=sys.stderr)
-        auto = bench_py(args.python, args.py_seconds, 4, 0, True)
-        default = bench_py(args.python, args.py_seconds, 4, 0, False)
+        auto = bench_py(args.python, "pyslow", PYSLOW, args.py_seconds, 4, 0, True)
+        default = bench_py(args.python, "pyslow", PYSLOW, args.py_seconds, 4, 0, False)
         print(f"pyslow autotune {auto['throughput']:.0f} default {default['throughput']:.0f}", file=sys.stderr)
         results["pyslow"] = {"grid": grid, "autotune": auto, "default": default}
         title = f"A slow Python stage (2 ms wait + 0.1 ms work per item), {args.py_seconds:.0f} s runs"
+        out.append(report(title, grid, auto, default))
+    if "audio" in workloads:
+        clips, what = make_clips(args.audio_clips)
+        print(f"audio: {what} in {clips}", file=sys.stderr)
+        try:
+            grid = {}
+            for t in [2, 4, 8]:
+                for c in [1, 2, 4, 8]:
+                    r = bench_py(args.python, "audio", AUDIO, args.py_seconds, t, c, False, str(clips))
+                    grid[f"num_threads {t}, decode concurrency {c}"] = r
+                    print(f"audio threads {t} conc {c}: {r['throughput']:.0f}", file=sys.stderr)
+            auto = bench_py(args.python, "audio", AUDIO, args.py_seconds, 4, 0, True, str(clips))
+            default = bench_py(args.python, "audio", AUDIO, args.py_seconds, 4, 0, False, str(clips))
+            print(f"audio autotune {auto['throughput']:.0f} default {default['throughput']:.0f}", file=sys.stderr)
+        finally:
+            shutil.rmtree(clips, ignore_errors=True)
+        results["audio"] = {"grid": grid, "autotune": auto, "default": default}
+        title = f"Audio: read, decode and resample to 16 kHz mono, {what}, {args.py_seconds:.0f} s runs"
         out.append(report(title, grid, auto, default))
     for earlier in args.merge:
         for k, v in json.loads(earlier.read_text()).items():

@@ -11,6 +11,9 @@
 //! fully delivered, its watermark, the delivered positions above it and the failures; its size follows
 //! the items in flight, not the dataset. On resume the source re-enumerates those epochs from their
 //! saved start state and skips the delivered positions, then continues as if never interrupted.
+//! Batches that drop the incomplete last one of each epoch go through [`Checkpoint::batch`] (or a custom
+//! aggregator through [`Checkpoint::aggregator`]), which records the dropped items as consumed: the
+//! engine's own `aggregate_drop_last` drops them unseen, so they would come back after a resume.
 //!
 //! ```
 //! use spdl_exec::checkpoint::{Checkpoint, CheckpointSource, CheckpointedPipeline};
@@ -66,7 +69,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::failure::BoxError;
-use crate::{Item, Pipeline, PipelineError, PipelineStats, Stage};
+use crate::{Aggregator, Item, Pipeline, PipelineError, PipelineStats, Stage};
 
 /// Where an item came from: its merge input (0 for a pipeline of one source), its epoch (counted by
 /// the checkpoint from the first epoch the input enumerated) and its position in that epoch's
@@ -510,15 +513,71 @@ impl Checkpoint {
                 Err(e)
             }
             Err(panic) => {
-                let cause = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| (*s).to_owned())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "panic".into());
-                self.fail(keys, stage, &format!("panicked: {cause}"));
+                self.fail(keys, stage, &panicked(&*panic));
                 resume_unwind(panic)
             }
         }
+    }
+
+    /// Batches of `size` keyed items as one keyed batch each (what [`crate::PipelineBuilder::aggregate`]
+    /// and [`collate`](Checkpoint::collate) make), for [`crate::PipelineBuilder::aggregate_with`] with its
+    /// own `drop_last` **off**. With `drop_last`, the incomplete batch of each epoch (and of the end of the
+    /// input) is dropped and its items count as delivered, so a resumed epoch delivers the batches the
+    /// uninterrupted one would; `aggregate_drop_last` followed by `collate` would drop them unrecorded,
+    /// and they would come back after a resume. `size` 0 counts as 1.
+    ///
+    /// ```
+    /// use spdl_exec::checkpoint::{Checkpoint, CheckpointSource, CheckpointedPipeline};
+    /// use spdl_exec::{BuildOptions, PipelineBuilder};
+    ///
+    /// /// One epoch of `0..n`.
+    /// struct Range { n: u64, done: bool }
+    /// impl CheckpointSource for Range {
+    ///     type Item = u64;
+    ///     type Epoch = std::ops::Range<u64>;
+    ///     fn state(&self) -> Result<serde_json::Value, spdl_exec::BoxError> {
+    ///         Ok(serde_json::json!({ "done": self.done }))
+    ///     }
+    ///     fn load_state(&mut self, state: &serde_json::Value) -> Result<(), spdl_exec::BoxError> {
+    ///         self.done = state["done"].as_bool().ok_or("no done")?;
+    ///         Ok(())
+    ///     }
+    ///     fn next_epoch(&mut self) -> Result<Self::Epoch, spdl_exec::BoxError> {
+    ///         let n = if self.done { 0 } else { self.n };
+    ///         self.done = true;
+    ///         Ok(0..n)
+    ///     }
+    /// }
+    ///
+    /// let ckpt = Checkpoint::new();
+    /// let pipeline = PipelineBuilder::new()
+    ///     .source(ckpt.input(Range { n: 10, done: false })?)
+    ///     .aggregate_with("aggregate(4)", ckpt.batch(4, true), false)
+    ///     .sink(2)
+    ///     .build(BuildOptions::default())?;
+    /// let pipeline = CheckpointedPipeline::new(pipeline, ckpt);
+    /// let batches: Vec<Vec<u64>> = pipeline.iter().collect::<Result<_, _>>()?;
+    /// assert_eq!(batches, [vec![0, 1, 2, 3], vec![4, 5, 6, 7]]);
+    /// // 8 and 9 were dropped and count as consumed: the epoch is complete.
+    /// assert!(pipeline.state()?.inputs[0].epochs.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn batch<T: Send + 'static>(&self, size: usize, drop_last: bool) -> KeyedAggregator<Batcher<T>> {
+        let size = size.max(1);
+        self.aggregator(format!("aggregate({size})"), Batcher::new(size), drop_last)
+    }
+
+    /// A custom [`Aggregator`] over keyed items, for [`crate::PipelineBuilder::aggregate_with`] with its
+    /// own `drop_last` **off**: each output carries the keys of every item accumulated since the previous
+    /// output; an error or panic of `inner` is recorded against those keys (they count as consumed);
+    /// with `drop_last`, what `flush` returns is dropped and its items count as delivered (also at the
+    /// end of the input, where the engine's `drop_last` would not call `flush` at all).
+    pub fn aggregator<T, A>(&self, name: impl Into<String>, inner: A, drop_last: bool) -> KeyedAggregator<A>
+    where
+        T: Send + 'static,
+        A: Aggregator<T>,
+    {
+        KeyedAggregator { inner, keys: Vec::new(), drop_last, name: name.into(), checkpoint: self.clone() }
     }
 
     /// The stage after [`crate::PipelineBuilder::aggregate`]: a batch of keyed items becomes one keyed
@@ -679,6 +738,119 @@ impl<I> EpochRun<I> {
             self.next_skip += 1;
         }
         self.skip.get(self.next_skip).is_some_and(|&(start, _)| start <= index)
+    }
+}
+
+/// A failure's text for a caught panic.
+fn panicked(panic: &(dyn std::any::Any + Send)) -> String {
+    let cause = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".into());
+    format!("panicked: {cause}")
+}
+
+/// Groups items into `Vec`s of `size` (the last one of an epoch shorter): [`Checkpoint::batch`]'s inner
+/// aggregator.
+#[derive(Debug)]
+pub struct Batcher<T> {
+    size: usize,
+    items: Vec<T>,
+}
+
+impl<T> Batcher<T> {
+    /// Batches of `size` (0 counts as 1).
+    pub fn new(size: usize) -> Self {
+        Self { size: size.max(1), items: Vec::new() }
+    }
+}
+
+impl<T: Send + 'static> Aggregator<T> for Batcher<T> {
+    type Output = Vec<T>;
+
+    fn accumulate(&mut self, item: T) -> Result<Option<Vec<T>>, BoxError> {
+        if self.items.is_empty() {
+            // Reserve no more than a typical batch up front: `size` is the caller's and may be huge.
+            self.items.reserve(self.size.min(1024));
+        }
+        self.items.push(item);
+        Ok((self.items.len() >= self.size).then(|| std::mem::take(&mut self.items)))
+    }
+
+    fn flush(&mut self) -> Result<Option<Vec<T>>, BoxError> {
+        Ok((!self.items.is_empty()).then(|| std::mem::take(&mut self.items)))
+    }
+}
+
+/// An [`Aggregator`] over [`Keyed`] items made by [`Checkpoint::aggregator`] or [`Checkpoint::batch`]:
+/// `inner` sees the values, its outputs carry the keys, and what `drop_last` drops is recorded as
+/// delivered.
+pub struct KeyedAggregator<A> {
+    inner: A,
+    /// The keys of the items accumulated since the last output.
+    keys: Vec<ItemKey>,
+    drop_last: bool,
+    name: String,
+    checkpoint: Checkpoint,
+}
+
+impl<A> std::fmt::Debug for KeyedAggregator<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyedAggregator")
+            .field("name", &self.name)
+            .field("drop_last", &self.drop_last)
+            .field("pending_keys", &self.keys.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<A> KeyedAggregator<A> {
+    /// Runs one call of the inner aggregator; an error or a panic fails every pending key (the keys are
+    /// cleared first, so a later output does not carry them again).
+    fn call<O>(&mut self, f: impl FnOnce(&mut A) -> Result<O, BoxError>) -> Result<O, BoxError> {
+        match catch_unwind(AssertUnwindSafe(|| f(&mut self.inner))) {
+            Ok(Ok(out)) => Ok(out),
+            Ok(Err(e)) => {
+                let keys = std::mem::take(&mut self.keys);
+                self.checkpoint.fail(&keys, &self.name, &e.to_string());
+                Err(e)
+            }
+            Err(panic) => {
+                let keys = std::mem::take(&mut self.keys);
+                self.checkpoint.fail(&keys, &self.name, &panicked(&*panic));
+                resume_unwind(panic)
+            }
+        }
+    }
+}
+
+impl<T, A> Aggregator<Keyed<T>> for KeyedAggregator<A>
+where
+    T: Send + 'static,
+    A: Aggregator<T>,
+{
+    type Output = Keyed<A::Output>;
+
+    fn accumulate(&mut self, item: Keyed<T>) -> Result<Option<Keyed<A::Output>>, BoxError> {
+        let Keyed { keys, value } = item;
+        self.keys.extend(keys);
+        Ok(self
+            .call(|inner| inner.accumulate(value))?
+            .map(|value| Keyed { keys: std::mem::take(&mut self.keys), value }))
+    }
+
+    fn flush(&mut self) -> Result<Option<Keyed<A::Output>>, BoxError> {
+        let out = self.call(|inner| inner.flush())?;
+        let keys = std::mem::take(&mut self.keys);
+        match out {
+            Some(value) if !self.drop_last => Ok(Some(Keyed { keys, value })),
+            // Dropped (or nothing left): these items are consumed, a resumed run must not yield them.
+            _ => {
+                self.checkpoint.deliver(&keys);
+                Ok(None)
+            }
+        }
     }
 }
 

@@ -316,6 +316,19 @@ class PipelineCore:
         """The auto-tuner's changes (None without autotune)."""
     def stats_table(self) -> str:
         """The stats as a text table."""
+    def stats_anchor(self) -> StatsSnapshot:
+        """A snapshot of the stats: the start of a ``stats_window``."""
+    def stats_window(self, anchor: StatsSnapshot | None = None) -> dict[str, Any]:
+        """The ``autotune::Window`` since ``anchor`` (``None``: since the start) as a dict (``duration``,
+        ``items``, ``throughput``, ``stages``); ``ValueError`` for an anchor of another pipeline."""
+
+@final
+class StatsSnapshot:
+    """Internal: an opaque stats snapshot of one pipeline, from ``PipelineCore.stats_anchor()``."""
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds since the pipeline started when it was taken."""
 
 # The decoders take their options as keywords (`**options`): Rust reads each decoder's options into one
 # struct, shared by the function and its op. The typed public signatures are spdl_rs.io's and spdl_rs.io.ops'.

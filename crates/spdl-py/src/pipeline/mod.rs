@@ -9,19 +9,21 @@ pub(crate) mod tstate;
 mod wiring;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use pyo3::exceptions::{PyRuntimeError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
-use spdl_exec::{BuildOptions, FailureBudget, Item, Pipeline, PipelineBuilder, PipelineError, state};
+use spdl_exec::autotune::Window;
+use spdl_exec::{
+    BuildOptions, FailureBudget, Item, Pipeline, PipelineBuilder, PipelineError, PipelineStats, StageKind, state,
+};
 
 pub use bridge::{AsyncBridge, Reply};
 use ops::Failures;
 pub use ops::{NativeOp, PyNativeOp};
-pub(crate) use spec::register as register_specs;
 use wiring::Chain;
 pub use wiring::RegionInputs;
 
@@ -37,6 +39,15 @@ const SIGNAL_SLICE: Duration = Duration::from_millis(100);
 const DROP_WAIT: Duration = Duration::from_secs(1);
 /// Default capacity of the queues between stages (SPDL's, which is fixed: `_BUFFER_SIZE = 2`).
 const DEFAULT_STAGE_BUFFER: usize = 2;
+
+/// Registers the typed step descriptions (`spec`) and [`StatsSnapshot`].
+pub(crate) fn register_specs(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    spec::register(m)?;
+    m.add_class::<StatsSnapshot>()
+}
+
+/// Where the next [`PipelineCore`]'s id comes from (a [`StatsSnapshot`] names the pipeline it was taken on).
+static NEXT_CORE_ID: AtomicU64 = AtomicU64::new(0);
 
 /// Runs the body of a Python-facing method, turning a Rust panic into a `RuntimeError`. (PyO3 would raise
 /// `pyo3_runtime.PanicException`, a `BaseException` that `except Exception` does not catch.)
@@ -131,6 +142,11 @@ pub struct PipelineCore {
     error_stage: Mutex<Option<String>>,
     /// A bounded `stop` timed out: dropping does not wait again.
     abandoned: AtomicBool,
+    /// This pipeline's id, kept by the [`StatsSnapshot`]s taken on it.
+    id: u64,
+    /// Nanoseconds the consumer spent waiting in `get_item` (the sink's queue was empty): the engine counts
+    /// no wait for the sink row, whose consumer is outside it; [`PipelineCore::snapshot`] puts it there.
+    consumer_wait_ns: AtomicU64,
 }
 
 impl std::fmt::Debug for PipelineCore {
@@ -223,6 +239,8 @@ impl PipelineCore {
             error: Mutex::new(None),
             error_stage: Mutex::new(None),
             abandoned: AtomicBool::new(false),
+            id: NEXT_CORE_ID.fetch_add(1, Ordering::Relaxed),
+            consumer_wait_ns: AtomicU64::new(0),
         })
     }
 }
@@ -327,9 +345,112 @@ impl PipelineCore {
     fn stats_table(&self, py: Python<'_>) -> PyResult<String> {
         no_panic("Pipeline.stats_table", || Ok(py.detach(|| self.sink.stats().to_string())))
     }
+
+    /// A snapshot of the stats to measure a window from (`stats_window(anchor)`).
+    fn stats_anchor(&self, py: Python<'_>) -> StatsSnapshot {
+        StatsSnapshot { pipeline: self.id, stats: py.detach(|| self.snapshot()) }
+    }
+
+    /// What happened since `anchor` (`None`: since the start), measured as the auto-tuner measures it
+    /// (`spdl_exec::autotune::Window::between`): a dict with `duration` (s), `items` (items out of the
+    /// source), `throughput` (source items/s) and `stages`, one dict per stats row (source first, sink
+    /// last) with `name`, `kind`, `concurrency`, `rate` (items put out per second), `busy`, `starved`,
+    /// `blocked` (shares, 0.0 to 1.0) and `task_mean` (s). The sink row's `starved` is the share of the
+    /// window the consumer waited in `get_item` for an item.
+    #[pyo3(signature = (anchor=None))]
+    fn stats_window<'py>(
+        &self,
+        py: Python<'py>,
+        anchor: Option<PyRef<'py, StatsSnapshot>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        no_panic("Pipeline.stats_window", || {
+            if let Some(a) = &anchor
+                && a.pipeline != self.id
+            {
+                return Err(PyValueError::new_err(
+                    "stats_window: the anchor was taken on another pipeline (take it with this pipeline's \
+                     stats_anchor())",
+                ));
+            }
+            let after = py.detach(|| self.snapshot());
+            let window = match &anchor {
+                Some(a) => Window::between(&a.stats, &after),
+                None => {
+                    // The state before the start: no time, no rows (every counter from zero).
+                    let mut start = after.clone();
+                    start.elapsed = Duration::ZERO;
+                    start.stages.clear();
+                    Window::between(&start, &after)
+                }
+            };
+            window_dict(py, &window)
+        })
+    }
+}
+
+/// A snapshot of a pipeline's stats (`spdl_rs._native.StatsSnapshot`), from `PipelineCore.stats_anchor()`:
+/// the start of a window measured by `PipelineCore.stats_window(anchor)`. Opaque to Python but for the time
+/// it was taken at.
+#[pyclass(module = "spdl_rs._native", frozen)]
+#[derive(Debug)]
+pub struct StatsSnapshot {
+    /// The id of the [`PipelineCore`] it was taken on.
+    pipeline: u64,
+    stats: PipelineStats,
+}
+
+#[pymethods]
+impl StatsSnapshot {
+    /// Seconds since the pipeline started when the snapshot was taken (0.0 before the start).
+    #[getter]
+    fn elapsed(&self) -> f64 {
+        self.stats.elapsed.as_secs_f64()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<spdl_rs StatsSnapshot at {:.3} s, {} rows>",
+            self.stats.elapsed.as_secs_f64(),
+            self.stats.stages.len()
+        )
+    }
+}
+
+/// A [`Window`] as the dict `PipelineCore.stats_window` returns.
+fn window_dict<'py>(py: Python<'py>, w: &Window) -> PyResult<Bound<'py, PyDict>> {
+    let stages = PyList::empty(py);
+    for s in &w.stages {
+        let d = PyDict::new(py);
+        d.set_item("name", &s.name)?;
+        d.set_item("kind", format!("{:?}", s.kind).to_lowercase())?;
+        d.set_item("concurrency", s.concurrency)?;
+        d.set_item("rate", s.rate)?;
+        d.set_item("busy", s.busy)?;
+        d.set_item("starved", s.starved)?;
+        d.set_item("blocked", s.blocked)?;
+        d.set_item("task_mean", s.task_mean.as_secs_f64())?;
+        stages.append(d)?;
+    }
+    let out = PyDict::new(py);
+    out.set_item("duration", w.duration.as_secs_f64())?;
+    out.set_item("items", w.items)?;
+    out.set_item("throughput", w.throughput)?;
+    out.set_item("stages", stages)?;
+    Ok(out)
 }
 
 impl PipelineCore {
+    /// The engine's stats with the consumer's waits as the sink row's `starved` (the engine counts none
+    /// there; if it ever does, the larger of the two is kept, so nothing is counted twice).
+    fn snapshot(&self) -> PipelineStats {
+        let mut stats = self.sink.stats();
+        let waited = Duration::from_nanos(self.consumer_wait_ns.load(Ordering::Relaxed));
+        if let Some(sink) = stats.stages.last_mut().filter(|r| r.kind == StageKind::Sink) {
+            sink.starved = sink.starved.max(waited);
+        }
+        stats
+    }
+
     fn stats_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let snap = py.detach(|| self.sink.stats());
         let list = PyList::empty(py);
@@ -367,7 +488,15 @@ impl PipelineCore {
                 Some(d) => d.saturating_duration_since(Instant::now()).min(SIGNAL_SLICE),
                 None => SIGNAL_SLICE,
             };
-            match py.detach(|| self.sink.get_item(Some(slice))) {
+            // The wait is timed without the GIL: reacquiring it is not the sink's queue being empty.
+            let got = py.detach(|| {
+                let t0 = Instant::now();
+                let got = self.sink.get_item(Some(slice));
+                let waited = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                self.consumer_wait_ns.fetch_add(waited, Ordering::Relaxed);
+                got
+            });
+            match got {
                 Ok(Some(Item::Data(v))) => return Ok((0, v.into_py(py)?)),
                 Ok(Some(Item::EpochEnd { epoch })) => return Ok((1, epoch.into_pyobject(py)?.into_any().unbind())),
                 Ok(None) => {

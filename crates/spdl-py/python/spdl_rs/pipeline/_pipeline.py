@@ -413,6 +413,28 @@ class Pipeline(Generic[T]):
         built with ``autotune=True``."""
         return self._core.autotune_decisions()
 
+    def stats_anchor(self) -> _native.StatsSnapshot:
+        """(spdl_rs only) A snapshot of the statistics, to pass to :py:meth:`stats_window` later: the start
+        of a measurement window. Opaque; its ``elapsed`` is the seconds since the pipeline started."""
+        return self._core.stats_anchor()
+
+    def stats_window(self, anchor: _native.StatsSnapshot | None = None) -> dict[str, Any]:
+        """(spdl_rs only) What the pipeline did since ``anchor`` (from :py:meth:`stats_anchor` on this
+        pipeline; ``None``: since the start), measured exactly as the auto-tuner measures it (the engine's
+        ``autotune::Window`` between two snapshots).
+
+        Returns a dict: ``duration`` (seconds), ``items`` (items out of the source), ``throughput`` (source
+        items per second) and ``stages``, one dict per row of :py:meth:`get_stats` (source first, sink last)
+        with ``name``, ``kind``, ``concurrency``, ``rate`` (items the row put out per second), ``busy`` (share
+        of its capacity spent in its function), ``starved`` (share of the window spent waiting for input;
+        the sink's: the consumer waiting for an item), ``blocked`` (waiting for room downstream) and
+        ``task_mean`` (seconds per call). Shares are 0.0 to 1.0.
+
+        Raises:
+            ValueError: ``anchor`` was taken on another pipeline.
+        """
+        return self._core.stats_window(anchor)
+
 
 class PipelineIterator(Iterator[T]):
     """Iterates a :py:class:`Pipeline` until ``EOFError`` (end, end of epoch, or failure)."""

@@ -1,4 +1,7 @@
-"""``profile_pipeline``: each stage run alone at several concurrencies, measured by the engine's own stats.
+"""``profile_pipeline``: each stage run alone at several concurrencies, measured as the auto-tuner measures.
+
+Every figure comes from the engine's ``autotune::Window`` over the stage's run (``Pipeline.stats_window``), the
+measurement the live auto-tuner decides on, so an offline sweep and the controller agree on what a rate is.
 
 Also the self-diagnostic mode of :py:func:`build_pipeline` (``SPDL_PIPELINE_DIAGNOSTIC_MODE``) and the default
 profile hook and callback settings.
@@ -10,7 +13,6 @@ import dataclasses
 import logging
 import os
 import random
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -68,9 +70,29 @@ class _NoOpHook(ProfileHook):
 
 @dataclass
 class _ProfileStats:
+    """One measurement: the stage at one concurrency, over the window from its pipeline's start to the end of
+    its output. The first three fields are SPDL's; the rest (spdl_rs only) come from the same window."""
+
     concurrency: int
     qps: float
+    """Items the stage put out per second (the window's rate of the stage)."""
     occupancy_rate: float
+    """Share of the window its output queue held an item (1 - the share the consumer waited for one)."""
+    busy: float = 0.0
+    """Share of the stage's capacity (``concurrency`` x the window) spent in its function."""
+    starved: float = 0.0
+    """Share of the window the stage's workers waited for input."""
+    blocked: float = 0.0
+    """Share of the window the stage's workers waited for room in the output queue."""
+    task_mean: float = 0.0
+    """Mean seconds per call."""
+    throughput: float = 0.0
+    """Input items per second (items out of the source over the window; differs from ``qps`` for an
+    aggregate or disaggregate)."""
+    num_items: int = 0
+    """Items the stage put out in the window."""
+    duration: float = 0.0
+    """The window's length in seconds (from the pipeline's start to the end of its output)."""
 
 
 @dataclass
@@ -84,7 +106,9 @@ class ProfileResult:
 
     stats: Sequence[_ProfileStats]
     """One entry per concurrency tried, with ``concurrency``, ``qps`` (items the stage put out per second)
-    and ``occupancy_rate`` (share of the time its output queue held an item, 0.0 to 1.0)."""
+    and ``occupancy_rate`` (share of the time its output queue held an item, 0.0 to 1.0), and (spdl_rs
+    only) the stage's ``busy``, ``starved`` and ``blocked`` shares, ``task_mean``, the input
+    ``throughput``, ``num_items`` and the window's ``duration``: all from one ``autotune::Window``."""
 
 
 def _no_op(_: ProfileResult) -> None:
@@ -112,21 +136,38 @@ def _build_plain(cfg: Any, num_threads: int) -> Pipeline[Any]:
     )
 
 
-def _run(pipeline: Pipeline[U]) -> tuple[float, list[U], float]:
-    """Runs ``pipeline`` to its end: items per second, the items, and the occupancy of the profiled stage's
-    output queue (from the engine's stats)."""
+def _run(pipeline: Pipeline[U], concurrency: int) -> tuple[list[U], _ProfileStats]:
+    """Runs ``pipeline`` (source, the profiled stage, sink) to its end: its outputs, and the stage measured
+    by the window from the pipeline's start to the end of its output (taken before the stop, whose joining
+    is no part of the stage's run)."""
     outputs: list[U] = []
-    t0 = time.monotonic()
-    try:
-        with pipeline.auto_stop():
-            for item in pipeline:
-                outputs.append(item)
-    finally:
-        elapsed = time.monotonic() - t0
-    stats = pipeline.get_stats()
-    occupancy = stats[-2].queue.occupancy_rate if len(stats) >= 2 else 0.0
-    qps = len(outputs) / elapsed if elapsed > 0 else float("nan")
-    return qps, outputs, occupancy
+    with pipeline.auto_stop():
+        for item in pipeline:
+            outputs.append(item)
+        window = pipeline.stats_window()
+    return outputs, _stats_of(window, concurrency, len(outputs))
+
+
+def _stats_of(window: dict[str, Any], concurrency: int, num_outputs: int) -> _ProfileStats:
+    """The profiled stage's figures in ``window``: its row is the one before the sink."""
+    rows = window["stages"]
+    if len(rows) < 3 or rows[-1]["kind"] != "sink":
+        names = [r["name"] for r in rows]
+        raise RuntimeError(f"[INTERNAL ERROR] a profiled pipeline has the rows {names}, not source, stage, sink")
+    stage, sink = rows[-2], rows[-1]
+    duration = float(window["duration"])
+    return _ProfileStats(
+        concurrency=concurrency,
+        qps=float(stage["rate"]) if duration > 0 else float("nan"),
+        occupancy_rate=min(1.0, max(0.0, 1.0 - float(sink["starved"]))),
+        busy=float(stage["busy"]),
+        starved=float(stage["starved"]),
+        blocked=float(stage["blocked"]),
+        task_mean=float(stage["task_mean"]),
+        throughput=float(window["throughput"]),
+        num_items=round(float(stage["rate"]) * duration) if duration > 0 else num_outputs,
+        duration=duration,
+    )
 
 
 def _fetch_inputs(src: Any, num_items: int) -> list[Any]:
@@ -160,11 +201,11 @@ def _profile_pipe(
         cfg: Any = defs.PipelineConfig(src=defs.SourceConfig(inputs), pipes=[stage], sink=defs.SinkConfig(2))
         pipeline = _build_plain(cfg, concurrency)
         with hook.stage_profile_hook(pipe.name, concurrency):
-            qps, outputs, occupancy = _run(pipeline)
+            outputs, measured = _run(pipeline, concurrency)
         _LG.info(" - Concurrency: %d", concurrency)
-        _LG.info(" - QPS: %.2f", qps)
-        _LG.info(" - Occupancy Rate: %.2f", occupancy)
-        stats.append(_ProfileStats(concurrency, qps, occupancy))
+        _LG.info(" - QPS: %.2f", measured.qps)
+        _LG.info(" - Occupancy Rate: %.2f", measured.occupancy_rate)
+        stats.append(measured)
     result = ProfileResult(pipe.name, stats)
     callback(result)
     return outputs, result
@@ -209,9 +250,12 @@ def profile_pipeline(
     aggregate or disaggregate at 1), and logs and returns the throughput and output-queue occupancy of each.
 
     The source's first ``num_inputs`` items are fetched once; each stage is then run (natively, with
-    ``num_threads`` equal to the concurrency) on the previous stage's outputs. ``PathVariants`` and ``.to()``
-    markers are skipped with a warning; a ``Merge`` source profiles each merged pipeline and shuffles their
-    outputs together. Only local rank 0 (``LOCAL_RANK``) profiles; other ranks return ``[]``.
+    ``num_threads`` equal to the concurrency) on the previous stage's outputs, and measured by the window from
+    its pipeline's start to the end of its output (:py:meth:`Pipeline.stats_window`: the measurement the live
+    auto-tuner of ``build(autotune=True)`` decides on). ``qps`` is the stage's output rate in that window.
+    ``PathVariants`` and ``.to()`` markers are skipped with a warning; a ``Merge`` source profiles each merged
+    pipeline and shuffles their outputs together. Only local rank 0 (``LOCAL_RANK``) profiles; other ranks
+    return ``[]``.
 
     Args:
         cfg: The pipeline (a ``PipelineConfig``).

@@ -1,7 +1,7 @@
 //! What `demo` and `bench` print: a table for people, one JSON object for CI.
 
 use serde::Serialize;
-use spdl_exec::autotune::AutotuneReport;
+use spdl_exec::autotune::{AutotuneReport, Knob};
 use spdl_exec::{PipelineStats, StageStats};
 
 /// One run's figures (`--json` prints exactly this).
@@ -50,6 +50,8 @@ pub struct Report {
 pub struct TuneChange {
     pub at_s: f64,
     pub stage: String,
+    /// `concurrency`, `queue_capacity` (of the queue after the stage) or `threads` (`pool`).
+    pub knob: &'static str,
     pub from: usize,
     pub to: usize,
     pub reason: String,
@@ -76,7 +78,8 @@ impl AutotuneSummary {
         let start = end
             .iter()
             .map(|(name, c)| {
-                let first = r.decisions.iter().find(|d| &d.stage == name).map_or(*c, |d| d.from);
+                let first =
+                    r.decisions.iter().find(|d| &d.stage == name && d.knob == Knob::Concurrency).map_or(*c, |d| d.from);
                 (name.clone(), first)
             })
             .collect();
@@ -93,6 +96,7 @@ impl AutotuneSummary {
                 .map(|d| TuneChange {
                     at_s: d.at.as_secs_f64(),
                     stage: d.stage.clone(),
+                    knob: d.knob.as_str(),
                     from: d.from,
                     to: d.to,
                     reason: d.reason.clone(),

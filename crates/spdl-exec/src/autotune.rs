@@ -30,6 +30,24 @@
 //! The pool follows: its thread count is the sum of the blocking concurrency (at least the
 //! pipeline's `num_threads`, at most [`AutotuneConfig::max_threads`]).
 //!
+//! Queues. Once no stage's concurrency is left to search in a round, the controller looks
+//! at the queues after the tuned stages whose capacity was not set explicitly (they may grow
+//! to [`QUEUE_GROWTH`] times their capacity). A queue is too short when, in the same window,
+//! the stage before it waits for room and the stage after it waits for items (both for at
+//! least [`AutotuneConfig::jitter_floor`] of the window): the two run in bursts the queue
+//! does not absorb. It tries that queue at the largest capacity its bound and the memory
+//! budget allow (each slot counted at the stage's `item_bytes`): one large step gives a
+//! clear signal where a doubling would drown in noise. If throughput improves by more than
+//! [`AutotuneConfig::gain`], it searches between the two (geometric midpoints) for the
+//! least capacity within [`AutotuneConfig::tolerance`] of the best, to a factor of two, so
+//! that the queue holds no more memory than pays; otherwise it goes back.
+//!
+//! Re-probing backs off: a round started because the throughput moved that ends where it
+//! began (every probe undone) doubles the windows the next one waits for, up to 32 times
+//! [`AutotuneConfig::reprobe_windows`]; a round that changes something resets it. A
+//! pipeline on a noisy machine thus re-probes less and less often, while a real change of
+//! the workload is still followed.
+//!
 //! ```
 //! use std::time::Duration;
 //! use spdl_exec::autotune::{AutotuneConfig, Controller, TunedStage};
@@ -70,6 +88,9 @@ pub struct AutotuneConfig {
     pub reprobe_windows: u32,
     /// A stage less busy than this share is not a bottleneck (default 0.5).
     pub busy_floor: f64,
+    /// A queue is grown when the stage before it is blocked and the stage after it starved
+    /// for at least this share of a window each (default 0.1).
+    pub jitter_floor: f64,
     /// The memory the tuned stages may hold, and the resident memory above which the
     /// controller lowers what it raised (`None`: no limit).
     pub max_memory_bytes: Option<u64>,
@@ -89,11 +110,20 @@ impl Default for AutotuneConfig {
             reprobe: 0.2,
             reprobe_windows: 3,
             busy_floor: 0.5,
+            jitter_floor: 0.1,
             max_memory_bytes: None,
             max_threads: 4 * cores(),
         }
     }
 }
+
+/// How far the auto-tuner may grow the queue after a tuned stage: up to this many times its
+/// capacity (unless the capacity was set explicitly, which fixes it).
+pub const QUEUE_GROWTH: usize = 8;
+
+/// The longest a settled controller waits between re-probes, in multiples of
+/// [`AutotuneConfig::reprobe_windows`].
+const MAX_BACKOFF: u32 = 32;
 
 pub(crate) fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
@@ -126,14 +156,30 @@ pub struct TunedStage {
     pub max: usize,
     /// Memory one call in flight holds, if known.
     pub item_bytes: Option<u64>,
-    /// Capacity of the queue after the stage (counted at `item_bytes` per slot).
+    /// Capacity of the queue after the stage (counted at `item_bytes` per slot) at the start.
     pub output_capacity: usize,
+    /// The most the controller may set that queue's capacity to (at most `output_capacity`:
+    /// the queue is not tuned).
+    pub queue_max: usize,
+    /// The row of the stage that reads that queue, if known (its starved share tells when
+    /// the queue is too short).
+    pub consumer_row: Option<usize>,
 }
 
 impl TunedStage {
     /// A stage at `row` tuned within `min..=max`, its memory unknown.
     pub fn new(row: usize, name: &str, kind: StageKind, min: usize, max: usize) -> Self {
-        Self { row, name: name.to_owned(), kind, min, max, item_bytes: None, output_capacity: 0 }
+        Self {
+            row,
+            name: name.to_owned(),
+            kind,
+            min,
+            max,
+            item_bytes: None,
+            output_capacity: 0,
+            queue_max: 0,
+            consumer_row: None,
+        }
     }
 
     /// The same, with the memory of a call in flight and the output queue's capacity.
@@ -144,9 +190,22 @@ impl TunedStage {
         self
     }
 
-    fn memory(&self, concurrency: usize) -> u64 {
-        let slots = (concurrency as u64).saturating_add(self.output_capacity as u64);
+    /// The same, with a queue after it that may grow to `max` slots, read by the stage at
+    /// `consumer_row`.
+    #[must_use]
+    pub fn with_queue(mut self, max: usize, consumer_row: usize) -> Self {
+        self.queue_max = max;
+        self.consumer_row = Some(consumer_row);
+        self
+    }
+
+    fn memory(&self, concurrency: usize, capacity: usize) -> u64 {
+        let slots = (concurrency as u64).saturating_add(capacity as u64);
         self.item_bytes.map_or(0, |b| b.saturating_mul(slots))
+    }
+
+    fn queue_tunable(&self) -> bool {
+        self.queue_max > self.output_capacity && self.consumer_row.is_some()
     }
 }
 
@@ -256,6 +315,15 @@ pub enum Action {
         /// Why, for the log and the stats.
         reason: String,
     },
+    /// Set the capacity of the queue after the stage at `row` of the stats.
+    SetCapacity {
+        /// The stage's row.
+        row: usize,
+        /// The new capacity.
+        to: usize,
+        /// Why, for the log and the stats.
+        reason: String,
+    },
     /// Set the number of pool threads.
     SetThreads {
         /// The new thread count.
@@ -263,13 +331,37 @@ pub enum Action {
     },
 }
 
+/// What a [`Decision`] changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Knob {
+    /// A stage's concurrency.
+    Concurrency,
+    /// The capacity of the queue after a stage.
+    QueueCapacity,
+    /// The pool's thread count.
+    Threads,
+}
+
+impl Knob {
+    /// A short name: `concurrency`, `queue_capacity` or `threads`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Concurrency => "concurrency",
+            Self::QueueCapacity => "queue_capacity",
+            Self::Threads => "threads",
+        }
+    }
+}
+
 /// One change the controller made, as logged.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {
     /// When (the pipeline's elapsed time).
     pub at: Duration,
-    /// The stage's name, or `pool` for the thread count.
+    /// The stage's name (for a queue: the stage before it), or `pool` for the thread count.
     pub stage: String,
+    /// What was changed.
+    pub knob: Knob,
     /// The value before.
     pub from: usize,
     /// The value after.
@@ -295,6 +387,10 @@ enum Phase {
     Measure,
     /// A raise (`trim: false`) or a lower setting within the search (`trim: true`) is on trial.
     Probe { stage: usize, from: usize, to: usize, base: f64, trim: bool, saturated: bool },
+    /// A capacity of the queue after `stage` is on trial: the largest the bounds and the
+    /// budget allow (`trim: false`), or one between the last known to be worse (`lo`) and
+    /// the best (`trim: true`).
+    QueueProbe { stage: usize, from: usize, base: f64, trim: bool, lo: usize, best: usize, best_tput: f64 },
     /// Nothing to tune: watching the throughput for a lasting change.
     Settled { base: f64, off: u32 },
 }
@@ -306,6 +402,14 @@ pub struct Controller {
     stages: Vec<TunedStage>,
     /// The current concurrency of each tuned stage (as the controller set it).
     current: Vec<usize>,
+    /// The current capacity of the queue after each tuned stage.
+    capacity: Vec<usize>,
+    /// The queue after each stage was searched in this round.
+    queue_done: Vec<bool>,
+    /// Settled windows of moved throughput that start a new round (backs off).
+    reprobe_after: u32,
+    /// Concurrency and capacities when the running re-probe round started.
+    round_start: Option<(Vec<usize>, Vec<usize>)>,
     /// Each tuned stage's concurrency at the first sample: the pool grows by what is added.
     start: Option<Vec<usize>>,
     search: Vec<Search>,
@@ -328,11 +432,18 @@ impl Controller {
             s.max = s.max.max(s.min);
         }
         let current = stages.iter().map(|s| s.min).collect();
+        let capacity = stages.iter().map(|s| s.output_capacity).collect();
         let search = vec![Search::default(); stages.len()];
+        let queue_done = vec![false; stages.len()];
+        let reprobe_after = config.reprobe_windows.max(1);
         Self {
             config,
-            stages,
             current,
+            capacity,
+            queue_done,
+            reprobe_after,
+            round_start: None,
+            stages,
             start: None,
             search,
             min_threads: threads.max(1),
@@ -375,9 +486,26 @@ impl Controller {
         &self.current
     }
 
-    /// The memory the tuned stages hold at their current concurrency (by `item_bytes`).
+    /// The capacity of the queue after each tuned stage as the controller set it, in the
+    /// order given.
+    pub fn queue_capacity(&self) -> &[usize] {
+        &self.capacity
+    }
+
+    /// The memory the tuned stages hold at their current concurrency and queue capacity (by
+    /// `item_bytes`).
     pub fn memory(&self) -> u64 {
-        self.stages.iter().zip(&self.current).map(|(s, &c)| s.memory(c)).sum()
+        (0..self.stages.len()).map(|i| self.stage_memory(i)).sum()
+    }
+
+    fn stage_memory(&self, i: usize) -> u64 {
+        self.stages[i].memory(self.current[i], self.capacity[i])
+    }
+
+    /// How many windows of moved throughput a settled controller now waits for before it
+    /// probes again (see the back-off in the [module documentation](self)).
+    pub fn reprobe_after(&self) -> u32 {
+        self.reprobe_after
     }
 
     /// Feeds one snapshot (and the process's resident memory, if known); returns the changes
@@ -389,6 +517,13 @@ impl Controller {
                 && let Some(c) = self.current.get_mut(i)
             {
                 *c = row.concurrency;
+            }
+            if s.queue_tunable()
+                && let Some(row) = s.consumer_row.and_then(|r| stats.stages.get(r))
+                && row.queue_capacity > 0
+                && let Some(c) = self.capacity.get_mut(i)
+            {
+                *c = row.queue_capacity;
             }
         }
         if self.start.is_none() {
@@ -432,16 +567,27 @@ impl Controller {
     /// Resident memory is over the budget: halve the tuned stage that holds the most (by
     /// `item_bytes`, else by concurrency), and stop raising until the round ends.
     fn shed(&mut self, at: Duration, rss: u64, actions: &mut Vec<Action>) {
-        let pick = (0..self.stages.len())
-            .filter(|&i| self.current[i] > self.stages[i].min)
-            .max_by_key(|&i| (self.stages[i].memory(self.current[i]), self.current[i]));
+        let budget = self.config.max_memory_bytes.unwrap_or(0);
+        let reason = format!("memory: resident {} MiB over the budget of {} MiB", rss >> 20, budget >> 20);
         for s in &mut self.search {
             s.done = true;
         }
+        self.queue_done.fill(true);
+        // A queue grown beyond its start goes back first (it holds finished items only).
+        let queue = (0..self.stages.len())
+            .filter(|&i| self.capacity[i] > self.stages[i].output_capacity)
+            .max_by_key(|&i| (self.stage_memory(i), self.capacity[i]));
+        if let Some(i) = queue {
+            let to = (self.capacity[i] / 2).max(self.stages[i].output_capacity);
+            self.set_capacity(i, to, at, reason, actions);
+            self.settle(0.0, at);
+            return;
+        }
+        let pick = (0..self.stages.len())
+            .filter(|&i| self.current[i] > self.stages[i].min)
+            .max_by_key(|&i| (self.stage_memory(i), self.current[i]));
         let Some(i) = pick else { return };
         let to = (self.current[i] / 2).max(self.stages[i].min);
-        let budget = self.config.max_memory_bytes.unwrap_or(0);
-        let reason = format!("memory: resident {} MiB over the budget of {} MiB", rss >> 20, budget >> 20);
         self.set(i, to, at, reason, actions);
         self.search[i].best = to;
         self.settle(0.0, at);
@@ -453,13 +599,15 @@ impl Controller {
             Phase::Settled { base, off } => {
                 let moved = if base > 0.0 { (t - base).abs() / base > self.config.reprobe } else { t > 0.0 };
                 let off = if moved { off + 1 } else { 0 };
-                if off >= self.config.reprobe_windows {
+                if off >= self.reprobe_after {
                     tracing::info!(target: "spdl_exec::autotune", throughput = t, base, "throughput moved; probing again");
                     self.rounds += 1;
                     for s in &mut self.search {
                         s.done = false;
                         s.lo = None;
                     }
+                    self.queue_done.fill(false);
+                    self.round_start = Some((self.current.clone(), self.capacity.clone()));
                     self.choose(w, at, rss, actions);
                 } else {
                     self.phase = Phase::Settled { base, off };
@@ -499,6 +647,28 @@ impl Controller {
                     self.trim_or_finish(stage, at, &why, actions);
                 }
             }
+            Phase::QueueProbe { stage, from, base, trim: false, .. } => {
+                let to = self.capacity[stage];
+                if t > base * (1.0 + self.config.gain) {
+                    // It pays: find the least capacity (within a factor of two) that keeps it.
+                    let why = format!("{to} slots: {base:.0}/s -> {t:.0}/s (+{:.0}%)", (t / base - 1.0) * 100.0);
+                    self.trim_queue(stage, from, to, t, at, &why, actions);
+                } else {
+                    let why = format!("queue: {to} slots gave {t:.0}/s against {base:.0}/s at {from}; keeping {from}");
+                    self.set_capacity(stage, from, at, why, actions);
+                    self.queue_done[stage] = true;
+                    self.phase = Phase::Measure;
+                }
+            }
+            Phase::QueueProbe { stage, trim: true, lo, best, best_tput, .. } => {
+                let to = self.capacity[stage];
+                let why = format!("{to} slots gave {t:.0}/s against the best {best_tput:.0}/s at {best}");
+                if t >= best_tput * (1.0 - self.config.tolerance) {
+                    self.trim_queue(stage, lo, to, best_tput, at, &why, actions);
+                } else {
+                    self.trim_queue(stage, to, best, best_tput, at, &why, actions);
+                }
+            }
             Phase::Probe { stage, to, trim: true, .. } => {
                 let s = &mut self.search[stage];
                 let kept = t >= s.best_tput * (1.0 - self.config.tolerance);
@@ -523,7 +693,9 @@ impl Controller {
                 .filter(|&i| !self.search[i].done && busy(i) >= self.config.busy_floor)
                 .max_by(|&a, &b| busy(a).total_cmp(&busy(b)));
             let Some(i) = pick else {
-                self.settle(t, at);
+                if !self.choose_queue(w, at, rss, actions) {
+                    self.settle(t, at);
+                }
                 return;
             };
             // An untunable stage far busier than every tunable one is the limit.
@@ -551,6 +723,99 @@ impl Controller {
         }
     }
 
+    /// Whether the stage before queue `i` waits for room while the one after waits for items.
+    fn jittery(&self, i: usize, w: &Window) -> bool {
+        self.jitter(i, w) >= self.config.jitter_floor
+    }
+
+    /// The lesser of the blocked share before queue `i` and the starved share after it.
+    fn jitter(&self, i: usize, w: &Window) -> f64 {
+        let s = &self.stages[i];
+        let Some(consumer) = s.consumer_row.and_then(|r| w.stages.get(r)) else { return 0.0 };
+        let blocked = w.stages.get(s.row).map_or(0.0, |x| x.blocked);
+        blocked.min(consumer.starved)
+    }
+
+    /// Grows the most jittery tunable queue left in this round. `false`: none.
+    fn choose_queue(&mut self, w: &Window, at: Duration, rss: Option<u64>, actions: &mut Vec<Action>) -> bool {
+        loop {
+            let pick = (0..self.stages.len())
+                .filter(|&i| !self.queue_done[i] && self.stages[i].queue_tunable() && self.jittery(i, w))
+                .max_by(|&a, &b| self.jitter(a, w).total_cmp(&self.jitter(b, w)));
+            let Some(i) = pick else { return false };
+            let why = format!(
+                "`{}` blocked and its consumer starved {:.0}% of the window",
+                self.stages[i].name,
+                self.jitter(i, w) * 100.0
+            );
+            if self.grow_queue(i, w, at, rss, &why, actions) {
+                return true;
+            }
+            self.queue_done[i] = true;
+        }
+    }
+
+    /// The search of queue `i` knows `lo` slots to be worse than `best`: tries the geometric
+    /// middle, or ends at `best` once it is within a factor of two of `lo`.
+    #[allow(clippy::too_many_arguments)]
+    fn trim_queue(
+        &mut self,
+        i: usize,
+        lo: usize,
+        best: usize,
+        best_tput: f64,
+        at: Duration,
+        why: &str,
+        actions: &mut Vec<Action>,
+    ) {
+        if best > lo.saturating_mul(2) {
+            let mid = ((lo as f64) * (best as f64)).sqrt().round() as usize;
+            let mid = mid.clamp(lo + 1, best - 1);
+            let from = self.capacity[i];
+            self.set_capacity(i, mid, at, format!("queue: {why}; trying {mid}"), actions);
+            self.phase = Phase::QueueProbe { stage: i, from, base: best_tput, trim: true, lo, best, best_tput };
+            return;
+        }
+        self.queue_done[i] = true;
+        if self.capacity[i] == best {
+            tracing::info!(target: "spdl_exec::autotune", stage = %self.stages[i].name, capacity = best, "queue: {why}; keeping it");
+        } else {
+            self.set_capacity(i, best, at, format!("queue: {why}; keeping {best}"), actions);
+        }
+        self.phase = Phase::Measure;
+    }
+
+    /// Probes the largest capacity of the queue after stage `i` that its bound and the
+    /// memory budget allow. `false`: it cannot grow.
+    fn grow_queue(
+        &mut self,
+        i: usize,
+        w: &Window,
+        at: Duration,
+        rss: Option<u64>,
+        why: &str,
+        actions: &mut Vec<Action>,
+    ) -> bool {
+        let from = self.capacity[i];
+        let mut to = self.stages[i].queue_max;
+        if let Some(budget) = self.config.max_memory_bytes {
+            if rss.is_some_and(|r| r >= budget) {
+                return false;
+            }
+            let others = self.memory().saturating_sub(self.stage_memory(i));
+            while to > from && others.saturating_add(self.stages[i].memory(self.current[i], to)) > budget {
+                to -= 1;
+            }
+        }
+        if to <= from {
+            return false;
+        }
+        self.set_capacity(i, to, at, format!("queue: {why}; probing {from} -> {to} slots"), actions);
+        let base = w.throughput;
+        self.phase = Phase::QueueProbe { stage: i, from, base, trim: false, lo: from, best: to, best_tput: base };
+        true
+    }
+
     /// Probes a higher concurrency for stage `i` (twice the current, within its bounds and
     /// the memory budget). `false`: it cannot go higher.
     fn raise(
@@ -571,8 +836,8 @@ impl Controller {
             if rss.is_some_and(|r| r >= budget) {
                 return false;
             }
-            let others = self.memory().saturating_sub(self.stages[i].memory(from));
-            while to > from && others.saturating_add(self.stages[i].memory(to)) > budget {
+            let others = self.memory().saturating_sub(self.stage_memory(i));
+            while to > from && others.saturating_add(self.stages[i].memory(to, self.capacity[i])) > budget {
                 to -= 1;
             }
         }
@@ -619,6 +884,15 @@ impl Controller {
         if self.settled_at.is_none() {
             self.settled_at = Some(at);
         }
+        if let Some((conc, cap)) = self.round_start.take() {
+            let floor = self.config.reprobe_windows.max(1);
+            if conc == self.current && cap == self.capacity {
+                self.reprobe_after = self.reprobe_after.saturating_mul(2).min(floor.saturating_mul(MAX_BACKOFF));
+                tracing::info!(target: "spdl_exec::autotune", windows = self.reprobe_after, "the round changed nothing; re-probing less often");
+            } else {
+                self.reprobe_after = floor;
+            }
+        }
         tracing::info!(target: "spdl_exec::autotune", throughput = base, concurrency = ?self.current, "settled");
         self.phase = Phase::Settled { base, off: 0 };
     }
@@ -631,9 +905,24 @@ impl Controller {
             return;
         }
         tracing::info!(target: "spdl_exec::autotune", stage = %stage.name, from, to, "{reason}");
-        self.decisions.push(Decision { at, stage: stage.name.clone(), from, to, reason: reason.clone() });
+        let name = stage.name.clone();
+        self.decisions.push(Decision { at, stage: name, knob: Knob::Concurrency, from, to, reason: reason.clone() });
         actions.push(Action::SetConcurrency { row: stage.row, to, reason });
         self.current[i] = to;
+    }
+
+    fn set_capacity(&mut self, i: usize, to: usize, at: Duration, reason: String, actions: &mut Vec<Action>) {
+        let from = self.capacity[i];
+        let stage = &self.stages[i];
+        let to = to.clamp(stage.output_capacity.max(1), stage.queue_max.max(stage.output_capacity).max(1));
+        if to == from {
+            return;
+        }
+        tracing::info!(target: "spdl_exec::autotune", stage = %stage.name, from, to, "{reason}");
+        let name = stage.name.clone();
+        self.decisions.push(Decision { at, stage: name, knob: Knob::QueueCapacity, from, to, reason: reason.clone() });
+        actions.push(Action::SetCapacity { row: stage.row, to, reason });
+        self.capacity[i] = to;
     }
 
     /// Sizes the pool to the blocking concurrency the controller set.
@@ -651,7 +940,8 @@ impl Controller {
         if want != self.threads {
             let reason = format!("pool follows the blocking concurrency (+{blocking} over the start)");
             tracing::info!(target: "spdl_exec::autotune", from = self.threads, to = want, "{reason}");
-            self.decisions.push(Decision { at, stage: "pool".into(), from: self.threads, to: want, reason });
+            let (from, stage) = (self.threads, "pool".to_owned());
+            self.decisions.push(Decision { at, stage, knob: Knob::Threads, from, to: want, reason });
             actions.push(Action::SetThreads { to: want });
             self.threads = want;
         }
@@ -711,6 +1001,10 @@ impl Setup {
             .enumerate()
             .filter_map(|(row, c)| {
                 let b = c.tune.get()?;
+                let queue = c.output_tune.get();
+                let consumer_row = queue.and_then(|q| {
+                    cells.iter().position(|d| d.input_limit.get().is_some_and(|l| l.same_queue(&q.limit)))
+                });
                 Some(TunedStage {
                     row,
                     name: c.name.clone(),
@@ -719,6 +1013,8 @@ impl Setup {
                     max: b.max,
                     item_bytes: b.item_bytes,
                     output_capacity: b.output_capacity,
+                    queue_max: queue.map_or(b.output_capacity, |q| q.max),
+                    consumer_row,
                 })
             })
             .collect();
@@ -759,6 +1055,11 @@ pub(crate) async fn drive(
                         cell.set_concurrency(to, elapsed, reason);
                     }
                 }
+                Action::SetCapacity { row, to, reason } => {
+                    if let Some(cell) = cells.get(row) {
+                        cell.set_output_capacity(to, reason);
+                    }
+                }
                 Action::SetThreads { to } => {
                     if let Err(err) = pool.resize(to) {
                         tracing::warn!(target: "spdl_exec::autotune", "could not resize the pool to {to} threads: {err}");
@@ -792,11 +1093,35 @@ mod tests {
         conc: usize,
         items: f64,
         task: f64,
+        /// Capacity of the queue after the stage.
+        queue: usize,
+        /// How bursty the stage and its consumer are: the queue after it passes
+        /// `queue / (queue + burst)` of the items it could (the rest of the time the stage
+        /// is blocked and its consumer starved).
+        burst: f64,
+        blocked: f64,
+        starved: f64,
     }
 
     impl SimStage {
         fn new(name: &'static str, kind: StageKind, rate: f64, opt: usize) -> Self {
-            Self { name, kind, rate, opt, conc: 1, items: 0.0, task: 0.0 }
+            Self {
+                name,
+                kind,
+                rate,
+                opt,
+                conc: 1,
+                items: 0.0,
+                task: 0.0,
+                queue: 32,
+                burst: 0.0,
+                blocked: 0.0,
+                starved: 0.0,
+            }
+        }
+
+        fn passed(&self) -> f64 {
+            if self.burst > 0.0 { self.queue as f64 / (self.queue as f64 + self.burst) } else { 1.0 }
         }
 
         fn capacity(&self) -> f64 {
@@ -831,7 +1156,8 @@ mod tests {
         }
 
         fn throughput(&self) -> f64 {
-            self.stages.iter().map(SimStage::capacity).fold(self.source_rate, f64::min)
+            let limit = self.stages.iter().map(SimStage::capacity).fold(self.source_rate, f64::min);
+            self.stages.iter().map(SimStage::passed).product::<f64>() * limit
         }
 
         fn tick(&mut self) -> PipelineStats {
@@ -839,10 +1165,16 @@ mod tests {
             let tput = self.throughput() * self.jitter();
             self.t += dt;
             self.source_items += tput * dt;
-            for s in &mut self.stages {
+            for i in 0..self.stages.len() {
+                let s = &mut self.stages[i];
                 let per_call = s.conc as f64 / s.capacity();
                 s.items += tput * dt;
                 s.task += tput * dt * per_call;
+                let lost = 1.0 - s.passed();
+                s.blocked += dt * s.conc as f64 * lost;
+                if let Some(next) = self.stages.get_mut(i + 1) {
+                    next.starved += dt * next.conc as f64 * lost;
+                }
             }
             self.stats()
         }
@@ -881,8 +1213,12 @@ mod tests {
         fn stats(&self) -> PipelineStats {
             let src_task = self.source_items / self.source_rate;
             let mut stages = vec![Self::row("source", StageKind::Source, 1, self.source_items, src_task, None)];
-            for s in &self.stages {
-                stages.push(Self::row(s.name, s.kind, s.conc, s.items, s.task, None));
+            for (i, s) in self.stages.iter().enumerate() {
+                let mut row = Self::row(s.name, s.kind, s.conc, s.items, s.task, None);
+                row.blocked = Duration::from_secs_f64(s.blocked);
+                row.starved = Duration::from_secs_f64(s.starved);
+                row.queue_capacity = if i == 0 { 32 } else { self.stages[i - 1].queue };
+                stages.push(row);
             }
             stages.push(Self::row("sink", StageKind::Sink, 1, self.source_items, 0.0, None));
             PipelineStats { elapsed: Duration::from_secs_f64(self.t), stages }
@@ -890,8 +1226,10 @@ mod tests {
 
         fn apply(&mut self, actions: &[Action]) {
             for a in actions {
-                if let Action::SetConcurrency { row, to, .. } = a {
-                    self.stages[row - 1].conc = *to;
+                match a {
+                    Action::SetConcurrency { row, to, .. } => self.stages[row - 1].conc = *to,
+                    Action::SetCapacity { row, to, .. } => self.stages[row - 1].queue = *to,
+                    Action::SetThreads { .. } => {}
                 }
             }
         }
@@ -1034,6 +1372,87 @@ mod tests {
         assert!(c.is_settled());
         // The tunable stage was not raised for nothing (at most one probe, undone).
         assert_eq!(sim.stages[1].conc, 1);
+    }
+
+    /// `read` (async) feeds `decode` through a queue of 32 that they fill and drain in
+    /// bursts; neither is worth more concurrency.
+    fn bursty(burst: f64, noise: f64) -> (Sim, Vec<TunedStage>) {
+        let mut read = SimStage::new("read", StageKind::Async, 2000.0, 1);
+        read.burst = burst;
+        let decode = SimStage::new("decode", StageKind::Blocking, 500.0, 1);
+        let sim = Sim::new(1e6, vec![read, decode], noise);
+        let stages = vec![
+            TunedStage::new(1, "read", StageKind::Async, 1, 256).with_memory(1 << 20, 32).with_queue(256, 2),
+            TunedStage::new(2, "decode", StageKind::Blocking, 1, 8),
+        ];
+        (sim, stages)
+    }
+
+    #[test]
+    fn grows_a_queue_between_bursty_stages_until_it_stops_paying() {
+        let (mut sim, stages) = bursty(16.0, 0.02);
+        let mut c = Controller::new(AutotuneConfig::default(), stages, 2);
+        let tput = sim.run(&mut c, 600);
+        assert!(c.is_settled(), "{:#?}", c.decisions());
+        // 32 slots pass 2/3 of what decode could take; 128 pass 89%, 256 94%.
+        assert!(sim.stages[0].queue >= 128, "queue at {}: {:#?}", sim.stages[0].queue, c.decisions());
+        assert_eq!(c.queue_capacity()[0], sim.stages[0].queue);
+        let last = tput.last().copied().unwrap_or(0.0);
+        assert!(last >= 0.88 * 500.0, "{last}");
+        let grown: Vec<_> = c.decisions().iter().filter(|d| d.knob == Knob::QueueCapacity).collect();
+        assert!(grown.iter().all(|d| d.stage == "read" && d.to <= 256), "{grown:#?}");
+        // Concurrency that does not pay was not kept.
+        assert_eq!((sim.stages[0].conc, sim.stages[1].conc), (1, 1), "{:#?}", c.decisions());
+        // Steady afterwards.
+        let n = c.decisions().len();
+        sim.run(&mut c, 3000);
+        assert_eq!(c.decisions().len(), n, "{:#?}", &c.decisions()[n..]);
+    }
+
+    #[test]
+    fn leaves_a_queue_alone_when_the_stages_are_steady() {
+        let (mut sim, stages) = bursty(0.0, 0.02);
+        let mut c = Controller::new(AutotuneConfig::default(), stages, 2);
+        sim.run(&mut c, 600);
+        assert!(c.is_settled());
+        assert!(c.decisions().iter().all(|d| d.knob != Knob::QueueCapacity), "{:#?}", c.decisions());
+        assert_eq!(sim.stages[0].queue, 32);
+    }
+
+    #[test]
+    fn queue_growth_stays_within_the_memory_budget() {
+        const MIB: u64 = 1 << 20;
+        let (mut sim, stages) = bursty(16.0, 0.02);
+        // 1 MiB per slot: read's calls in flight plus its queue may hold 80 slots.
+        let config = AutotuneConfig { max_memory_bytes: Some(80 * MIB), ..AutotuneConfig::default() };
+        let mut c = Controller::new(config, stages, 2);
+        for _ in 0..600 {
+            let stats = sim.tick();
+            let actions = c.observe(&stats, Some(10 * MIB));
+            sim.apply(&actions);
+            assert!(c.memory() <= 80 * MIB, "{} MiB", c.memory() / MIB);
+        }
+        assert!(sim.stages[0].queue > 32 && sim.stages[0].queue < 80, "{}", sim.stages[0].queue);
+        // Over the budget: the grown queue goes back first.
+        let stats = sim.tick();
+        let actions = c.observe(&stats, Some(100 * MIB));
+        sim.apply(&actions);
+        let last = c.decisions().last().cloned().expect("a decision");
+        assert_eq!((last.knob, last.to), (Knob::QueueCapacity, 32.max(last.from / 2)), "{last:#?}");
+    }
+
+    #[test]
+    fn reprobes_back_off_on_a_noisy_machine() {
+        // +-45% noise per sample: settled throughput keeps "moving" by more than 20%.
+        let mut sim = Sim::new(1e6, vec![SimStage::new("decode", StageKind::Blocking, 100.0, 6)], 0.45);
+        let mut c = Controller::new(AutotuneConfig::default(), tuned(&sim, 32), 4);
+        sim.run(&mut c, 600);
+        let early = c.rounds();
+        sim.run(&mut c, 6000);
+        let late = c.rounds() - early;
+        // Ten minutes after the first one: at most a handful more rounds, and their gaps grew.
+        assert!(late <= 12, "{late} rounds in ten minutes: {:#?}", c.decisions());
+        assert!(c.reprobe_after() > AutotuneConfig::default().reprobe_windows, "{}", c.reprobe_after());
     }
 
     #[test]

@@ -13,7 +13,7 @@ use crate::error::PipelineError;
 use crate::options::{BuildOptions, OutputOrder};
 use crate::pipeline::{Pipeline, Startup};
 use crate::pool::{Pool, PoolHandle};
-use crate::queue::{QueueRx, queue};
+use crate::queue::{QueueRx, queue, resizable_queue};
 use crate::runs::{self, IterSource};
 use crate::stage::{Stage, StageFn};
 use crate::stats::{Feed, StageCell, StageKind};
@@ -44,6 +44,8 @@ pub(crate) struct Wiring {
     pub(crate) error: Option<PipelineError>,
     /// Capacity of the queue most recently created (it feeds the next stage).
     pub(crate) last_capacity: usize,
+    /// That queue's capacity handle, when the auto-tuner may change it.
+    pub(crate) last_limit: Option<crate::queue::QueueLimit>,
     /// The items now being wired are batches (after `aggregate`, before `disaggregate`).
     pub(crate) batched: bool,
     /// Put before the names of the stages now being wired (`"merge[1]/"` inside a merge's
@@ -83,6 +85,11 @@ impl Wiring {
         };
         let name = format!("{}{name}", self.prefix);
         let cell = Arc::new(StageCell::new(name, kind, concurrency, input_capacity, budget, feed));
+        if kind != StageKind::Source
+            && let Some(limit) = self.last_limit.take()
+        {
+            let _ = cell.input_limit.set(limit);
+        }
         self.cells.push(Arc::clone(&cell));
         self.feed = Some(Feed::Cells(vec![Arc::clone(&cell)]));
         cell
@@ -137,6 +144,7 @@ impl Wiring {
     pub(crate) fn capacity(&mut self, wanted: Option<usize>, stage: &str) -> usize {
         let default = if self.batched { self.opts.batch_queue_capacity } else { self.opts.queue_capacity };
         let cap = wanted.unwrap_or(default);
+        self.last_limit = None;
         if cap == 0 {
             self.invalid(format!("{stage}: queue capacity"), "must be at least 1".into());
         }
@@ -373,6 +381,7 @@ impl<T: Send + 'static> PipelineBuilder<T, Sunk> {
             tasks: Vec::new(),
             error: None,
             last_capacity: 0,
+            last_limit: None,
             batched: false,
             prefix: String::new(),
             feed: None,
@@ -423,6 +432,7 @@ pub(crate) fn wire_pipe<T: Send + 'static, U: Send + 'static>(
         w.error.get_or_insert(e);
     }
     let c = options.concurrency.max(1);
+    let explicit_capacity = cap.or(options.output_capacity).is_some();
     let kind = match func {
         StageFn::Blocking(_) => StageKind::Blocking,
         StageFn::Async(_) => StageKind::Async,
@@ -449,7 +459,13 @@ pub(crate) fn wire_pipe<T: Send + 'static, U: Send + 'static>(
         w.invalid(format!("stage `{name}`: tune"), format!("bounds {min}..={max} must satisfy 1 <= min <= max"));
     }
     let tuned = cell.tune.get().is_some();
-    let (tx, rx) = queue(cap);
+    // The queue after a tuned stage grows with it unless its capacity was set explicitly.
+    let queue_max = if tuned && !explicit_capacity { cap.saturating_mul(crate::autotune::QUEUE_GROWTH) } else { cap };
+    let (tx, rx) = resizable_queue(cap, queue_max);
+    if queue_max > cap {
+        let _ = cell.output_tune.set(crate::stats::TunedQueue { limit: tx.limit(), min: cap, max: queue_max });
+        w.last_limit = Some(tx.limit());
+    }
     let shared = Arc::clone(&w.shared);
     let link = Link { input, output: tx, cell: Arc::clone(&cell), shared: Arc::clone(&shared) };
     match func {

@@ -48,14 +48,16 @@ struct Signals {
     popped: Notify,
     /// Live senders; 0 means closed for the receiver once the queue is empty.
     senders: AtomicUsize,
-    /// Producers are woken when the queue holds this many messages or fewer.
-    low_water: usize,
-    /// Consumers are woken when the queue holds this many messages or more.
-    high_water: usize,
-    /// The queue's capacity.
-    capacity: usize,
-    /// The channel is unbounded (allocated as it fills) and `capacity` is enforced here.
-    lazy: bool,
+    /// The queue's capacity now (the auto-tuner may change it: see [`QueueLimit`]).
+    /// Producers are woken when the queue has drained to half of it (the low-water mark),
+    /// consumers when it has filled to half (the high-water mark).
+    capacity: AtomicUsize,
+    /// The channel can hold more than `capacity` (it is unbounded and allocated as it fills,
+    /// or preallocated at a resizable queue's largest capacity), so `capacity` is enforced
+    /// here, before each push.
+    limited: bool,
+    /// The most `capacity` may be set to.
+    max: usize,
     /// Threads (not async drivers) waiting for items or room, and what they wait on.
     item_waiters: AtomicUsize,
     room_waiters: AtomicUsize,
@@ -67,6 +69,18 @@ struct Signals {
 }
 
 impl Signals {
+    fn capacity(&self) -> usize {
+        self.capacity.load(Ordering::Relaxed).max(1)
+    }
+
+    fn low_water(&self) -> usize {
+        self.capacity() / 2
+    }
+
+    fn high_water(&self) -> usize {
+        self.capacity().div_ceil(2)
+    }
+
     fn receiver_gone(&self) -> bool {
         self.receiver_dropped.load(Ordering::SeqCst)
     }
@@ -123,18 +137,61 @@ pub(crate) const PREALLOCATED_CAPACITY: usize = 1024;
 /// checked before each push; producers that push at the same instant may overshoot it by
 /// at most one message each.
 pub(crate) fn queue<T>(capacity: usize) -> (QueueTx<T>, QueueRx<T>) {
+    resizable_queue(capacity, capacity)
+}
+
+/// Creates a bounded queue of `capacity` messages whose capacity [`QueueLimit::set`] may
+/// later move up to `max` (the channel is sized for `max`, allocated as it fills above
+/// [`PREALLOCATED_CAPACITY`]).
+pub(crate) fn resizable_queue<T>(capacity: usize, max: usize) -> (QueueTx<T>, QueueRx<T>) {
     let capacity = capacity.max(1);
-    let lazy = capacity > PREALLOCATED_CAPACITY;
-    let (tx, rx) = if lazy { cb::unbounded() } else { cb::bounded(capacity) };
+    let max = max.max(capacity);
+    let lazy = max > PREALLOCATED_CAPACITY;
+    let (tx, rx) = if lazy { cb::unbounded() } else { cb::bounded(max) };
     let signals = Arc::new(Signals {
         senders: AtomicUsize::new(1),
-        low_water: capacity / 2,
-        high_water: capacity.div_ceil(2),
-        capacity,
-        lazy,
+        capacity: AtomicUsize::new(capacity),
+        limited: lazy || max > capacity,
+        max,
         ..Signals::default()
     });
     (QueueTx { tx: Some(tx), signals: Arc::clone(&signals) }, QueueRx { rx: Some(rx), signals })
+}
+
+/// A handle on a queue's capacity, for the stats and the auto-tuner. Setting it only
+/// changes when a push counts the queue as full: nothing is allocated or moved, and a
+/// lower capacity lets the queue drain below it before the next push.
+#[derive(Clone)]
+pub(crate) struct QueueLimit {
+    signals: Arc<Signals>,
+}
+
+impl std::fmt::Debug for QueueLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueueLimit").field("capacity", &self.capacity()).field("max", &self.signals.max).finish()
+    }
+}
+
+impl QueueLimit {
+    /// The capacity now.
+    pub(crate) fn capacity(&self) -> usize {
+        self.signals.capacity()
+    }
+
+    /// Whether both limits are of the same queue.
+    pub(crate) fn same_queue(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.signals, &other.signals)
+    }
+
+    /// Sets the capacity (within `1..=max` of the queue); producers waiting for room are
+    /// woken when it grows.
+    pub(crate) fn set(&self, capacity: usize) {
+        let capacity = capacity.clamp(1, self.signals.max.max(1));
+        let old = self.signals.capacity.swap(capacity, Ordering::SeqCst);
+        if capacity > old {
+            self.signals.wake_producers();
+        }
+    }
 }
 
 /// The sending end. Cloneable; the queue closes when the last clone drops.
@@ -161,6 +218,11 @@ impl<T> Drop for QueueTx<T> {
 }
 
 impl<T> QueueTx<T> {
+    /// A handle on this queue's capacity (settable up to the `max` of [`resizable_queue`]).
+    pub(crate) fn limit(&self) -> QueueLimit {
+        QueueLimit { signals: Arc::clone(&self.signals) }
+    }
+
     /// Wakes a waiting consumer if anything is queued. Call before waiting or idling.
     pub(crate) fn flush(&self) {
         if self.tx.as_ref().is_some_and(|tx| !tx.is_empty()) {
@@ -174,12 +236,12 @@ impl<T> QueueTx<T> {
         let Some(tx) = &self.tx else {
             return Err(PushError::Closed(msg));
         };
-        if self.signals.lazy && tx.len() >= self.signals.capacity {
+        if self.signals.limited && tx.len() >= self.signals.capacity() {
             return Err(if self.signals.receiver_gone() { PushError::Closed(msg) } else { PushError::Full(msg) });
         }
         match tx.try_send(msg) {
             Ok(()) => {
-                if tx.len() >= self.signals.high_water {
+                if tx.len() >= self.signals.high_water() {
                     self.signals.wake_consumers();
                 }
                 Ok(())
@@ -197,7 +259,7 @@ impl<T> QueueTx<T> {
             other => return other,
         };
         self.signals.wait(&self.signals.room_waiters, &self.signals.room, timeout, || {
-            self.tx.as_ref().is_none_or(|tx| tx.len() < self.signals.capacity)
+            self.tx.as_ref().is_none_or(|tx| tx.len() < self.signals.capacity())
         });
         self.try_push(msg)
     }
@@ -253,7 +315,7 @@ impl<T> QueueRx<T> {
     }
 
     fn popped(&self, rx: &cb::Receiver<Msg<T>>) {
-        if rx.len() <= self.signals.low_water {
+        if rx.len() <= self.signals.low_water() {
             self.signals.wake_producers();
         }
     }
@@ -367,6 +429,36 @@ mod tests {
         assert!(tx.try_push(Msg::Item(0)).is_ok());
         drop(rx);
         assert!(matches!(tx.try_push(Msg::Item(0)), Err(PushError::Closed(_))));
+    }
+
+    #[test]
+    fn a_resizable_queue_moves_its_capacity_within_its_bounds() {
+        let (tx, rx) = resizable_queue::<u32>(2, 8);
+        let limit = tx.limit();
+        assert_eq!(limit.capacity(), 2);
+        assert!(tx.try_push(Msg::Item(0)).is_ok());
+        assert!(tx.try_push(Msg::Item(1)).is_ok());
+        assert!(matches!(tx.try_push(Msg::Item(2)), Err(PushError::Full(_))));
+        limit.set(4);
+        assert!(tx.try_push(Msg::Item(2)).is_ok());
+        assert!(tx.try_push(Msg::Item(3)).is_ok());
+        assert!(matches!(tx.try_push(Msg::Item(4)), Err(PushError::Full(_))));
+        // Never above the queue's largest capacity.
+        limit.set(100);
+        assert_eq!(limit.capacity(), 8);
+        // Lowered: what is queued stays, and pushes wait until it drains below the new capacity.
+        limit.set(1);
+        assert!(matches!(tx.try_push(Msg::Item(4)), Err(PushError::Full(_))));
+        for want in 0..4 {
+            assert!(matches!(rx.try_pop(), Ok(Msg::Item(v)) if v == want));
+        }
+        assert!(tx.try_push(Msg::Item(4)).is_ok());
+        assert!(matches!(tx.try_push(Msg::Item(5)), Err(PushError::Full(_))));
+        // A plain queue's limit cannot move.
+        let (plain, _rx) = queue::<u32>(3);
+        plain.limit().set(10);
+        assert_eq!(plain.limit().capacity(), 3);
+        assert!(plain.limit().same_queue(&plain.limit()) && !plain.limit().same_queue(&limit));
     }
 
     #[test]

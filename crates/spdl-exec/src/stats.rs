@@ -128,6 +128,14 @@ pub(crate) struct TuneBounds {
     pub(crate) output_capacity: usize,
 }
 
+/// The queue after a stage whose capacity the auto-tuner may set, within `min..=max`.
+#[derive(Debug, Clone)]
+pub(crate) struct TunedQueue {
+    pub(crate) limit: crate::queue::QueueLimit,
+    pub(crate) min: usize,
+    pub(crate) max: usize,
+}
+
 /// How the concurrency of a tuned stage changed over time (locked only on a change and for
 /// a snapshot, never per item).
 #[derive(Debug, Default)]
@@ -150,8 +158,12 @@ pub(crate) struct StageCell {
     /// Signalled when the concurrency changes, for the stage's driver.
     pub(crate) retuned: tokio::sync::Notify,
     track: Mutex<TuneTrack>,
-    /// Capacity of the queue feeding this stage (0 for the source).
+    /// Capacity of the queue feeding this stage (0 for the source) when it was wired.
     pub(crate) input_capacity: usize,
+    /// The queue feeding this stage, when its capacity may change while it runs.
+    pub(crate) input_limit: OnceLock<crate::queue::QueueLimit>,
+    /// The queue after this stage, when the auto-tuner may set its capacity.
+    pub(crate) output_tune: OnceLock<TunedQueue>,
     pub(crate) budget: FailureBudget,
     pub(crate) items_in: AtomicU64,
     pub(crate) items_out: AtomicU64,
@@ -186,6 +198,8 @@ impl StageCell {
             retuned: tokio::sync::Notify::new(),
             track: Mutex::new(TuneTrack::default()),
             input_capacity,
+            input_limit: OnceLock::new(),
+            output_tune: OnceLock::new(),
             budget,
             items_in: AtomicU64::new(0),
             items_out: AtomicU64::new(0),
@@ -231,6 +245,20 @@ impl StageCell {
         self.retuned.notify_one();
     }
 
+    /// Sets the capacity of the queue after this stage, if it is tuned, and records why.
+    pub(crate) fn set_output_capacity(&self, n: usize, reason: String) {
+        let Some(q) = self.output_tune.get() else { return };
+        q.limit.set(n.clamp(q.min, q.max));
+        let mut track = self.track.lock().unwrap_or_else(PoisonError::into_inner);
+        track.reason = Some(reason);
+        track.changes += 1;
+    }
+
+    /// Capacity of the queue feeding this stage now.
+    fn input_capacity_now(&self) -> usize {
+        self.input_limit.get().map_or(self.input_capacity, crate::queue::QueueLimit::capacity)
+    }
+
     fn snapshot(&self, elapsed: Duration, queue_len: usize) -> StageStats {
         let (counts, sum_ns) = self.hist.snapshot();
         let calls: u64 = counts.iter().sum();
@@ -259,7 +287,7 @@ impl StageCell {
             starved: Duration::from_nanos(self.starved_ns.load(Relaxed)),
             blocked: Duration::from_nanos(self.blocked_ns.load(Relaxed)),
             queue_len,
-            queue_capacity: self.input_capacity,
+            queue_capacity: self.input_capacity_now(),
             busy: if wall > 0.0 { (task_time_total.as_secs_f64() / wall).min(1.0) } else { 0.0 },
         }
     }
@@ -275,8 +303,9 @@ pub(crate) fn snapshot(cells: &[std::sync::Arc<StageCell>], elapsed: Duration) -
     for cell in cells {
         // Occupancy of the queue feeding this stage: pushed upstream minus popped here.
         let items_in = cell.items_in.load(Relaxed);
-        let queue_len =
-            usize::try_from(cell.feed.fed().saturating_sub(items_in)).unwrap_or(usize::MAX).min(cell.input_capacity);
+        let queue_len = usize::try_from(cell.feed.fed().saturating_sub(items_in))
+            .unwrap_or(usize::MAX)
+            .min(cell.input_capacity_now().max(cell.input_capacity));
         stages.push(cell.snapshot(elapsed, queue_len));
     }
     PipelineStats { elapsed, stages }
@@ -293,9 +322,10 @@ pub struct StageStats {
     pub concurrency: usize,
     /// The bounds within which the auto-tuner sets the concurrency; `None`: not tuned.
     pub concurrency_bounds: Option<(usize, usize)>,
-    /// Why the auto-tuner last changed the concurrency, if it did.
+    /// Why the auto-tuner last changed the concurrency or the capacity of the queue after
+    /// the stage, if it did.
     pub tune_reason: Option<String>,
-    /// How many times the auto-tuner changed the concurrency.
+    /// How many times the auto-tuner changed either.
     pub tune_changes: u32,
     /// Items taken from the input queue (for the sink: items delivered to the consumer).
     pub items_in: u64,

@@ -7,6 +7,7 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use common::watchdog;
+use spdl_exec::autotune::Knob;
 use spdl_exec::{BuildOptions, OutputOrder, PipelineBuilder, Stage, Tune};
 
 fn tuned(memory: Option<u64>) -> BuildOptions {
@@ -117,4 +118,51 @@ fn invalid_bounds_are_refused() {
         .build(tuned(None));
     let err = built.expect_err("refused").to_string();
     assert!(err.contains("stage `s`: tune"), "{err}");
+}
+
+#[test]
+fn a_queue_between_bursty_stages_is_grown_and_a_set_one_is_not() {
+    watchdog(120, || {
+        let n = 4000u32;
+        // `read` makes 31 items at once, then stalls 8 ms; `decode` takes 0.25 ms each. A
+        // queue of 4 cannot carry `decode` through the stall (it starves while `read` waits
+        // for room): the controller grows it. Both stages are held at concurrency 1.
+        let pipeline = PipelineBuilder::new()
+            .source(0..n)
+            .pipe(
+                Stage::map("read", |x: u32| {
+                    if x % 32 == 31 {
+                        std::thread::sleep(Duration::from_millis(8));
+                    }
+                    Ok::<_, Infallible>(x)
+                })
+                .tune(1, 1)
+                .order(OutputOrder::Input),
+            )
+            .pipe(
+                Stage::map("decode", |x: u32| {
+                    std::thread::sleep(Duration::from_micros(250));
+                    Ok::<_, Infallible>(x)
+                })
+                .tune(1, 1)
+                .order(OutputOrder::Input),
+            )
+            .pipe(Stage::map("set", |x: u32| Ok::<_, Infallible>(x)).tune(1, 1).output_capacity(4))
+            .sink(4)
+            .build(BuildOptions { queue_capacity: 4, ..tuned(None) })
+            .expect("build");
+        let got: Vec<u32> = pipeline.iter().map(|r| r.expect("item")).collect();
+        assert_eq!(got, (0..n).collect::<Vec<_>>());
+        let report = pipeline.autotune().expect("report");
+        let queue: Vec<_> = report.decisions.iter().filter(|d| d.knob == Knob::QueueCapacity).collect();
+        // The probe goes straight to the bound (8x); a search back down may follow.
+        assert!(queue.iter().any(|d| d.stage == "read" && d.from == 4 && d.to == 32), "{report:#?}");
+        // Within its bound (8x), never below where it started, and never the set one.
+        assert!(queue.iter().all(|d| d.stage != "set" && (4..=32).contains(&d.to)), "{report:#?}");
+        let stats = pipeline.stats();
+        let decode = stats.stage("decode").expect("row");
+        assert!((4..=32).contains(&decode.queue_capacity), "{}", decode.queue_capacity);
+        let set = stats.stage("sink").expect("row");
+        assert_eq!(set.queue_capacity, 4);
+    });
 }

@@ -164,8 +164,10 @@ def test_stats_window_and_anchor():
     for w in (whole, since_start, second_half):
         for r in w["stages"]:
             assert all(0.0 <= r[k] <= 1.0 for k in ("busy", "starved", "blocked")), r
-    # The consumer waited for the sleeping stage: the sink row's starved share.
+    # The consumer waited for the sleeping stage: the sink row's starved share, which get_stats() reads too
+    # (the occupancy of the queue before the sink).
     assert whole["stages"][2]["starved"] > 0
+    assert p.get_stats()[1].queue.occupancy_rate < 1.0
     # The anchor taken after 20 items: the window since then holds the rest (the source may have run ahead
     # of the consumer by the queues' capacity).
     assert 0 < second_half["duration"] < whole["duration"]

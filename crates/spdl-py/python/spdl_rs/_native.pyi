@@ -13,6 +13,7 @@ from typing_extensions import TypedDict, Unpack
 __all__ = [
     "Buffer",
     "PipelineCore",
+    "StatsSnapshot",
     "AsyncBridge",
     "Reply",
     "RegionInputs",

@@ -343,7 +343,7 @@ impl PipelineCore {
 
     /// The stats as the engine's text table (one row per stage; the bottleneck is marked).
     fn stats_table(&self, py: Python<'_>) -> PyResult<String> {
-        no_panic("Pipeline.stats_table", || Ok(py.detach(|| self.sink.stats().to_string())))
+        no_panic("Pipeline.stats_table", || Ok(py.detach(|| self.snapshot().to_string())))
     }
 
     /// A snapshot of the stats to measure a window from (`stats_window(anchor)`).
@@ -441,7 +441,8 @@ fn window_dict<'py>(py: Python<'py>, w: &Window) -> PyResult<Bound<'py, PyDict>>
 
 impl PipelineCore {
     /// The engine's stats with the consumer's waits as the sink row's `starved` (the engine counts none
-    /// there; if it ever does, the larger of the two is kept, so nothing is counted twice).
+    /// there; if it ever does, the larger of the two is kept, so nothing is counted twice). Every stats view
+    /// of the Python side (`stats`, `stats_table`, `stats_anchor`, `stats_window`) reads this one.
     fn snapshot(&self) -> PipelineStats {
         let mut stats = self.sink.stats();
         let waited = Duration::from_nanos(self.consumer_wait_ns.load(Ordering::Relaxed));
@@ -452,7 +453,7 @@ impl PipelineCore {
     }
 
     fn stats_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let snap = py.detach(|| self.sink.stats());
+        let snap = py.detach(|| self.snapshot());
         let list = PyList::empty(py);
         for s in &snap.stages {
             let d = PyDict::new(py);

@@ -250,7 +250,11 @@ impl<T: Send + 'static> Pipeline<T> {
         if self.shared.cancelled() {
             return Ok(None);
         }
-        match self.pop(timeout) {
+        // The sink's starved time is the consumer's wait for the next item.
+        let waiting = Instant::now();
+        let popped = self.pop(timeout);
+        self.sink_cell.add_starved(waiting);
+        match popped {
             Ok(Msg::Item(item)) => {
                 // The sink's row: items taken from its queue (in) and handed to the consumer (out).
                 self.sink_cell.items_in.fetch_add(1, Relaxed);

@@ -51,6 +51,8 @@ fn stats_find_the_slow_stage() {
         // Downstream of the slow stage waits for input; upstream of it waits for room.
         assert!(stats.stage("after").expect("row").starved > Duration::from_millis(50), "{stats}");
         assert!(stats.stage("fast").expect("row").blocked > Duration::from_millis(50), "{stats}");
+        // The consumer waited for the slow stage too: the sink row's starved time is its wait.
+        assert!(stats.stages[4].starved > Duration::from_millis(50), "{stats}");
         assert_eq!(stats.bottleneck().map(|s| s.name.as_str()), Some("slow"));
         let table = stats.to_string();
         assert!(table.contains("slow") && table.contains("<- bottleneck"), "{table}");

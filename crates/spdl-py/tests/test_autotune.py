@@ -33,6 +33,8 @@ def test_a_waiting_stage_is_raised_and_a_fixed_one_is_not() -> None:
     assert decisions is not None
     assert any(d["to"] > d["from"] for d in decisions if "_wait" in d["stage"]), decisions
     assert all("_double" not in d["stage"] for d in decisions)
+    assert {d["knob"] for d in decisions} <= {"concurrency", "queue_capacity", "threads"}, decisions
+    assert all((d["knob"] == "threads") == (d["stage"] == "pool") for d in decisions), decisions
     raw = {d["name"]: d for d in pipeline._core.stats()}
     wait = next(v for k, v in raw.items() if "_wait" in k)
     double = next(v for k, v in raw.items() if "_double" in k)

@@ -17,9 +17,7 @@ use pyo3::exceptions::{PyRuntimeError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use spdl_exec::autotune::Window;
-use spdl_exec::{
-    BuildOptions, FailureBudget, Item, Pipeline, PipelineBuilder, PipelineError, PipelineStats, StageKind, state,
-};
+use spdl_exec::{BuildOptions, FailureBudget, Item, Pipeline, PipelineBuilder, PipelineError, PipelineStats, state};
 
 pub use bridge::{AsyncBridge, Reply};
 use ops::Failures;
@@ -144,9 +142,6 @@ pub struct PipelineCore {
     abandoned: AtomicBool,
     /// This pipeline's id, kept by the [`StatsSnapshot`]s taken on it.
     id: u64,
-    /// Nanoseconds the consumer spent waiting in `get_item` (the sink's queue was empty): the engine counts
-    /// no wait for the sink row, whose consumer is outside it; [`PipelineCore::snapshot`] puts it there.
-    consumer_wait_ns: AtomicU64,
 }
 
 impl std::fmt::Debug for PipelineCore {
@@ -240,7 +235,6 @@ impl PipelineCore {
             error_stage: Mutex::new(None),
             abandoned: AtomicBool::new(false),
             id: NEXT_CORE_ID.fetch_add(1, Ordering::Relaxed),
-            consumer_wait_ns: AtomicU64::new(0),
         })
     }
 }
@@ -322,8 +316,9 @@ impl PipelineCore {
         no_panic("Pipeline.get_stats", || self.stats_list(py))
     }
 
-    /// The auto-tuner's changes so far, oldest first, as dicts (`at` in seconds, `stage`, `from`, `to`,
-    /// `reason`); `None` unless the pipeline was built with `autotune`.
+    /// The auto-tuner's changes so far, oldest first, as dicts (`at` in seconds, `stage`, `knob`
+    /// (`concurrency`, `queue_capacity` of the queue after the stage, or `threads` for stage `pool`), `from`,
+    /// `to`, `reason`); `None` unless the pipeline was built with `autotune`.
     fn autotune_decisions<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyList>>> {
         let Some(report) = py.detach(|| self.sink.autotune()) else {
             return Ok(None);
@@ -333,6 +328,7 @@ impl PipelineCore {
             let item = PyDict::new(py);
             item.set_item("at", d.at.as_secs_f64())?;
             item.set_item("stage", &d.stage)?;
+            item.set_item("knob", d.knob.as_str())?;
             item.set_item("from", d.from)?;
             item.set_item("to", d.to)?;
             item.set_item("reason", &d.reason)?;
@@ -440,16 +436,10 @@ fn window_dict<'py>(py: Python<'py>, w: &Window) -> PyResult<Bound<'py, PyDict>>
 }
 
 impl PipelineCore {
-    /// The engine's stats with the consumer's waits as the sink row's `starved` (the engine counts none
-    /// there; if it ever does, the larger of the two is kept, so nothing is counted twice). Every stats view
-    /// of the Python side (`stats`, `stats_table`, `stats_anchor`, `stats_window`) reads this one.
+    /// The engine's stats (the sink row's `starved` is the consumer's wait in `get_item`). Every stats
+    /// view of the Python side (`stats`, `stats_table`, `stats_anchor`, `stats_window`) reads this one.
     fn snapshot(&self) -> PipelineStats {
-        let mut stats = self.sink.stats();
-        let waited = Duration::from_nanos(self.consumer_wait_ns.load(Ordering::Relaxed));
-        if let Some(sink) = stats.stages.last_mut().filter(|r| r.kind == StageKind::Sink) {
-            sink.starved = sink.starved.max(waited);
-        }
-        stats
+        self.sink.stats()
     }
 
     fn stats_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
@@ -490,13 +480,7 @@ impl PipelineCore {
                 None => SIGNAL_SLICE,
             };
             // The wait is timed without the GIL: reacquiring it is not the sink's queue being empty.
-            let got = py.detach(|| {
-                let t0 = Instant::now();
-                let got = self.sink.get_item(Some(slice));
-                let waited = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
-                self.consumer_wait_ns.fetch_add(waited, Ordering::Relaxed);
-                got
-            });
+            let got = py.detach(|| self.sink.get_item(Some(slice)));
             match got {
                 Ok(Some(Item::Data(v))) => return Ok((0, v.into_py(py)?)),
                 Ok(Some(Item::EpochEnd { epoch })) => return Ok((1, epoch.into_pyobject(py)?.into_any().unbind())),

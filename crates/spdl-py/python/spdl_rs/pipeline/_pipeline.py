@@ -409,8 +409,9 @@ class Pipeline(Generic[T]):
 
     def autotune_decisions(self) -> list[dict[str, Any]] | None:
         """(spdl_rs only) The auto-tuner's changes so far, oldest first: dicts with ``at`` (seconds since the
-        start), ``stage`` (or ``pool`` for the thread count), ``from``, ``to`` and ``reason``. ``None`` unless
-        built with ``autotune=True``."""
+        start), ``stage`` (or ``pool`` for the thread count), ``knob`` (``concurrency``, ``queue_capacity`` of
+        the queue after the stage, or ``threads``), ``from``, ``to`` and ``reason``. ``None`` unless built with
+        ``autotune=True``."""
         return self._core.autotune_decisions()
 
     def stats_anchor(self) -> _native.StatsSnapshot:

@@ -28,6 +28,7 @@ import asyncio
 import concurrent.futures
 import json
 import math
+import math
 import os
 import random
 import shutil
@@ -223,7 +224,8 @@ def bench_py(
         raise RuntimeError(f"{name} (num_threads {threads}, concurrency {conc}) failed:\n{out.stderr[-2000:]}")
     r = json.loads(out.stdout.strip().splitlines()[-1])
     changes = [
-        {"at_s": d["at"], "stage": d["stage"], "from": d["from"], "to": d["to"], "reason": d["reason"]}
+        {"at_s": d["at"], "stage": d["stage"], "knob": d.get("knob", "concurrency"), "from": d["from"],
+         "to": d["to"], "reason": d["reason"]}
         for d in r["decisions"]
     ]
     settled = _settled(changes) if autotune else None
@@ -335,7 +337,9 @@ def svg(trajectories: dict[str, dict[str, Any]], path: Path) -> None:
         for stage, c in run.get("start") or run.get("end") or []:
             series.setdefault(stage, [(0.0, c)])
         for c in run["changes"]:
-            pts = series.setdefault(c["stage"], [(0.0, start.get(c["stage"], c["from"]))])
+            # A queue's capacity is a series of its own, named after the stage before it.
+            key = f"{c['stage']} queue" if c.get("knob") == "queue_capacity" else c["stage"]
+            pts = series.setdefault(key, [(0.0, start.get(key, c["from"]))])
             pts.append((c["at_s"], c["to"]))
         t_end = max(run["seconds"], max((c["at_s"] for c in run["changes"]), default=0.0))
         y_max = max([v for pts in series.values() for _, v in pts] + [1])
@@ -346,7 +350,8 @@ def svg(trajectories: dict[str, dict[str, Any]], path: Path) -> None:
             return x0 + w * t / max(t_end, 1e-9)
 
         def y(v: float) -> float:
-            return y0 + h - h * v / y_max
+            # log2 scale: concurrency 1-8 and queues of 256 slots in one panel.
+            return y0 + h - h * math.log2(max(v, 1)) / max(math.log2(y_max), 1)
 
         parts.append(f'<text x="{x0}" y="{y0 - 12}" font-size="13" font-weight="bold">{name}</text>')
         parts.append(f'<line x1="{x0}" y1="{y0 + h}" x2="{x0 + w}" y2="{y0 + h}" stroke="black"/>')
@@ -354,7 +359,7 @@ def svg(trajectories: dict[str, dict[str, Any]], path: Path) -> None:
         for frac in (0.0, 0.5, 1.0):
             t = t_end * frac
             parts.append(f'<text x="{x(t):.1f}" y="{y0 + h + 14}" text-anchor="middle">{t:.1f}s</text>')
-        for v in sorted({1, y_max // 2, y_max}):
+        for v in sorted({1, round(2 ** (math.log2(y_max) / 2)), y_max}):
             parts.append(f'<text x="{x0 - 4}" y="{y(v) + 4:.1f}" text-anchor="end">{v}</text>')
         if run.get("settled_at") is not None:
             sx = x(run["settled_at"])
@@ -374,8 +379,8 @@ def svg(trajectories: dict[str, dict[str, Any]], path: Path) -> None:
             parts.append(f'<text x="{x0 + w - 4}" y="{y0 + 14 + 13 * i}" text-anchor="end" fill="{color}">'
                          f"{label} (end {pts[-1][1]})</text>")
     parts.append(
-        f'<text x="{pad}" y="{height - 12}">concurrency per tuned stage (and pool threads) over the run; '
-        "grey: the controller first settled</text>"
+        f'<text x="{pad}" y="{height - 12}">concurrency per tuned stage, pool threads (dashed) and queue '
+        "capacities over the run, log scale; grey: the controller first settled</text>"
     )
     parts.append("</svg>")
     path.write_text("\n".join(parts) + "\n")
@@ -407,6 +412,12 @@ def report(name: str, grid: dict[str, dict[str, Any]], auto: dict[str, Any], def
     lines.append(row("**--autotune** from the defaults", auto, best))
     lines.append(row("defaults, no autotune", default, best))
     moves = ", ".join(f"{s} {c}" for s, c in auto.get("end", []))
+    queues: dict[str, int] = {}
+    for c in auto["changes"]:
+        if c.get("knob") == "queue_capacity":
+            queues[c["stage"]] = c["to"]
+    if queues:
+        moves += "; queue after " + ", ".join(f"{s} {c} slots" for s, c in queues.items())
     budget = auto.get("budget")
     lines += [
         "",

@@ -12,6 +12,7 @@ mod audio;
 mod encode;
 #[cfg(feature = "ffmpeg")]
 mod media;
+mod tar;
 #[cfg(feature = "ffmpeg")]
 mod video;
 
@@ -562,6 +563,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(set_decode_memory_budget, m)?)?;
     audio::register(m)?;
     encode::register(m)?;
+    tar::register(m)?;
     #[cfg(feature = "ffmpeg")]
     video::register(m)?;
     #[cfg(feature = "ffmpeg")]

@@ -987,3 +987,20 @@ def cuda_transfer_buffer(buffer: Buffer, *, device_config: CUDAConfig) -> CUDABu
 
 def cuda_transfer_buffer_cpu(buffer: CUDABuffer) -> Buffer:
     """Copies a device buffer back into a new host buffer."""
+
+# `spdl_rs.io.iter_tarfile`'s native half (the `io` feature; wrapped by `spdl_rs.io._tar`).
+__all__ += ["tar_index", "TarStream"]
+
+def tar_index(data: bytes | _BufferLike) -> tuple[list[tuple[str, int, int]], str | None]:
+    """The regular members of the TAR archive ``data`` as ``(path, offset, size)`` triples, in archive order, and
+    the message of the error that ended the scan early (``None`` for a well-formed archive). One call; the GIL is
+    released while scanning ``bytes`` (and, where the ABI has the buffer protocol, read-only buffers)."""
+
+@final
+class TarStream:
+    """Iterator over the regular members of a TAR stream as ``(path, bytes)``, reading ``file.read(n)`` header by
+    header and member by member; a malformed archive raises ``error_type(message)``."""
+
+    def __new__(cls, file: Any, error_type: type[Exception]) -> TarStream: ...
+    def __iter__(self) -> TarStream: ...
+    def __next__(self) -> tuple[str, bytes]: ...

@@ -1,5 +1,6 @@
 """In-memory format readers side by side: Meta's SPDL 0.8.0 (`spdl.io`, C++) against spdl_rs (`spdl_rs.io`, pure
-Python over numpy/zlib/zipfile) on the same bytes, in one process, alternating per case.
+Python over numpy/zlib/zipfile; TAR through the native `spdl_source::tar_index`) on the same bytes, in one process,
+alternating per case.
 
 Cases: `load_npy` of a 400 B and a 4 MiB array; `load_npz` of 10 arrays (stored, then deflated) with every array
 loaded; `parse_wav` and `load_wav` + `numpy.asarray` of 10 s of 16 kHz stereo s16; `iter_tarfile` of 1,000 1 KB

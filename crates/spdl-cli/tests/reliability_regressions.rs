@@ -83,6 +83,13 @@ fn run_all(bytes: &[u8], name: &str) -> Vec<(&'static str, String)> {
         Ok(())
     });
     note("ShardReader", wds);
+    // The in-memory TAR index (`spdl_rs.io.iter_tarfile`): every member it lists lies inside the input.
+    let tar = spdl_source::tar_index::index(bytes);
+    assert!(
+        tar.members.iter().all(|m| m.offset.checked_add(m.size).is_some_and(|end| end <= bytes.len())),
+        "{name}: tar_index listed a member outside the input"
+    );
+    note("tar_index", tar.into_result().map(drop).map_err(|e| format!("{name}: {e}")));
     errors
 }
 

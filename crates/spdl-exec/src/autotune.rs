@@ -785,6 +785,28 @@ impl Controller {
         self.phase = Phase::Measure;
     }
 
+    /// The largest value up to `to` of stage `i`'s concurrency or queue capacity (`knob`) that
+    /// keeps the tuned stages within the memory budget: `from` when none above it fits, or
+    /// when resident memory is already at the budget.
+    fn within_budget(&self, i: usize, knob: Knob, from: usize, to: usize, rss: Option<u64>) -> usize {
+        let Some(budget) = self.config.max_memory_bytes else { return to };
+        if rss.is_some_and(|r| r >= budget) {
+            return from;
+        }
+        let others = self.memory().saturating_sub(self.stage_memory(i));
+        let s = &self.stages[i];
+        let fits = |v: usize| {
+            let held =
+                if knob == Knob::QueueCapacity { s.memory(self.current[i], v) } else { s.memory(v, self.capacity[i]) };
+            others.saturating_add(held) <= budget
+        };
+        let mut to = to;
+        while to > from && !fits(to) {
+            to -= 1;
+        }
+        to
+    }
+
     /// Probes the largest capacity of the queue after stage `i` that its bound and the
     /// memory budget allow. `false`: it cannot grow.
     fn grow_queue(
@@ -797,16 +819,7 @@ impl Controller {
         actions: &mut Vec<Action>,
     ) -> bool {
         let from = self.capacity[i];
-        let mut to = self.stages[i].queue_max;
-        if let Some(budget) = self.config.max_memory_bytes {
-            if rss.is_some_and(|r| r >= budget) {
-                return false;
-            }
-            let others = self.memory().saturating_sub(self.stage_memory(i));
-            while to > from && others.saturating_add(self.stages[i].memory(self.current[i], to)) > budget {
-                to -= 1;
-            }
-        }
+        let to = self.within_budget(i, Knob::QueueCapacity, from, self.stages[i].queue_max, rss);
         if to <= from {
             return false;
         }
@@ -831,16 +844,7 @@ impl Controller {
         if from >= self.stages[i].max {
             return false;
         }
-        let mut to = from.saturating_mul(2).min(self.stages[i].max);
-        if let Some(budget) = self.config.max_memory_bytes {
-            if rss.is_some_and(|r| r >= budget) {
-                return false;
-            }
-            let others = self.memory().saturating_sub(self.stage_memory(i));
-            while to > from && others.saturating_add(self.stages[i].memory(to, self.capacity[i])) > budget {
-                to -= 1;
-            }
-        }
+        let to = self.within_budget(i, Knob::Concurrency, from, from.saturating_mul(2).min(self.stages[i].max), rss);
         if to <= from {
             return false;
         }

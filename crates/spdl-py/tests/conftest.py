@@ -21,12 +21,32 @@ def wait_for(cond, timeout: float = 30.0, what: str = "condition") -> None:
 
 
 @pytest.fixture
-def watchdog():
-    """Fails a test that hangs instead of hanging the suite: dumps the stacks and exits after 120 s."""
+def watchdog(request):
+    """Fails a test that hangs instead of hanging the suite: after 120 s it prints the test's name and every
+    thread's stack past pytest's output capture (where the log shows them) and exits; a C-level dump follows
+    at 150 s should no Python thread be able to run."""
+    import contextlib
     import faulthandler
 
-    faulthandler.dump_traceback_later(120, exit=True)
+    capman = request.config.pluginmanager.getplugin("capturemanager")
+    done = threading.Event()
+
+    def fire() -> None:
+        if done.wait(120):
+            return
+        with capman.global_and_fixture_disabled() if capman is not None else contextlib.nullcontext():
+            sys.stderr.write(f"\nwatchdog: {request.node.nodeid} still runs after 120 s; its threads:\n")
+            sys.stderr.flush()
+            faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+            sys.stderr.flush()
+        os._exit(70)
+
+    faulthandler.dump_traceback_later(150, exit=True)
+    timer = threading.Thread(target=fire, name="test-watchdog", daemon=True)
+    timer.start()
     yield
+    done.set()
+    timer.join()
     faulthandler.cancel_dump_traceback_later()
 
 

@@ -304,3 +304,34 @@ def test_a_source_without_a_deterministic_order_is_saved_only_at_epoch_boundarie
     resumed.load_state_dict(pickle.loads(pickle.dumps(state)))
     with resumed.auto_stop():
         assert list(resumed) == []
+
+
+def test_an_abandoned_epoch_finalized_while_the_state_is_read_does_not_deadlock(watchdog):
+    # The garbage collector may close an abandoned epoch generator on any thread, in the middle of a call
+    # that holds the checkpoint's lock (here: the source's own state_dict collects).
+    import gc
+
+    from spdl_rs.pipeline._checkpoint import Tracker
+
+    class Collecting:
+        def __iter__(self):
+            return iter(range(3))
+
+        def state_dict(self):
+            gc.collect()
+            return {}
+
+        def load_state_dict(self, state):
+            pass
+
+    tracker = Tracker()
+    tracker.add_input(Collecting())
+    abandoned = tracker.epoch_items(0)
+    next(abandoned)
+    cycle: list = [abandoned]
+    cycle.append(cycle)
+    del abandoned, cycle
+    assert [k.value for k in tracker.epoch_items(0)] == [0, 1, 2]
+    epochs = tracker.state_dict()["inputs"][0]["epochs"]
+    # Nothing was delivered: the abandoned epoch and the enumerated one both stay open.
+    assert [(e["epoch"], e["watermark"]) for e in epochs] == [(0, 0), (1, 0)], epochs

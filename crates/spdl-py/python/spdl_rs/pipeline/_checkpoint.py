@@ -153,7 +153,10 @@ class Tracker:
     """The checkpoint of one pipeline: its inputs, what was delivered, what failed."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        # Reentrant: a call that holds it runs user code (a source's state_dict, deepcopy) in which the
+        # garbage collector may finalize an abandoned epoch generator of this tracker, whose `finally` comes
+        # back here on the same thread.
+        self._lock = threading.RLock()
         self._inputs: list[_Input] = []
         self._started = False
 
@@ -218,10 +221,10 @@ class Tracker:
             return epoch, it, 0, [], False
 
     def _end(self, i: int, epoch: int, total: int, exhausted: bool) -> None:
+        if not exhausted:  # stopped mid-epoch (or the generator was dropped): the epoch stays open
+            return
         with self._lock:
             inp = self._inputs[i]
-            if not exhausted:  # stopped mid-epoch: the epoch stays open
-                return
             # The state after the epoch (a generator's `__iter__` moves the state on as it runs): where a
             # resumed pipeline with no epoch open starts.
             try:

@@ -28,7 +28,6 @@ import asyncio
 import concurrent.futures
 import json
 import math
-import math
 import os
 import random
 import shutil
@@ -171,11 +170,12 @@ with p.auto_stop():
         if time.perf_counter() - t0 >= duration:
             break
     dt = time.perf_counter() - t0
-    decisions = p.autotune_decisions() or []
+    report = p.autotune_report() or {}
+    decisions = report.get("decisions", [])
     rows = {d["name"]: d for d in p._core.stats()}
 print(json.dumps({"throughput": got / dt, "seconds": dt,
                   "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-                  "decisions": decisions,
+                  "decisions": decisions, "settled_at": report.get("settled_at"),
                   "end": [[k, v["concurrency"]] for k, v in rows.items() if v["concurrency_bounds"]]}))
 """
 
@@ -228,7 +228,7 @@ def bench_py(
          "to": d["to"], "reason": d["reason"]}
         for d in r["decisions"]
     ]
-    settled = _settled(changes) if autotune else None
+    settled = r.get("settled_at") if autotune else None
     return {
         "throughput": r["throughput"],
         "seconds": r["seconds"],
@@ -308,11 +308,6 @@ def make_clips(count: int) -> tuple[Path, str]:
         f"{', '.join(f.upper() for f in formats)}; 44.1/48 kHz stereo)"
     )
     return root, what
-
-
-def _settled(changes: list[dict[str, Any]]) -> float | None:
-    """The time of the last change (a bound for settling when the controller's own time is not reported)."""
-    return max((c["at_s"] for c in changes), default=0.0)
 
 
 # --- the plot ---------------------------------------------------------------------------------------------

@@ -65,3 +65,36 @@ def test_without_autotune_nothing_is_tuned() -> None:
         assert list(pipeline) == [2 * i for i in range(10)]
     assert pipeline.autotune_decisions() is None
     assert all(d["concurrency_bounds"] is None for d in pipeline._core.stats())
+
+
+def test_the_report_says_when_the_tuner_settled() -> None:
+    import itertools
+
+    pipeline = PipelineBuilder().add_source(itertools.count()).pipe(_wait).add_sink(4).build(
+        num_threads=1, autotune=True
+    )
+    report = pipeline.autotune_report()
+    deadline = time.monotonic() + 30.0
+    with pipeline.auto_stop():
+        for _ in pipeline:
+            report = pipeline.autotune_report()
+            assert report is not None
+            if report["settled_at"] is not None or time.monotonic() > deadline:
+                break
+    assert report is not None
+    assert report["settled_at"] is not None, report
+    assert report["rounds"] >= 1 and report["threads"] >= 1, report
+    decisions = report["decisions"]
+    assert any(d["to"] > d["from"] and "_wait" in d["stage"] for d in decisions), decisions
+    # Settling comes after the search's changes; re-probes may come later.
+    first_round = [d for d in decisions if d["at"] <= report["settled_at"]]
+    assert first_round, decisions
+    assert isinstance(report["settled"], bool)
+    assert report["max_memory_bytes"] is None or report["max_memory_bytes"] > 0
+
+
+def test_without_autotune_there_is_no_report() -> None:
+    pipeline = PipelineBuilder().add_source(range(3)).add_sink(2).build(num_threads=1)
+    with pipeline.auto_stop():
+        assert list(pipeline) == [0, 1, 2]
+    assert pipeline.autotune_report() is None

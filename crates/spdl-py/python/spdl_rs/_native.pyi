@@ -315,6 +315,8 @@ class PipelineCore:
         """One dict per stage."""
     def autotune_decisions(self) -> list[dict[str, Any]] | None:
         """The auto-tuner's changes (None without autotune)."""
+    def autotune_report(self) -> dict[str, Any] | None:
+        """The auto-tuner's state (None without autotune)."""
     def stats_table(self) -> str:
         """The stats as a text table."""
     def stats_anchor(self) -> StatsSnapshot:

@@ -323,18 +323,25 @@ impl PipelineCore {
         let Some(report) = py.detach(|| self.sink.autotune()) else {
             return Ok(None);
         };
-        let list = PyList::empty(py);
-        for d in &report.decisions {
-            let item = PyDict::new(py);
-            item.set_item("at", d.at.as_secs_f64())?;
-            item.set_item("stage", &d.stage)?;
-            item.set_item("knob", d.knob.as_str())?;
-            item.set_item("from", d.from)?;
-            item.set_item("to", d.to)?;
-            item.set_item("reason", &d.reason)?;
-            list.append(item)?;
-        }
-        Ok(Some(list))
+        decision_list(py, &report).map(Some)
+    }
+
+    /// The auto-tuner's state: a dict with `decisions` (as `autotune_decisions`), `settled_at` (seconds
+    /// from the start when it first settled, or `None`), `settled` (whether it is settled now), `rounds`
+    /// (rounds of search started), `threads` (the pool's thread count now) and `max_memory_bytes` (the
+    /// budget in force, or `None`); `None` unless the pipeline was built with `autotune`.
+    fn autotune_report<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(report) = py.detach(|| self.sink.autotune()) else {
+            return Ok(None);
+        };
+        let out = PyDict::new(py);
+        out.set_item("decisions", decision_list(py, &report)?)?;
+        out.set_item("settled_at", report.settled_at.map(|d| d.as_secs_f64()))?;
+        out.set_item("settled", report.settled)?;
+        out.set_item("rounds", report.rounds)?;
+        out.set_item("threads", report.threads)?;
+        out.set_item("max_memory_bytes", report.max_memory_bytes)?;
+        Ok(Some(out))
     }
 
     /// The stats as the engine's text table (one row per stage; the bottleneck is marked).
@@ -520,4 +527,20 @@ impl Drop for PipelineCore {
 
 fn build<T: Send + 'static>(b: PipelineBuilder<T, state::Sunk>, opts: BuildOptions) -> Result<Pipeline<T>, Error> {
     Ok(b.build(opts)?)
+}
+
+/// The auto-tuner's changes as dicts (`at`, `stage`, `knob`, `from`, `to`, `reason`), oldest first.
+fn decision_list<'py>(py: Python<'py>, report: &spdl_exec::autotune::AutotuneReport) -> PyResult<Bound<'py, PyList>> {
+    let list = PyList::empty(py);
+    for d in &report.decisions {
+        let item = PyDict::new(py);
+        item.set_item("at", d.at.as_secs_f64())?;
+        item.set_item("stage", &d.stage)?;
+        item.set_item("knob", d.knob.as_str())?;
+        item.set_item("from", d.from)?;
+        item.set_item("to", d.to)?;
+        item.set_item("reason", &d.reason)?;
+        list.append(item)?;
+    }
+    Ok(list)
 }

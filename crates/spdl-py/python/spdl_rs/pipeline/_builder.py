@@ -808,7 +808,8 @@ class PipelineBuilder(Generic[T, U]):
                 (within 1..=4x the cores for sync ops, 1..=256 for async ones), and the pool grows with it;
                 the controller then settles, and probes again only when throughput moves by more than 20%.
                 Stages given a ``concurrency`` stay as set. Each change is logged and shown in the stats
-                (``concurrency``, ``tune_reason``) and in ``Pipeline.autotune_decisions()``.
+                (``concurrency``, ``tune_reason``), in ``Pipeline.autotune_decisions()`` and in
+                ``Pipeline.autotune_report()`` (when it settled, the pool's threads, the memory budget).
         """
         del use_thread_output_queue
         if self._src is None:

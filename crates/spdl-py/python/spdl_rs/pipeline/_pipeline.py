@@ -414,6 +414,14 @@ class Pipeline(Generic[T]):
         ``autotune=True``."""
         return self._core.autotune_decisions()
 
+    def autotune_report(self) -> dict[str, Any] | None:
+        """(spdl_rs only) The auto-tuner's state: ``decisions`` (as :py:meth:`autotune_decisions`),
+        ``settled_at`` (seconds from the start when it first settled, or ``None``), ``settled`` (whether it is
+        settled now), ``rounds`` (rounds of search started: the first and each re-probe), ``threads`` (the
+        pool's thread count now) and ``max_memory_bytes`` (the memory budget in force, or ``None``). ``None``
+        unless built with ``autotune=True``."""
+        return self._core.autotune_report()
+
     def stats_anchor(self) -> _native.StatsSnapshot:
         """(spdl_rs only) A snapshot of the statistics, to pass to :py:meth:`stats_window` later: the start
         of a measurement window. Opaque; its ``elapsed`` is the seconds since the pipeline started."""

@@ -384,11 +384,36 @@ def svg(trajectories: dict[str, dict[str, Any]], path: Path) -> None:
 # --- the runs ---------------------------------------------------------------------------------------------
 
 
+def interleaved(name: str, runs: dict[str, Any], repeat: int) -> dict[str, dict[str, Any]]:
+    """Runs every option set of `runs` (label -> a function returning one result) `repeat` times, one round
+    over all of them after the other (so that a slow spell of a shared machine hits every option set alike),
+    and keeps each option set's median run (by throughput; its RSS, trajectory and settling time with it)."""
+    got: dict[str, list[dict[str, Any]]] = {label: [] for label in runs}
+    for k in range(repeat):
+        for label, fn in runs.items():
+            r = fn()
+            got[label].append(r)
+            print(f"{name} {label} (round {k + 1}/{repeat}): {r['throughput']:.0f}", file=sys.stderr)
+    out = {}
+    for label, rs in got.items():
+        ordered = sorted(rs, key=lambda r: r["throughput"])
+        median = dict(ordered[len(ordered) // 2])
+        median["runs"] = [r["throughput"] for r in rs]
+        out[label] = median
+    return out
+
+
+AUTO = "**--autotune** from the defaults"
+DEFAULT = "defaults, no autotune"
+
+
 def row(label: str, r: dict[str, Any], best: float) -> str:
     settled = "" if r.get("settled_at") is None else f"{r['settled_at']:.1f}"
+    runs = r.get("runs", [r["throughput"]])
+    spread = "" if len(runs) < 2 else f" | {min(runs):.0f}-{max(runs):.0f}"
     return (
         f"| {label} | {r['throughput']:.0f} | {r['throughput'] / best * 100:.0f}% | {r['seconds']:.1f} | "
-        f"{settled} | {r['rss'] / 2**20:.0f} |"
+        f"{settled} | {r['rss'] / 2**20:.0f}{spread} |"
     )
 
 
@@ -396,16 +421,17 @@ def report(name: str, grid: dict[str, dict[str, Any]], auto: dict[str, Any], def
     best_label = max(grid, key=lambda k: grid[k]["throughput"])
     best = grid[best_label]["throughput"]
     unit = auto["unit"]
-    lines = [
-        f"### {name}",
-        "",
-        f"| options | {unit} | of the best grid point | s | settled at s | peak RSS MiB |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
+    repeated = len(auto.get("runs", [])) > 1
+    head = f"| options | {unit} | of the best grid point | s | settled at s | peak RSS MiB |"
+    rule = "|---|---:|---:|---:|---:|---:|"
+    if repeated:
+        head += " range over the runs |"
+        rule += "---:|"
+    lines = [f"### {name}", "", head, rule]
     for label, r in sorted(grid.items(), key=lambda kv: -kv[1]["throughput"]):
         lines.append(row(label + (" (best)" if label == best_label else ""), r, best))
-    lines.append(row("**--autotune** from the defaults", auto, best))
-    lines.append(row("defaults, no autotune", default, best))
+    lines.append(row(AUTO, auto, best))
+    lines.append(row(DEFAULT, default, best))
     moves = ", ".join(f"{s} {c}" for s, c in auto.get("end", []))
     queues: dict[str, int] = {}
     for c in auto["changes"]:
@@ -434,6 +460,9 @@ def main() -> None:
     ap.add_argument("--py-seconds", type=float, default=20.0)
     ap.add_argument("--audio-clips", type=int, default=300, help="clips the audio workload makes at start")
     ap.add_argument("--workloads", default="jpeg,s3,pyslow")
+    ap.add_argument(
+        "--repeat", type=int, default=1, help="runs of each option set, in interleaved rounds; the median is reported"
+    )
     ap.add_argument("--svg", type=Path, required=True)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--merge", type=Path, nargs="*", default=[], help="earlier --json results to plot with these")
@@ -447,22 +476,34 @@ def main() -> None:
         ap.error(f"unknown workloads {', '.join(unknown)} (known: jpeg, s3, pyslow, audio)")
     if {"jpeg", "s3"} & set(workloads) and (args.spdl is None or args.data is None):
         ap.error("the jpeg and s3 workloads need --spdl and --data")
-    if args.audio_clips < 1 or args.py_seconds <= 0:
-        ap.error("--audio-clips must be at least 1 and --py-seconds above 0")
+    if args.audio_clips < 1 or args.py_seconds <= 0 or args.repeat < 1:
+        ap.error("--audio-clips and --repeat must be at least 1 and --py-seconds above 0")
+
+    def split(name: str, runs: dict[str, Any]):
+        got = interleaved(name, runs, args.repeat)
+        auto, default = got.pop(AUTO), got.pop(DEFAULT)
+        results[name] = {"grid": got, "autotune": auto, "default": default}
+        return got, auto, default
 
     def cli_grid(name: str, target: list[str], threads: list[int], io: list[int], env: dict[str, str] | None = None):
-        grid = {}
-        for t in threads:
-            for c in io:
-                r = bench_cli(args.spdl, target, [*common, "--threads", str(t), "--io-concurrency", str(c)], env)
-                grid[f"threads {t}, io {c}"] = r
-                print(f"{name} threads {t} io {c}: {r['throughput']:.0f}", file=sys.stderr)
-        auto = bench_cli(args.spdl, target, [*common, "--autotune"], env)
-        print(f"{name} autotune: {auto['throughput']:.0f}", file=sys.stderr)
-        default = bench_cli(args.spdl, target, [*common, "--no-autotune"], env)
-        print(f"{name} default: {default['throughput']:.0f}", file=sys.stderr)
-        results[name] = {"grid": grid, "autotune": auto, "default": default}
-        return grid, auto, default
+        def cli(extra: list[str]):
+            return lambda: bench_cli(args.spdl, target, [*common, *extra], env)
+
+        runs: dict[str, Any] = {
+            f"threads {t}, io {c}": cli(["--threads", str(t), "--io-concurrency", str(c)]) for t in threads for c in io
+        }
+        runs[AUTO] = cli(["--autotune"])
+        runs[DEFAULT] = cli(["--no-autotune"])
+        return split(name, runs)
+
+    def py_grid(name: str, script: str, label: str, *extra: str):
+        def py(t: int, c: int, tune: bool):
+            return lambda: bench_py(args.python, name, script, args.py_seconds, t, c, tune, *extra)
+
+        runs: dict[str, Any] = {f"num_threads {t}, {label} {c}": py(t, c, False) for t in [2, 4, 8] for c in [1, 2, 4, 8]}
+        runs[AUTO] = py(4, 0, True)
+        runs[DEFAULT] = py(4, 0, False)
+        return split(name, runs)
 
     if "jpeg" in workloads:
         g, a, d = cli_grid("jpeg", [str(args.data)], [1, 2, 3, 4], [2, 16, 64])
@@ -480,34 +521,16 @@ def main() -> None:
             shutil.rmtree(root, ignore_errors=True)
         out.append(report("The same JPEGs from S3 (s3s-fs) with 20 ms added per GET", g, a, d))
     if "pyslow" in workloads:
-        grid = {}
-        for t in [2, 4, 8]:
-            for c in [1, 2, 4, 8]:
-                r = bench_py(args.python, "pyslow", PYSLOW, args.py_seconds, t, c, False)
-                grid[f"num_threads {t}, concurrency {c}"] = r
-                print(f"pyslow threads {t} conc {c}: {r['throughput']:.0f}", file=sys.stderr)
-        auto = bench_py(args.python, "pyslow", PYSLOW, args.py_seconds, 4, 0, True)
-        default = bench_py(args.python, "pyslow", PYSLOW, args.py_seconds, 4, 0, False)
-        print(f"pyslow autotune {auto['throughput']:.0f} default {default['throughput']:.0f}", file=sys.stderr)
-        results["pyslow"] = {"grid": grid, "autotune": auto, "default": default}
+        grid, auto, default = py_grid("pyslow", PYSLOW, "concurrency")
         title = f"A slow Python stage (2 ms wait + 0.1 ms work per item), {args.py_seconds:.0f} s runs"
         out.append(report(title, grid, auto, default))
     if "audio" in workloads:
         clips, what = make_clips(args.audio_clips)
         print(f"audio: {what} in {clips}", file=sys.stderr)
         try:
-            grid = {}
-            for t in [2, 4, 8]:
-                for c in [1, 2, 4, 8]:
-                    r = bench_py(args.python, "audio", AUDIO, args.py_seconds, t, c, False, str(clips))
-                    grid[f"num_threads {t}, decode concurrency {c}"] = r
-                    print(f"audio threads {t} conc {c}: {r['throughput']:.0f}", file=sys.stderr)
-            auto = bench_py(args.python, "audio", AUDIO, args.py_seconds, 4, 0, True, str(clips))
-            default = bench_py(args.python, "audio", AUDIO, args.py_seconds, 4, 0, False, str(clips))
-            print(f"audio autotune {auto['throughput']:.0f} default {default['throughput']:.0f}", file=sys.stderr)
+            grid, auto, default = py_grid("audio", AUDIO, "decode concurrency", str(clips))
         finally:
             shutil.rmtree(clips, ignore_errors=True)
-        results["audio"] = {"grid": grid, "autotune": auto, "default": default}
         title = f"Audio: read, decode and resample to 16 kHz mono, {what}, {args.py_seconds:.0f} s runs"
         out.append(report(title, grid, auto, default))
     for earlier in args.merge:

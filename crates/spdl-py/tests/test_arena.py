@@ -72,6 +72,50 @@ def test_arrays_cross_processes_through_shared_memory(kind, mp_context):
     assert not (shm_entries() & names), "segments left in /dev/shm"
 
 
+def test_pool_items_are_checked_and_dropped_on_other_threads():
+    # The zero-copy views of one segment must not share a memoryview's export count across threads (free-threaded
+    # CPython updates it without synchronisation: views came out "released").
+    import queue
+    import threading
+
+    before = shm_entries()
+    src = iterate_in_subprocess(
+        lambda: Items(40), arena=SharedMemorySegmentPool(1 << 20, 8), buffer_size=2, timeout=30
+    )
+    work: queue.Queue = queue.Queue(maxsize=8)
+    failures: list[BaseException] = []
+
+    def consume():
+        while (job := work.get()) is not None:
+            i, item = job
+            try:
+                check_item(item, i, zero_copy=True)
+                for _ in range(20):
+                    assert bytes(item["blob"][:4]) == bytes([i % 256]) * 4
+                    assert memoryview(item["blob"]).nbytes == 50_000
+            except BaseException as e:  # noqa: BLE001 - keep draining, reported below
+                failures.append(e)
+            del job, item
+
+    threads = [threading.Thread(target=consume) for _ in range(8)]
+    for t in threads:
+        t.start()
+    count = 0
+    for i, item in enumerate(src):
+        work.put((i, item))
+        del item
+        count += 1
+    for _ in threads:
+        work.put(None)
+    for t in threads:
+        t.join()
+    assert failures == []
+    assert count == 40
+    del src
+    gc.collect()
+    assert shm_entries() <= before
+
+
 def test_an_abandoned_iteration_frees_the_pool_for_the_next_one():
     before = shm_entries()
     src = iterate_in_subprocess(

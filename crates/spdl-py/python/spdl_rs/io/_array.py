@@ -22,6 +22,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ._tar import FormatError
+from .._views import SliceSource
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -63,6 +64,8 @@ def _numpy() -> Any:
 
 def _byte_view(data: _Data, func: str) -> memoryview:
     """``data`` as a flat, C-contiguous memoryview of bytes (no copy)."""
+    if type(data) is memoryview and data.ndim == 1 and data.format == "B":
+        return data  # no second view on the caller's buffer
     try:
         mv = memoryview(data)
     except TypeError:
@@ -345,10 +348,12 @@ class NpzFile(Mapping[str, "NDArray[Any]"]):
         *,
         max_uncompressed_bytes: int = _DEFAULT_MAX_UNCOMPRESSED_BYTES,
     ) -> None:
-        self._buf = _byte_view(data, "NpzFile")
+        buf = _byte_view(data, "NpzFile")
         if max_uncompressed_bytes < 0:
             raise ValueError("max_uncompressed_bytes must be non-negative.")
-        size = self._buf.nbytes
+        # Arrays are loaded (and dropped) on any thread: each entry is a slice with a buffer of its own.
+        self._buf = SliceSource(data, buf)
+        size = buf.nbytes
         checked: dict[str, tuple[int, int, int, int, int | None]] = {}
         total = 0
         for name, entry in meta.items():
@@ -406,7 +411,7 @@ class NpzFile(Mapping[str, "NDArray[Any]"]):
             else:
                 raise KeyError(f"{key} is not a file in the archive")
         offset, compressed, uncompressed, method, crc = self._meta[key]
-        payload = self._buf[offset : offset + compressed]
+        payload = self._buf.slice(offset, offset + compressed)
         what = f"NPZ entry {key!r}"
         if method == 0:
             if crc is not None and zlib.crc32(payload) != crc:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol, cast, overload
 
 from .. import _native
+from .._views import SliceSource
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer as _BufferLike
@@ -43,11 +44,13 @@ def _native_attr(name: str) -> Any:
     return value
 
 
-def _iter_buffer(mv: memoryview, data: bytes | memoryview) -> Iterator[tuple[str, memoryview]]:
-    """The members of the archive in ``data`` (``mv``'s bytes), as slices of ``mv``."""
+def _iter_buffer(src: Any, mv: memoryview, data: bytes | memoryview) -> Iterator[tuple[str, memoryview]]:
+    """The members of the archive in ``data`` (``mv``'s bytes, ``mv`` a view of ``src``), as slices of ``mv``
+    that the consumer may use and drop on any thread."""
     members, error = _native_attr("tar_index")(data)
+    slices = SliceSource(src, mv)
     for name, offset, size in members:
-        yield name, mv[offset : offset + size]
+        yield name, slices.slice(offset, offset + size)
     if error is not None:
         raise FormatError(error)
 
@@ -104,4 +107,4 @@ def iter_tarfile(
     if mv.format != "B" or mv.ndim != 1:
         mv = mv.cast("B")
     # `bytes` is read in place by every build; other buffers through the buffer protocol.
-    return _iter_buffer(mv, src if type(src) is bytes else mv)
+    return _iter_buffer(src, mv, src if type(src) is bytes else mv)

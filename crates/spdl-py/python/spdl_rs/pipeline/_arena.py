@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from multiprocessing import shared_memory
 from typing import Any, Protocol
 
+from .._views import SliceSource
+
 __all__ = ["SharedMemoryRingBuffer", "SharedMemorySegmentPool"]
 
 _LG = logging.getLogger(__name__)
@@ -390,6 +392,7 @@ class SharedMemorySegmentPool:
         self._segs: list[shared_memory.SharedMemory] | None = created[1:]
         self._ctrl_buf: memoryview | None = ctrl.buf
         self._seg_bufs: list[Any] | None = [s.buf for s in created[1:]]
+        self._seg_slices: list[SliceSource] | None = None
         self._owned: list[shared_memory.SharedMemory] = created
         self._space_cv = multiprocessing.Condition()
 
@@ -414,6 +417,7 @@ class SharedMemorySegmentPool:
         self._segs = None
         self._ctrl_buf = None
         self._seg_bufs = None
+        self._seg_slices = None
         self._owned = []
 
     @property
@@ -445,6 +449,12 @@ class SharedMemorySegmentPool:
             self._segs = [_attach(n) for n in self._seg_names]
             self._seg_bufs = [s.buf for s in self._segs]
         return self._seg_bufs[unit % self._count]
+
+    def _segment_slice(self, unit: int, start: int, stop: int) -> memoryview:
+        """A zero-copy view of part of a segment that the consumer may drop on any thread."""
+        if self._seg_slices is None:
+            self._seg_slices = [SliceSource(b, b) for b in (self._segment(i) for i in range(self._count))]
+        return self._seg_slices[unit % self._count].slice(start, stop)
 
     @property
     def published(self) -> int:
@@ -493,6 +503,7 @@ class SharedMemorySegmentPool:
         if self._ctrl is not None:
             self._ctrl.close()
             self._ctrl = None
+        self._seg_slices = None  # their exports of the segments go with them (unless a restored item holds one)
         if self._seg_bufs is not None:
             for b in self._seg_bufs:
                 try:
@@ -614,7 +625,7 @@ class _PoolReader:
         """Nothing to do: the counters run on across iterations."""
 
     def read_binary(self, offset: int, nbytes: int) -> memoryview:
-        return self._pool._segment(self._next)[offset : offset + nbytes]
+        return self._pool._segment_slice(self._next, offset, offset + nbytes)
 
     def end_unit(self, span: int, pinned: list[object]) -> None:
         unit = self._next

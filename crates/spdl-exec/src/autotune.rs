@@ -511,12 +511,16 @@ impl Controller {
     /// Feeds one snapshot (and the process's resident memory, if known); returns the changes
     /// to apply now. Snapshots must come from one pipeline, in order.
     pub fn observe(&mut self, stats: &PipelineStats, rss: Option<u64>) -> Vec<Action> {
-        // The rows are the truth for where each stage is (its bounds may have moved it).
-        for (i, s) in self.stages.iter().enumerate() {
-            if let Some(row) = stats.stages.get(s.row)
-                && let Some(c) = self.current.get_mut(i)
-            {
-                *c = row.concurrency;
+        // The rows are the truth for where each stage is (its bounds may have moved it) and,
+        // for a stage that measures its items, for what one holds.
+        for (i, s) in self.stages.iter_mut().enumerate() {
+            if let Some(row) = stats.stages.get(s.row) {
+                if let Some(c) = self.current.get_mut(i) {
+                    *c = row.concurrency;
+                }
+                if row.item_bytes.is_some() {
+                    s.item_bytes = row.item_bytes;
+                }
             }
             if s.queue_tunable()
                 && let Some(row) = s.consumer_row.and_then(|r| stats.stages.get(r))
@@ -1105,6 +1109,8 @@ mod tests {
         burst: f64,
         blocked: f64,
         starved: f64,
+        /// What the stage reports measuring per item (`StageStats::item_bytes`).
+        item_bytes: Option<u64>,
     }
 
     impl SimStage {
@@ -1121,6 +1127,7 @@ mod tests {
                 burst: 0.0,
                 blocked: 0.0,
                 starved: 0.0,
+                item_bytes: None,
             }
         }
 
@@ -1211,6 +1218,7 @@ mod tests {
                 queue_len: 0,
                 queue_capacity: 32,
                 busy: 0.0,
+                item_bytes: None,
             }
         }
 
@@ -1221,6 +1229,7 @@ mod tests {
                 let mut row = Self::row(s.name, s.kind, s.conc, s.items, s.task, None);
                 row.blocked = Duration::from_secs_f64(s.blocked);
                 row.starved = Duration::from_secs_f64(s.starved);
+                row.item_bytes = s.item_bytes;
                 row.queue_capacity = if i == 0 { 32 } else { self.stages[i - 1].queue };
                 stages.push(row);
             }
@@ -1332,6 +1341,33 @@ mod tests {
         let mut c = Controller::new(config, tuned(&sim, 32), 4);
         sim.run(&mut c, 300);
         assert_eq!(c.threads(), 5);
+    }
+
+    #[test]
+    fn counts_a_measured_item_size_against_the_budget() {
+        const MIB: u64 = 1 << 20;
+        // Nothing configured: the size comes from the stage's own measure in its stats row,
+        // and may change while it runs.
+        let mut sim = Sim::new(1e6, vec![SimStage::new("decode", StageKind::Blocking, 100.0, 12)], 0.02);
+        sim.stages[0].item_bytes = Some(10 * MIB);
+        let stages =
+            vec![TunedStage { output_capacity: 4, ..TunedStage::new(1, "decode", StageKind::Blocking, 1, 32) }];
+        let config = AutotuneConfig { max_memory_bytes: Some(100 * MIB), ..AutotuneConfig::default() };
+        let mut c = Controller::new(config, stages, 4);
+        for _ in 0..300 {
+            let stats = sim.tick();
+            let actions = c.observe(&stats, Some(50 * MIB));
+            sim.apply(&actions);
+            assert!(c.memory() <= 100 * MIB, "{} MiB", c.memory() / MIB);
+        }
+        assert_eq!(sim.stages[0].conc, 6);
+        // Without a measure the same stage climbs to its optimum.
+        let mut sim = Sim::new(1e6, vec![SimStage::new("decode", StageKind::Blocking, 100.0, 12)], 0.02);
+        let stages = vec![TunedStage::new(1, "decode", StageKind::Blocking, 1, 32)];
+        let config = AutotuneConfig { max_memory_bytes: Some(100 * MIB), ..AutotuneConfig::default() };
+        let mut c = Controller::new(config, stages, 4);
+        sim.run(&mut c, 300);
+        assert!(sim.stages[0].conc >= 12, "{}", sim.stages[0].conc);
     }
 
     #[test]

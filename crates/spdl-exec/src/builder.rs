@@ -424,7 +424,7 @@ pub(crate) fn wire_pipe<T: Send + 'static, U: Send + 'static>(
     cap: Option<usize>,
     stage: Stage<T, U>,
 ) -> QueueRx<U> {
-    let Stage { name, func, options, describe } = stage;
+    let Stage { name, func, options, describe, item_size } = stage;
     if options.concurrency == 0 {
         w.invalid(format!("stage `{name}`: concurrency"), "must be at least 1".into());
     }
@@ -438,6 +438,9 @@ pub(crate) fn wire_pipe<T: Send + 'static, U: Send + 'static>(
         StageFn::Async(_) => StageKind::Async,
     };
     let cell = w.cell_with(name.clone(), kind, c, options.failure_budget);
+    if let Some(size) = item_size {
+        let _ = cell.item_size.set(size);
+    }
     let cap = w.capacity(cap.or(options.output_capacity), &format!("stage `{name}`"));
     if w.opts.autotune
         && !(w.in_region && kind == StageKind::Blocking)

@@ -100,6 +100,7 @@ impl<T, U> Clone for Stage<T, U> {
             func: self.func.clone(),
             options: self.options,
             describe: self.describe.clone(),
+            item_size: self.item_size.clone(),
         }
     }
 }
@@ -125,6 +126,7 @@ pub struct Stage<T, U> {
     pub(crate) func: StageFn<T, U>,
     pub(crate) options: StageOptions,
     pub(crate) describe: Option<Describe<T>>,
+    pub(crate) item_size: Option<crate::ItemSize>,
 }
 
 impl<T, U> fmt::Debug for Stage<T, U> {
@@ -145,7 +147,7 @@ impl<T, U> fmt::Debug for Stage<T, U> {
 
 impl<T: Send + 'static, U: Send + 'static> Stage<T, U> {
     fn with(name: impl Into<String>, func: StageFn<T, U>) -> Self {
-        Self { name: name.into(), func, options: StageOptions::default(), describe: None }
+        Self { name: name.into(), func, options: StageOptions::default(), describe: None, item_size: None }
     }
 
     /// A blocking one-to-one function.
@@ -418,6 +420,15 @@ impl<T, U> Stage<T, U> {
     #[must_use]
     pub fn item_bytes(mut self, bytes: u64) -> Self {
         self.options.item_bytes = Some(bytes);
+        self
+    }
+
+    /// The size of this stage's items as its function measures them, for the auto-tuner's
+    /// memory budget when [`Stage::item_bytes`] is not set; also reported as
+    /// [`crate::StageStats::item_bytes`]. See [`crate::ItemSize`] for an example.
+    #[must_use]
+    pub fn item_size(mut self, size: crate::ItemSize) -> Self {
+        self.item_size = Some(size);
         self
     }
 

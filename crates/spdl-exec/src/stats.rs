@@ -164,6 +164,8 @@ pub(crate) struct StageCell {
     pub(crate) input_limit: OnceLock<crate::queue::QueueLimit>,
     /// The queue after this stage, when the auto-tuner may set its capacity.
     pub(crate) output_tune: OnceLock<TunedQueue>,
+    /// The stage's own measure of its items' size, if it takes one.
+    pub(crate) item_size: OnceLock<crate::ItemSize>,
     pub(crate) budget: FailureBudget,
     pub(crate) items_in: AtomicU64,
     pub(crate) items_out: AtomicU64,
@@ -200,6 +202,7 @@ impl StageCell {
             input_capacity,
             input_limit: OnceLock::new(),
             output_tune: OnceLock::new(),
+            item_size: OnceLock::new(),
             budget,
             items_in: AtomicU64::new(0),
             items_out: AtomicU64::new(0),
@@ -289,6 +292,7 @@ impl StageCell {
             queue_len,
             queue_capacity: self.input_capacity_now(),
             busy: if wall > 0.0 { (task_time_total.as_secs_f64() / wall).min(1.0) } else { 0.0 },
+            item_bytes: self.tune.get().and_then(|b| b.item_bytes).or_else(|| self.item_size.get()?.get()),
         }
     }
 }
@@ -355,6 +359,10 @@ pub struct StageStats {
     /// (concurrency × elapsed)` (concurrency integrated over time when it was tuned),
     /// 0.0..=1.0. The busiest stage is the bottleneck.
     pub busy: f64,
+    /// The memory one item of the stage holds, as the auto-tuner counts it: the stage's
+    /// [`crate::StageOptions::item_bytes`] if set (and tuned), else its
+    /// [`crate::Stage::item_size`] measure; `None`: unknown.
+    pub item_bytes: Option<u64>,
 }
 
 /// A snapshot of the whole pipeline, from [`crate::Pipeline::stats`].

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::watchdog;
 use spdl_exec::autotune::Knob;
-use spdl_exec::{BuildOptions, OutputOrder, PipelineBuilder, Stage, Tune};
+use spdl_exec::{BuildOptions, ItemSize, OutputOrder, PipelineBuilder, Stage, Tune};
 
 fn tuned(memory: Option<u64>) -> BuildOptions {
     BuildOptions { autotune: true, max_memory_bytes: memory, num_threads: 2, ..BuildOptions::default() }
@@ -103,6 +103,45 @@ fn resident_memory_over_the_budget_lowers_what_is_tuned() {
         assert!(!wait.is_empty(), "{report:#?}");
         assert!(wait.iter().all(|d| d.to < d.from && d.reason.starts_with("memory")), "{report:#?}");
         assert_eq!(pipeline.stats().stage("wait").map(|s| s.concurrency), Some(1));
+    });
+}
+
+#[test]
+fn a_measured_item_size_bounds_what_is_raised() {
+    watchdog(120, || {
+        const MIB: u64 = 1 << 20;
+        let n = 3000u32;
+        // Each output is a 64 MiB buffer (zero pages, never touched: nothing resident), which
+        // the stage measures. Budget 512 MiB: calls in flight plus the 4 queued may be 8.
+        let size = ItemSize::new();
+        let probe = size.clone();
+        let pipeline = PipelineBuilder::new()
+            .source(0..n)
+            .pipe(
+                Stage::map("frames", move |_x: u32| {
+                    std::thread::sleep(Duration::from_millis(2));
+                    let frame = vec![0u8; 64 << 20];
+                    if probe.due() {
+                        probe.record(frame.len() as u64);
+                    }
+                    Ok::<_, Infallible>(frame)
+                })
+                .concurrency(1)
+                .tune(1, 32)
+                .output_capacity(4)
+                .item_size(size),
+            )
+            .pipe(Stage::map("len", |v: Vec<u8>| Ok::<_, Infallible>(v.len())))
+            .sink(1)
+            .build(tuned(Some(512 * MIB)))
+            .expect("build");
+        assert!(pipeline.iter().all(|r| r.expect("item") == 64 << 20));
+        let row = pipeline.stats().stage("frames").cloned().expect("row");
+        assert_eq!(row.item_bytes, Some(64 * MIB));
+        let report = pipeline.autotune().expect("report");
+        let raised: Vec<_> = report.decisions.iter().filter(|d| d.stage == "frames").collect();
+        assert!(raised.iter().any(|d| d.to > d.from), "{report:#?}");
+        assert!(raised.iter().all(|d| d.to <= 4), "{report:#?}");
     });
 }
 

@@ -98,3 +98,84 @@ def test_without_autotune_there_is_no_report() -> None:
     with pipeline.auto_stop():
         assert list(pipeline) == [0, 1, 2]
     assert pipeline.autotune_report() is None
+
+
+def test_stage_item_sizes_are_measured_from_their_outputs() -> None:
+    import numpy as np
+
+    def frame(i: int) -> np.ndarray:
+        return np.zeros((64, 64, 3), dtype=np.uint8)
+
+    def pair(frame: np.ndarray) -> dict:
+        return {"image": np.zeros(1000, dtype=np.float32), "label": 7, "path": "x" * 24}
+
+    def chunks(pair: dict):
+        yield b"a" * 300
+        yield b"b" * 300
+
+    pipeline = (
+        PipelineBuilder()
+        .add_source(range(50))
+        .pipe(frame)
+        .pipe(pair)
+        .pipe(chunks)
+        .aggregate(4)
+        .add_sink(4)
+        .build(num_threads=2)
+    )
+    with pipeline.auto_stop():
+        assert sum(len(b) for b in pipeline) == 100
+    sizes = {s.name: s.item_bytes for s in pipeline.get_stats()}
+    by_op = {next(n for n in sizes if op in n): op for op in ("frame", "pair", "chunks")}
+    measured = {op: sizes[name] for name, op in by_op.items()}
+    assert measured["frame"] == 64 * 64 * 3
+    # The dict's values: 4000 bytes of array, an int and a 24-character string (64 + 24 with the int).
+    assert 4000 <= measured["pair"] <= 4200, measured
+    assert measured["chunks"] == 300
+    assert all(v is None for k, v in sizes.items() if k not in by_op), sizes
+
+
+def test_a_measured_item_size_bounds_what_the_tuner_raises() -> None:
+    import os
+
+    import numpy as np
+
+    mib = 1 << 20
+    item = 256 * mib
+
+    def big(i: int) -> np.ndarray:
+        time.sleep(0.002)
+        # 256 MiB of zero pages that are never touched: measured at 256 MiB, nothing resident.
+        return np.zeros(item, dtype=np.uint8)
+
+    def nbytes(a: np.ndarray) -> int:
+        return a.nbytes
+
+    with open("/proc/self/statm") as f:
+        resident = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    # The tuner refuses every raise while resident memory is over the budget: leave 1 GiB above it.
+    budget = resident + 1024 * mib
+    pipeline = (
+        PipelineBuilder()
+        .add_source(range(3000))
+        .pipe(big)
+        .pipe(nbytes, concurrency=1)
+        .add_sink(1)
+        .build(num_threads=2, autotune=True, stage_buffer_size=2, max_memory_bytes=budget)
+    )
+    with pipeline.auto_stop():
+        assert all(n == item for n in pipeline)
+    report = pipeline.autotune_report()
+    assert report is not None and report["max_memory_bytes"] == budget
+    raised = [d for d in report["decisions"] if "big" in d["stage"] and d["knob"] == "concurrency"]
+    assert any(d["to"] > d["from"] for d in raised), raised
+    # Calls in flight plus the 2 queued items, at 256 MiB each, stay within the budget.
+    assert all((d["to"] + 2) * item <= budget for d in raised), (raised, budget)
+    assert {s.name: s.item_bytes for s in pipeline.get_stats()}[raised[0]["stage"]] == item
+
+
+def test_max_memory_bytes_must_be_positive() -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match="max_memory_bytes"):
+        PipelineBuilder().add_source(range(3)).add_sink(1).build(num_threads=1, max_memory_bytes=0)

@@ -285,6 +285,7 @@ class CoreOptions:
         max_failure_fraction: float | None = None,
         stage_buffer_size: int = ...,  # 2
         autotune: bool = False,
+        max_memory_bytes: int | None = None,
     ) -> CoreOptions: ...
 
 @final

@@ -169,15 +169,17 @@ pub struct CoreOptions {
     budget: FailureBudget,
     stage_buffer_size: usize,
     autotune: bool,
+    max_memory_bytes: Option<u64>,
 }
 
 #[pymethods]
 impl CoreOptions {
     /// `buffer_size`: the sink's (0: a large one); `max_failures` (a count) or `max_failure_fraction`: the
     /// pipeline's failure budget; `stage_buffer_size`: each queue's capacity; `autotune`: tune the
-    /// concurrency of the stages left at 1 and the pool while running (`spdl_exec::BuildOptions::autotune`).
+    /// concurrency of the stages left at 1 and the pool while running (`spdl_exec::BuildOptions::autotune`);
+    /// `max_memory_bytes`: the auto-tuner's memory budget (`None`: half of the memory available at start).
     #[new]
-    #[pyo3(signature = (*, buffer_size, num_threads, max_failures=None, max_failure_fraction=None, stage_buffer_size=DEFAULT_STAGE_BUFFER, autotune=false))]
+    #[pyo3(signature = (*, buffer_size, num_threads, max_failures=None, max_failure_fraction=None, stage_buffer_size=DEFAULT_STAGE_BUFFER, autotune=false, max_memory_bytes=None))]
     fn new(
         buffer_size: usize,
         num_threads: usize,
@@ -185,9 +187,13 @@ impl CoreOptions {
         max_failure_fraction: Option<f64>,
         stage_buffer_size: usize,
         autotune: bool,
+        max_memory_bytes: Option<u64>,
     ) -> PyResult<Self> {
         if stage_buffer_size == 0 {
             return Err(PyValueError::new_err("stage_buffer_size must be at least 1"));
+        }
+        if max_memory_bytes == Some(0) {
+            return Err(PyValueError::new_err("max_memory_bytes must be positive"));
         }
         Ok(Self {
             buffer_size,
@@ -195,6 +201,7 @@ impl CoreOptions {
             budget: spec::budget(max_failures, max_failure_fraction)?,
             stage_buffer_size,
             autotune,
+            max_memory_bytes,
         })
     }
 }
@@ -207,7 +214,7 @@ impl PipelineCore {
         options: &CoreOptions,
         bridge: Option<Bound<'_, AsyncBridge>>,
     ) -> PyResult<Self> {
-        let CoreOptions { buffer_size, num_threads, budget, stage_buffer_size, autotune } = *options;
+        let CoreOptions { buffer_size, num_threads, budget, stage_buffer_size, autotune, max_memory_bytes } = *options;
         let failures = Arc::new(Failures::new(py)?);
         let submitter = bridge.as_ref().map(|b| b.get().submitter());
         let ctx = wiring::Ctx { failures: &failures, submitter: submitter.as_ref(), chunk: stage_buffer_size };
@@ -222,6 +229,7 @@ impl PipelineCore {
             // Stats are reported by the Python layer (through `logging`), not by the engine's hook.
             report_interval: None,
             autotune,
+            max_memory_bytes,
             ..BuildOptions::default()
         };
         let sink = match chain {
@@ -472,6 +480,7 @@ impl PipelineCore {
             d.set_item("queue_len", s.queue_len)?;
             d.set_item("queue_capacity", s.queue_capacity)?;
             d.set_item("busy", s.busy)?;
+            d.set_item("item_bytes", s.item_bytes)?;
             d.set_item("elapsed", snap.elapsed.as_secs_f64())?;
             list.append(d)?;
         }

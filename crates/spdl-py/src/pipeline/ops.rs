@@ -9,8 +9,8 @@ use crossbeam_channel::{Receiver, Sender, unbounded};
 use futures::future::BoxFuture;
 use pyo3::exceptions::PyBaseException;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyIterator};
-use spdl_exec::{Aggregator, BoxError, FailureBudget, OutputOrder, Stage};
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyIterator, PyList, PyString, PyTuple};
+use spdl_exec::{Aggregator, BoxError, FailureBudget, ItemSize, OutputOrder, Stage};
 
 use super::bridge::{JobContext, JobKind, Produced, Submitter};
 use crate::error::Error;
@@ -172,6 +172,79 @@ pub(crate) enum OpImpl {
     Native(Arc<dyn NativeOp>),
 }
 
+/// Items of a container that [`py_nbytes`] looks at (the rest are counted at their mean).
+const SIZE_SAMPLE: usize = 16;
+
+/// The memory a Python object holds, as the auto-tuner's budget counts a stage's items: `nbytes` where
+/// the object has it (NumPy arrays, tensors, `memoryview`, `spdl_rs.Buffer`), the length of bytes-like
+/// objects and strings, and for lists, tuples and dicts the sum over their items (the first
+/// [`SIZE_SAMPLE`], scaled to the container's length; `depth` levels deep); anything else counts 64
+/// bytes. It never raises: an `nbytes` that fails or is not an integer counts 64 bytes too.
+pub(crate) fn py_nbytes(obj: &Bound<'_, PyAny>, depth: u32) -> u64 {
+    const OTHER: u64 = 64;
+    let py = obj.py();
+    if let Ok(b) = obj.cast::<PyBytes>() {
+        return b.as_bytes().len() as u64;
+    }
+    if let Ok(b) = obj.cast::<PyByteArray>() {
+        return b.len() as u64;
+    }
+    if let Ok(s) = obj.cast::<PyString>() {
+        return s.len().map_or(OTHER, |n| n as u64);
+    }
+    let scaled = |len: usize, sampled: u64, seen: usize| -> u64 {
+        if seen == 0 { OTHER } else { sampled.saturating_mul(len as u64) / seen as u64 }
+    };
+    if depth > 0 {
+        if let Ok(l) = obj.cast::<PyList>() {
+            let seen: Vec<_> = l.iter().take(SIZE_SAMPLE).collect();
+            let sum = seen.iter().map(|o| py_nbytes(o, depth - 1)).fold(0u64, u64::saturating_add);
+            return scaled(l.len(), sum, seen.len());
+        }
+        if let Ok(t) = obj.cast::<PyTuple>() {
+            let seen: Vec<_> = t.iter().take(SIZE_SAMPLE).collect();
+            let sum = seen.iter().map(|o| py_nbytes(o, depth - 1)).fold(0u64, u64::saturating_add);
+            return scaled(t.len(), sum, seen.len());
+        }
+        if let Ok(d) = obj.cast::<PyDict>() {
+            let seen: Vec<_> = d.values().iter().take(SIZE_SAMPLE).collect();
+            let sum = seen.iter().map(|o| py_nbytes(o, depth - 1)).fold(0u64, u64::saturating_add);
+            return scaled(d.len(), sum, seen.len());
+        }
+    }
+    // Only an `nbytes` the type defines (a property or descriptor): an instance `__getattr__` may do anything.
+    let name = pyo3::intern!(py, "nbytes");
+    if !obj.get_type().hasattr(name).unwrap_or(false) {
+        return OTHER;
+    }
+    match obj.getattr(name) {
+        Ok(n) => n.extract::<u64>().unwrap_or(OTHER),
+        Err(_) => OTHER,
+    }
+}
+
+/// The memory of a value a native op made (no GIL needed); `None` for Python objects.
+fn native_nbytes(value: &Value) -> Option<u64> {
+    match value {
+        Value::Py(_) => None,
+        Value::Str(s) => Some(s.len() as u64),
+        Value::Bytes(b) => Some(b.len() as u64),
+        Value::Int(_) | Value::Float(_) => Some(8),
+        Value::Buffer(b) => Some(b.nbytes() as u64),
+        Value::List(items) => items.iter().map(native_nbytes).try_fold(0u64, |a, b| Some(a.saturating_add(b?))),
+    }
+}
+
+/// Records the size of a native op's outputs in `size`, when a measure is due.
+fn measure_native(size: &ItemSize, outputs: &[Value]) {
+    if !outputs.is_empty() && size.due() {
+        let total: Option<u64> = outputs.iter().map(native_nbytes).try_fold(0u64, |a, b| Some(a.saturating_add(b?)));
+        if let Some(total) = total {
+            size.record(total / outputs.len() as u64);
+        }
+    }
+}
+
 /// A Python op's result as a [`Value`], split into a batch if a `disaggregate` follows.
 pub(crate) fn convert(obj: Bound<'_, PyAny>, split: bool) -> Value {
     if split { Value::from_py_splittable(obj) } else { Value::from_py(obj) }
@@ -189,11 +262,23 @@ where
 {
     let PipeSpec { name, op, concurrency, order, budget, split_output } = spec;
     let stage_name = name.clone();
+    // What the stage's items hold, measured on a sample of its outputs (for the auto-tuner's memory budget).
+    let size = ItemSize::new();
+    let probe = size.clone();
     let stage = match op {
-        OpImpl::Native(op) if op.is_async() => {
-            Stage::flat_map_async(name, move |input: T| op.call_async(&stage_name, input.into()))
-        }
-        OpImpl::Native(op) => Stage::flat_map(name, move |input: T| op.call(&stage_name, input.into())),
+        OpImpl::Native(op) if op.is_async() => Stage::flat_map_async(name, move |input: T| {
+            let (call, probe) = (op.call_async(&stage_name, input.into()), probe.clone());
+            async move {
+                let outputs = call.await?;
+                measure_native(&probe, &outputs);
+                Ok::<_, Error>(outputs)
+            }
+        }),
+        OpImpl::Native(op) => Stage::flat_map(name, move |input: T| {
+            let outputs = op.call(&stage_name, input.into())?;
+            measure_native(&probe, &outputs);
+            Ok::<_, Error>(outputs)
+        }),
         OpImpl::Python { kind: PyOpKind::Sync, op } => {
             let failures = Arc::clone(failures);
             Stage::filter_map(name, move |input: T| {
@@ -202,7 +287,12 @@ where
                     let arg = input.into_py(py).map_err(|e| failures.record(py, &stage_name, e))?;
                     match op.bind(py).call1((arg,)) {
                         Ok(r) if r.is_none() => Ok(None),
-                        Ok(r) => Ok(Some(convert(r, split_output))),
+                        Ok(r) => {
+                            if probe.due() {
+                                probe.record(py_nbytes(&r, 2));
+                            }
+                            Ok(Some(convert(r, split_output)))
+                        }
                         Err(e) => Err(failures.record(py, &stage_name, e)),
                     }
                 })
@@ -225,6 +315,7 @@ where
                             stage: stage_name.clone(),
                             split: split_output,
                             failures: Arc::clone(&failures),
+                            size: probe.clone(),
                         }),
                         Err(e) => Err(failures.record(py, &stage_name, e)),
                     }
@@ -262,10 +353,15 @@ where
             Stage::flat_map_async(name, move |input: T| {
                 let rx = submitter.submit(job, &op, input.into(), &context);
                 let stage = context.stage.clone();
+                let probe = probe.clone();
                 async move {
                     let gone = || Error::LoopGone { stage: stage.clone() };
                     match rx.ok_or_else(gone)?.await.map_err(|_| gone())?? {
-                        Produced::Items(v) => Ok::<_, Error>(v),
+                        Produced::Items(v) => {
+                            // Values already in Rust form are measured here; Python objects are not (no GIL).
+                            measure_native(&probe, &v);
+                            Ok::<_, Error>(v)
+                        }
                         Produced::End | Produced::Object(_) => Ok(Vec::new()),
                     }
                 }
@@ -273,6 +369,7 @@ where
         }
     };
     // A concurrency left at SPDL's default (1) may be tuned (`build(autotune=True)`); any other is fixed.
+    let stage = stage.item_size(size);
     let stage = if concurrency == 1 { stage } else { stage.concurrency(concurrency) };
     Ok(stage.order(order).failure_budget(budget))
 }
@@ -284,6 +381,7 @@ struct PyGen {
     stage: String,
     split: bool,
     failures: Arc<Failures>,
+    size: ItemSize,
 }
 
 impl Iterator for PyGen {
@@ -297,7 +395,12 @@ impl Iterator for PyGen {
                 match it.next() {
                     None => return None,
                     Some(Ok(obj)) if obj.is_none() => {}
-                    Some(Ok(obj)) => return Some(Ok(convert(obj, self.split))),
+                    Some(Ok(obj)) => {
+                        if self.size.due() {
+                            self.size.record(py_nbytes(&obj, 2));
+                        }
+                        return Some(Ok(convert(obj, self.split)));
+                    }
                     Some(Err(e)) => return Some(Err(self.failures.record(py, &self.stage, e))),
                 }
             }

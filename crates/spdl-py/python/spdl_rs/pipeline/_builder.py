@@ -437,11 +437,14 @@ def _build(
     stage_id: int = 0,
     extensions: bool = True,
     autotune: bool = False,
+    max_memory_bytes: int | None = None,
 ) -> Pipeline[Any]:
     if not isinstance(num_threads, int) or num_threads < 1:
         raise ValueError(f"num_threads must be a positive integer, got {num_threads!r}")
     _check_size("stage_buffer_size", stage_buffer_size, minimum=1)
     _check_size("buffer_size", buffer_size, minimum=0)
+    if max_memory_bytes is not None:
+        _check_size("max_memory_bytes", max_memory_bytes, minimum=1)
     ext = None
     if extensions:
         from ._bg_task import get_default_background_tasks
@@ -481,6 +484,7 @@ def _build(
             stage_buffer_size=stage_buffer_size,
             # Passed only when asked for, so that a native module built before the option still builds pipelines.
             **({"autotune": True} if autotune else {}),
+            **({"max_memory_bytes": max_memory_bytes} if max_memory_bytes is not None else {}),
             **_budget(max_failures, "max_failures"),
         )
         core = _native.PipelineCore(source, steps, options, bridge=loop.bridge if loop is not None else None)
@@ -775,6 +779,7 @@ class PipelineBuilder(Generic[T, U]):
         use_thread_output_queue: bool = False,
         stage_buffer_size: int = _STAGE_BUFFER_SIZE,
         autotune: bool = False,
+        max_memory_bytes: int | None = None,
     ) -> Pipeline[U]:
         """Builds the pipeline (it starts on the first ``get_item``, or with ``start``/``auto_stop``).
 
@@ -810,6 +815,11 @@ class PipelineBuilder(Generic[T, U]):
                 Stages given a ``concurrency`` stay as set. Each change is logged and shown in the stats
                 (``concurrency``, ``tune_reason``), in ``Pipeline.autotune_decisions()`` and in
                 ``Pipeline.autotune_report()`` (when it settled, the pool's threads, the memory budget).
+            max_memory_bytes: (spdl_rs only) The auto-tuner's memory budget, in bytes (``None``: half of the
+                memory available when the pipeline starts). Before it raises a stage's concurrency or grows a
+                queue, it counts each tuned stage's calls in flight and queued items at the size the stage's
+                items are measured at (``StageStats.item_bytes``, sampled from its outputs), and it lowers
+                what it raised when the process's resident memory goes over the budget.
         """
         del use_thread_output_queue
         if self._src is None:
@@ -827,6 +837,7 @@ class PipelineBuilder(Generic[T, U]):
             background_tasks=None,
             stage_buffer_size=stage_buffer_size,
             autotune=autotune,
+            max_memory_bytes=max_memory_bytes,
         )
 
 
@@ -842,6 +853,7 @@ def _build_with_defaults(
     background_tasks: Any,
     stage_buffer_size: int,
     autotune: bool = False,
+    max_memory_bytes: int | None = None,
 ) -> Pipeline[Any]:
     """SPDL's ``build_pipeline`` path: diagnostic mode, the build callback, then the build."""
     from . import _profile
@@ -862,6 +874,7 @@ def _build_with_defaults(
         background_tasks=background_tasks,
         stage_id=stage_id,
         autotune=autotune,
+        max_memory_bytes=max_memory_bytes,
     )
 
 

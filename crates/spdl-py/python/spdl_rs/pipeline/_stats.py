@@ -80,6 +80,10 @@ class StageStats:
     """The stage's calls."""
     queue: QueuePerfStats
     """The stage's output queue."""
+    item_bytes: int | None = None
+    """The memory one of the stage's items holds, as the auto-tuner's budget counts it: measured on a sample
+    of the stage's outputs (``nbytes`` of arrays and tensors, the length of bytes and strings, summed over
+    lists, tuples and dicts); ``None`` until measured, or for rows that are not ops."""
 
 
 def _per_item(total: float, n: int) -> float:
@@ -123,4 +127,5 @@ def from_raw(raw: dict[str, Any], next_raw: dict[str, Any] | None = None) -> Sta
             queue_len=int(raw["queue_len"]),
             capacity=int(raw["queue_capacity"]),
         ),
+        item_bytes=None if raw.get("item_bytes") is None else int(raw["item_bytes"]),
     )

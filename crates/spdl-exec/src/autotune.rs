@@ -1350,16 +1350,8 @@ mod tests {
         // and may change while it runs.
         let mut sim = Sim::new(1e6, vec![SimStage::new("decode", StageKind::Blocking, 100.0, 12)], 0.02);
         sim.stages[0].item_bytes = Some(10 * MIB);
-        let stages =
-            vec![TunedStage { output_capacity: 4, ..TunedStage::new(1, "decode", StageKind::Blocking, 1, 32) }];
-        let config = AutotuneConfig { max_memory_bytes: Some(100 * MIB), ..AutotuneConfig::default() };
-        let mut c = Controller::new(config, stages, 4);
-        for _ in 0..300 {
-            let stats = sim.tick();
-            let actions = c.observe(&stats, Some(50 * MIB));
-            sim.apply(&actions);
-            assert!(c.memory() <= 100 * MIB, "{} MiB", c.memory() / MIB);
-        }
+        let stage = TunedStage { output_capacity: 4, ..TunedStage::new(1, "decode", StageKind::Blocking, 1, 32) };
+        run_within_budget(&mut sim, stage, 100 * MIB);
         assert_eq!(sim.stages[0].conc, 6);
         // Without a measure the same stage climbs to its optimum.
         let mut sim = Sim::new(1e6, vec![SimStage::new("decode", StageKind::Blocking, 100.0, 12)], 0.02);
@@ -1370,20 +1362,27 @@ mod tests {
         assert!(sim.stages[0].conc >= 12, "{}", sim.stages[0].conc);
     }
 
+    /// Runs `stage` over `sim` for 300 samples at a resident memory of half of `budget`,
+    /// checking at each that what the controller counts stays within the budget.
+    fn run_within_budget(sim: &mut Sim, stage: TunedStage, budget: u64) -> Controller {
+        let config = AutotuneConfig { max_memory_bytes: Some(budget), ..AutotuneConfig::default() };
+        let mut c = Controller::new(config, vec![stage], 4);
+        for _ in 0..300 {
+            let stats = sim.tick();
+            let actions = c.observe(&stats, Some(budget / 2));
+            sim.apply(&actions);
+            assert!(c.memory() <= budget, "{} of {budget} bytes", c.memory());
+        }
+        c
+    }
+
     #[test]
     fn respects_the_memory_budget() {
         const MIB: u64 = 1 << 20;
         let mut sim = Sim::new(1e6, vec![SimStage::new("decode", StageKind::Blocking, 100.0, 12)], 0.02);
-        let stages = vec![TunedStage::new(1, "decode", StageKind::Blocking, 1, 32).with_memory(10 * MIB, 4)];
-        let config = AutotuneConfig { max_memory_bytes: Some(100 * MIB), ..AutotuneConfig::default() };
-        let mut c = Controller::new(config, stages, 4);
-        for _ in 0..300 {
-            let stats = sim.tick();
-            let actions = c.observe(&stats, Some(50 * MIB));
-            sim.apply(&actions);
-            // (concurrency + 4 queued) x 10 MiB never exceeds 100 MiB.
-            assert!(c.memory() <= 100 * MIB, "{} MiB", c.memory() / MIB);
-        }
+        // (concurrency + 4 queued) x 10 MiB never exceeds 100 MiB.
+        let stage = TunedStage::new(1, "decode", StageKind::Blocking, 1, 32).with_memory(10 * MIB, 4);
+        let mut c = run_within_budget(&mut sim, stage, 100 * MIB);
         assert_eq!(sim.stages[0].conc, 6);
         // Resident memory over the budget: the controller halves what it raised.
         let stats = sim.tick();

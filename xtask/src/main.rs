@@ -10,6 +10,10 @@
 //! - `compare`: the side-by-side comparison against peer loaders (writes docs/benchmarks.md figures).
 //! - `gpu-check`: builds with CUDA and runs the GPU tests and the H2D bandwidth report (needs a GPU).
 //! - `fuzz [SECONDS]`: runs every cargo-fuzz target for SECONDS each (default 60; not part of `test`).
+//! - `soak [SECONDS] [ARGS]`: a soak test of the `spdl_rs` Python package for SECONDS (default 60; not part of
+//!   `test`): random pipelines ended every way (stop, drop, cycles, SIGINT, fork, exit with work in flight),
+//!   failing on crashes, hangs and leaked threads, fds or memory. ARGS go to xtask/soak.py (`--seed N`,
+//!   `--replay ITER_SEED`, `--scenarios a,b`, `--json PATH`). Needs the module built into `.venv`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -20,6 +24,7 @@ mod fuzz;
 mod gpu;
 mod python;
 mod s3;
+mod soak;
 mod sys;
 
 fn main() -> Result<()> {
@@ -39,6 +44,15 @@ fn main() -> Result<()> {
             };
             fuzz::fuzz(&root, seconds)
         }
+        Some("soak") => {
+            let (seconds, rest) = match args.get(1) {
+                Some(s) if !s.starts_with('-') => {
+                    (s.parse().with_context(|| format!("`{s}` is not a number of seconds"))?, &args[2..])
+                }
+                _ => (60, &args[1..]),
+            };
+            soak::soak(&root, seconds, rest)
+        }
         Some("help") | Some("--help") | Some("-h") | None => {
             println!("{}", HELP);
             Ok(())
@@ -47,7 +61,12 @@ fn main() -> Result<()> {
     }
 }
 
-const HELP: &str = "usage: cargo xtask <test [--quick] [--no-python] | gen-data [DIR] [--corrupt] | bench | compare | gpu-check | fuzz [SECONDS]>";
+const HELP: &str = "usage: cargo xtask <test [--quick] [--no-python] | gen-data [DIR] [--corrupt] | bench | compare | gpu-check | fuzz [SECONDS] | soak [SECONDS] [--seed N] [--replay ITER_SEED] [--scenarios a,b] [--json PATH]>
+
+  soak: a bounded soak test of the spdl_rs Python package (default 60 s; not part of `test`; needs the module
+        built into .venv by `cargo xtask test`): random pipelines ended by exhaustion, stop(timeout), op
+        failures, drops, reference cycles, SIGINT, fork children and interpreter exit with work in flight;
+        fails on a crash, hang, leaked threads/fds, RSS growth or an unexpected exception.";
 
 fn project_root() -> Result<PathBuf> {
     let dir = std::env::var("CARGO_MANIFEST_DIR").context("run through `cargo xtask`")?;

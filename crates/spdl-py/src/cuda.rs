@@ -300,7 +300,7 @@ impl CudaBuffer {
 /// The number of CUDA devices the driver reports; 0 without the driver (or a build without CUDA support).
 #[pyfunction]
 fn cuda_device_count(py: Python<'_>) -> usize {
-    py.detach(|| spdl_cuda::device_count().unwrap_or(0))
+    crate::lifecycle::detach(py, || spdl_cuda::device_count().unwrap_or(0))
 }
 
 /// Opens device `device_index` (its pinned pool and copy stream) if it is not open yet; raises
@@ -308,7 +308,7 @@ fn cuda_device_count(py: Python<'_>) -> usize {
 #[pyfunction]
 fn cuda_open(py: Python<'_>, device_index: i64) -> PyResult<()> {
     let index = non_negative("device_index", device_index)?;
-    py.detach(|| device(index)).map(drop).map_err(|e| to_py(&format!("opening CUDA device {index}"), e))
+    crate::lifecycle::detach(py, || device(index)).map(drop).map_err(|e| to_py(&format!("opening CUDA device {index}"), e))
 }
 
 /// `cpu_storage(size, pin_memory)`: `size` bytes, zeroed, from device 0's pinned pool or the system allocator.
@@ -322,7 +322,7 @@ fn cuda_cpu_storage(py: Python<'_>, size: i64, pin_memory: bool) -> PyResult<Cpu
     if size > isize::MAX as usize {
         return Err(PyValueError::new_err(format!("`size` {size} is too large")));
     }
-    let buffer = py.detach(|| -> PyResult<Buffer> {
+    let buffer = crate::lifecycle::detach(py, || -> PyResult<Buffer> {
         let alloc: SharedAllocator = if pin_memory {
             // Pinned blocks are portable (`CU_MEMHOSTALLOC_PORTABLE`): device 0's context serves every device.
             device(0).map_err(|e| to_py("cpu_storage(pin_memory=True)", e))?.allocator()
@@ -345,7 +345,7 @@ fn cuda_cpu_storage(py: Python<'_>, size: i64, pin_memory: bool) -> PyResult<Cpu
 fn cuda_pinned_buffer(py: Python<'_>, shape: Vec<usize>, dtype: &str, device_index: i64) -> PyResult<PyBuffer> {
     let dt = parse_dtype(dtype)?;
     let index = non_negative("device_index", device_index)?;
-    let b = py.detach(|| -> PyResult<Buffer> {
+    let b = crate::lifecycle::detach(py, || -> PyResult<Buffer> {
         let t = device(index).map_err(|e| to_py("transfer_buffer", e))?;
         Buffer::zeros(dt, &shape, Layout::Plain, &t.allocator()).map_err(|e| {
             PyMemoryError::new_err(format!("transfer_buffer: pinning a {dtype} buffer of shape {shape:?}: {e}"))
@@ -371,7 +371,7 @@ fn cuda_transfer_buffer(
     }
     let index = device_config.device_index;
     let host = Arc::clone(buffer.buffer());
-    let inner = py.detach(|| -> Result<DeviceBuffer, CudaError> {
+    let inner = crate::lifecycle::detach(py, || -> Result<DeviceBuffer, CudaError> {
         let t = device(index)?;
         let on_device = t.transfer_shared(host)?;
         on_device.synchronize()?;

@@ -10,6 +10,8 @@ use spdl_source::sampler::{
     CanonicalOrder, ElasticShard, EpochProgress, Remainder, Sampler, Shard, Spans, batches_per_rank, per_rank,
 };
 
+use crate::args::{self, Int};
+
 fn err(e: impl std::fmt::Display) -> PyErr {
     PyValueError::new_err(e.to_string())
 }
@@ -64,14 +66,20 @@ impl PyElasticSampler {
     #[new]
     #[pyo3(signature = (n, /, *, rank, world_size, seed=0, shuffle=true, num_partitions=64, drop_remainder=false))]
     fn new(
-        n: usize,
-        rank: usize,
-        world_size: usize,
+        n: Int,
+        rank: Int,
+        world_size: Int,
         seed: u64,
         shuffle: bool,
-        num_partitions: usize,
+        num_partitions: Int,
         drop_remainder: bool,
     ) -> PyResult<Self> {
+        let n = args::count("n", &n, 0, args::MAX_ITEMS)?;
+        let world_size = args::count("world_size", &world_size, 1, args::MAX_WORLD_SIZE)?;
+        let rank = args::count("rank", &rank, 0, world_size as u64 - 1)?;
+        // Capped by the dataset's size (with a floor for small datasets): a shuffle permutes every partition.
+        let max_parts = CanonicalOrder::max_partitions(n) as u64;
+        let num_partitions = args::count("num_partitions", &num_partitions, 1, max_parts)?;
         let order = CanonicalOrder::new(n, num_partitions, seed, shuffle).map_err(err)?;
         let shard = Shard::new(rank, world_size).map_err(err)?;
         let remainder = if drop_remainder { Remainder::Drop } else { Remainder::Pad };
@@ -88,7 +96,7 @@ impl PyElasticSampler {
     fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let indices = {
             let mut p = self.progress.lock().unwrap_or_else(PoisonError::into_inner);
-            let indices = py.detach(|| self.shard.indices(&p)).map_err(err)?;
+            let indices = crate::lifecycle::detach(py, || self.shard.indices(&p)).map_err(err)?;
             *p = EpochProgress::new(p.epoch + 1);
             indices
         };
@@ -105,10 +113,8 @@ impl PyElasticSampler {
     /// Batches of ``batch_size`` the next iteration makes on every rank (``drop_last``: a short last batch
     /// is dropped).
     #[pyo3(signature = (batch_size, *, drop_last=false))]
-    fn num_batches(&self, batch_size: usize, drop_last: bool) -> PyResult<u64> {
-        if batch_size == 0 {
-            return Err(PyValueError::new_err("batch_size must be at least 1"));
-        }
+    fn num_batches(&self, batch_size: Int, drop_last: bool) -> PyResult<u64> {
+        let batch_size = args::count("batch_size", &batch_size, 1, args::MAX_ITEMS)?;
         Ok(batches_per_rank(self.__len__() as u64, batch_size, drop_last))
     }
 
@@ -173,7 +179,7 @@ impl PyElasticSampler {
         let delivered: Vec<(usize, Spans)> =
             delivered.iter().map(|(r, s)| Ok((*r, spans_from_py(s)?))).collect::<PyResult<_>>()?;
         let shard = ElasticShard::new(order, Shard::new(0, world_size).map_err(err)?, remainder);
-        let merged = py.detach(|| shard.merge(&progress, &delivered)).map_err(err)?;
+        let merged = crate::lifecycle::detach(py, || shard.merge(&progress, &delivered)).map_err(err)?;
         let out = start.copy()?;
         out.set_item("done", spans_to_py(py, &merged.done)?)?;
         Ok(out)

@@ -303,7 +303,7 @@ fn decode_image(
         }
     };
     let inline = matches!(&src, Src::Bytes(_, b) if b.len() < INLINE_BYTES);
-    let out = if inline { py.detach(|| spec.decode(&src)) } else { interruptible(py, move || spec.decode(&src))? };
+    let out = if inline { crate::lifecycle::detach(py, || spec.decode(&src)) } else { interruptible(py, move || spec.decode(&src))? };
     out.map(PyBuffer::new).map_err(io_err)
 }
 
@@ -313,7 +313,7 @@ fn image_info(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<(String, u32,
     let Src::Bytes(name, b) = src_from_py(data, 0)? else {
         return Err(PyValueError::new_err("image_info takes encoded bytes"));
     };
-    let info = py.detach(|| spdl_io::image::image_info(&b, &name)).map_err(io_err)?;
+    let info = crate::lifecycle::detach(py, || spdl_io::image::image_info(&b, &name)).map_err(io_err)?;
     Ok((format!("{:?}", info.format).to_lowercase(), info.width, info.height))
 }
 

@@ -48,6 +48,7 @@
 #![deny(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+mod args;
 mod buffer;
 #[cfg(feature = "cuda")]
 mod cuda;
@@ -57,6 +58,7 @@ mod elastic;
 mod error;
 #[cfg(feature = "io")]
 mod io;
+mod lifecycle;
 #[cfg(feature = "loader")]
 mod loader;
 mod pipeline;
@@ -85,7 +87,8 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pipeline::CoreOptions>()?;
     pipeline::register_specs(m)?;
     m.add_class::<pipeline::PyNativeOp>()?;
-    pipeline::tstate::register(m)?;
+    lifecycle::register(m)?;
+    args::register(m)?;
     #[cfg(feature = "io")]
     io::register(m)?;
     m.add("HAS_IO", cfg!(feature = "io"))?;

@@ -99,7 +99,7 @@ impl ImageLoader {
         };
         let list_opts = ListOptions { store: args.store.clone(), endpoint: args.endpoint.clone() };
         let limit = args.limit;
-        let inner = py.detach(move || -> Result<spdl_loader::ImageLoader, Box<LoaderError>> {
+        let inner = crate::lifecycle::detach(py, move || -> Result<spdl_loader::ImageLoader, Box<LoaderError>> {
             let mut listing = Listing::open(&path, &list_opts)?;
             if let Some(n) = limit {
                 listing.truncate(n);
@@ -151,12 +151,12 @@ impl ImageLoader {
 
     /// The per-stage stats table (the bottleneck is marked).
     fn stats_table(&self, py: Python<'_>) -> String {
-        py.detach(|| self.inner.pipeline().stats().to_string())
+        crate::lifecycle::detach(py, || self.inner.pipeline().stats().to_string())
     }
 
     /// Stops the pipeline and joins its threads (GIL released); iteration then ends.
     fn stop(&self, py: Python<'_>) {
-        py.detach(|| self.inner.pipeline().stop());
+        crate::lifecycle::detach(py, || self.inner.pipeline().stop());
     }
 }
 

@@ -13,7 +13,7 @@ pub(crate) const SIGNAL_POLL: Duration = Duration::from_millis(50);
 /// long (the error of a handler is returned as is).
 pub(crate) fn wait_with_signals<T: Send>(py: Python<'_>, mut step: impl FnMut() -> Option<T> + Send) -> PyResult<T> {
     loop {
-        if let Some(v) = py.detach(&mut step) {
+        if let Some(v) = crate::lifecycle::detach(py, &mut step) {
             return Ok(v);
         }
         py.check_signals()?;

@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 use spdl_source::sampler::{Remainder, Sampler, SequentialSampler, ShardedSampler, ShuffledSampler, WeightedSampler};
 use spdl_source::{Dataset, SourceError};
 
+use crate::args::{self, Int};
 use crate::error::Error;
 use crate::pipeline::{NativeOp, PyNativeOp};
 use crate::signals::{SIGNAL_POLL, wait_with_signals};
@@ -79,20 +80,23 @@ impl std::fmt::Debug for PySampler {
 impl PySampler {
     /// ``0, 1, ..., n - 1`` every epoch.
     #[staticmethod]
-    fn sequential(n: usize) -> Self {
-        Self { inner: Arc::new(SequentialSampler::new(n)), describe: format!("sequential({n})") }
+    fn sequential(n: Int) -> PyResult<Self> {
+        let n = args::count("n", &n, 0, u64::MAX)?;
+        Ok(Self { inner: Arc::new(SequentialSampler::new(n)), describe: format!("sequential({n})") })
     }
 
     /// A permutation of ``0..n`` derived from ``(seed, epoch)`` (ChaCha8, portable).
     #[staticmethod]
-    fn shuffled(n: usize, seed: u64) -> Self {
-        Self { inner: Arc::new(ShuffledSampler::new(n, seed)), describe: format!("shuffled({n}, seed={seed})") }
+    fn shuffled(n: Int, seed: u64) -> PyResult<Self> {
+        let n = args::count("n", &n, 0, u64::MAX)?;
+        Ok(Self { inner: Arc::new(ShuffledSampler::new(n, seed)), describe: format!("shuffled({n}, seed={seed})") })
     }
 
     /// ``num_samples`` indices drawn with replacement, index ``i`` with probability proportional to
     /// ``weights[i]``.
     #[staticmethod]
-    fn weighted(weights: Vec<f64>, num_samples: usize, seed: u64) -> PyResult<Self> {
+    fn weighted(weights: Vec<f64>, num_samples: Int, seed: u64) -> PyResult<Self> {
+        let num_samples = args::count("num_samples", &num_samples, 0, u64::MAX)?;
         let n = weights.len();
         let s = WeightedSampler::new(weights, num_samples, seed).map_err(source_err)?;
         Ok(Self { inner: Arc::new(s), describe: format!("weighted({n} weights, {num_samples}, seed={seed})") })
@@ -101,7 +105,10 @@ impl PySampler {
     /// This sampler's share for ``rank`` of ``world_size``: every ``world_size``-th index of the epoch's
     /// order. ``drop_remainder``: drop the last ``len % world_size`` indices instead of padding.
     #[pyo3(signature = (rank, world_size, *, drop_remainder=false))]
-    fn sharded(&self, rank: usize, world_size: usize, drop_remainder: bool) -> PyResult<Self> {
+    fn sharded(&self, rank: Int, world_size: Int, drop_remainder: bool) -> PyResult<Self> {
+        // Shares are computed with 128-bit arithmetic, never from a list of ranks: no cap beyond the type's.
+        let world_size = args::count("world_size", &world_size, 1, u64::MAX)?;
+        let rank = args::count("rank", &rank, 0, world_size as u64 - 1)?;
         let remainder = if drop_remainder { Remainder::Drop } else { Remainder::Pad };
         let s = ShardedSampler::new(Arc::clone(&self.inner), rank, world_size, remainder).map_err(source_err)?;
         Ok(Self { inner: Arc::new(s), describe: format!("{}.sharded({rank}, {world_size})", self.describe) })
@@ -112,7 +119,7 @@ impl PySampler {
     /// sharded sampler computes only its share.
     #[pyo3(signature = (epoch=0))]
     fn order(&self, py: Python<'_>, epoch: u64) -> PyResult<Vec<usize>> {
-        py.detach(|| self.inner.try_order(epoch)).map_err(source_err)
+        crate::lifecycle::detach(py, || self.inner.try_order(epoch)).map_err(source_err)
     }
 
     /// The seed the order derives from (0 for samplers that do not shuffle).
@@ -169,17 +176,99 @@ fn list_dataset(py: Python<'_>, root: PathBuf, extensions: Vec<String>, layout: 
 ///     blobs = store.get_many(keys, concurrency=32)   # bytes, in the order of keys
 #[pyclass(name = "Store", module = "spdl_rs.source", frozen)]
 pub struct PyStore {
-    /// Shared with the store's native ops; its runtime shuts down without waiting when the last owner goes,
-    /// which can be an engine thread inside an async context.
-    inner: Arc<spdl_source::DedicatedStore>,
+    /// Shared with the store's native ops.
+    cell: Arc<StoreCell>,
     url: String,
+}
+
+/// A store and what it takes to open it again: after a `fork` the runtime's threads (and the connections
+/// they drove) do not exist in the child, so the first call there opens a new store with the same address
+/// and options ([`StoreCell::current`]); the parent's is leaked, never shut down or joined in the child.
+///
+/// The store of the generation it was opened in is read without a lock (no thread of the parent can hold
+/// one at the fork); the lock guards only the store reopened in a child.
+struct StoreCell {
+    url: String,
+    opts: spdl_source::StoreOptions,
+    made_in: u64,
+    /// Dropped only in the generation it was opened in (its runtime shuts down without waiting then, which
+    /// the last owner may do from an engine thread inside an async context).
+    base: std::mem::ManuallyDrop<Arc<spdl_source::DedicatedStore>>,
+    /// `(generation, store)` reopened in a forked child.
+    child: std::sync::Mutex<Option<(u64, Arc<spdl_source::DedicatedStore>)>>,
+}
+
+impl StoreCell {
+    fn open(url: &str, opts: &spdl_source::StoreOptions) -> Result<Self, SourceError> {
+        let made_in = crate::lifecycle::generation();
+        let store = spdl_source::DedicatedStore::open(url, opts, 1)?;
+        Ok(StoreCell {
+            url: url.to_owned(),
+            opts: opts.clone(),
+            made_in,
+            base: std::mem::ManuallyDrop::new(Arc::new(store)),
+            child: std::sync::Mutex::new(None),
+        })
+    }
+
+    /// The store for this process: the one opened here, or (in a forked child) one opened again on the first
+    /// call, on a runtime of the child's own.
+    fn current(&self) -> Result<Arc<spdl_source::DedicatedStore>, SourceError> {
+        let generation = crate::lifecycle::generation();
+        if generation == self.made_in {
+            return Ok(Arc::clone(&self.base));
+        }
+        let mut child = self.child.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((g, store)) = child.as_ref()
+            && *g == generation
+        {
+            return Ok(Arc::clone(store));
+        }
+        // Reopened in an earlier child (this is a fork of a fork): its threads are gone too.
+        if let Some((_, old)) = child.take() {
+            std::mem::forget(old);
+        }
+        let store = Arc::new(spdl_source::DedicatedStore::open(&self.url, &self.opts, 1)?);
+        *child = Some((generation, Arc::clone(&store)));
+        Ok(store)
+    }
+
+    /// [`current`](Self::current) from Python: a reopen (in a child) waits without the GIL.
+    fn current_py(&self, py: Python<'_>) -> PyResult<Arc<spdl_source::DedicatedStore>> {
+        if crate::lifecycle::generation() == self.made_in {
+            return Ok(Arc::clone(&self.base));
+        }
+        crate::lifecycle::detach(py, || self.current()).map_err(source_err)
+    }
+}
+
+impl Drop for StoreCell {
+    fn drop(&mut self) {
+        let generation = crate::lifecycle::generation();
+        if generation == self.made_in {
+            // SAFETY: `base` is not used after this (the cell is being dropped) and is dropped only here.
+            unsafe { std::mem::ManuallyDrop::drop(&mut self.base) };
+        }
+        // Otherwise `base` is leaked: its runtime's threads were the parent's.
+        let child = self.child.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        if let Some((g, store)) = child
+            && g != generation
+        {
+            std::mem::forget(store);
+        }
+    }
 }
 
 /// Native op: each item (a key) becomes the object's bytes. In a pipeline the request is awaited on the
 /// store's runtime, so a stage's `concurrency` requests are in flight without the GIL or a blocked thread.
-#[derive(Debug)]
 struct FetchOp {
-    store: Arc<spdl_source::DedicatedStore>,
+    store: Arc<StoreCell>,
+}
+
+impl std::fmt::Debug for FetchOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FetchOp").field("url", &self.store.url).finish()
+    }
 }
 
 /// Aborts a spawned request when the pipeline stops waiting for it.
@@ -215,7 +304,8 @@ impl NativeOp for FetchOp {
 
     fn call(&self, stage: &str, input: Value) -> Result<Vec<Value>, Error> {
         let key = self.key(stage, input)?;
-        let data = self.store.block_on(self.store.store().get(&key)).map_err(|e| fetch_failed(stage, &key, e))?;
+        let store = self.store.current().map_err(|e| fetch_failed(stage, &key, e))?;
+        let data = store.block_on(store.store().get(&key)).map_err(|e| fetch_failed(stage, &key, e))?;
         Ok(vec![Value::Bytes(Vec::from(data))])
     }
 
@@ -228,10 +318,17 @@ impl NativeOp for FetchOp {
             Ok(key) => key,
             Err(e) => return Box::pin(async move { Err(e) }),
         };
-        let store = Arc::clone(self.store.store());
+        let dedicated = match self.store.current() {
+            Ok(s) => s,
+            Err(e) => {
+                let e = fetch_failed(stage, &key, e);
+                return Box::pin(async move { Err(e) });
+            }
+        };
+        let store = Arc::clone(dedicated.store());
         let task = {
             let key = key.clone();
-            self.store.handle().spawn(async move { store.get(&key).await })
+            dedicated.handle().spawn(async move { store.get(&key).await })
         };
         let stage = stage.to_owned();
         Box::pin(async move {
@@ -252,11 +349,11 @@ impl std::fmt::Debug for PyStore {
     }
 }
 
+/// The shortest timeout taken (1 ms): 0 would fail every request.
+const MIN_TIMEOUT: f64 = 0.001;
+
 fn secs(what: &str, v: f64) -> PyResult<std::time::Duration> {
-    std::time::Duration::try_from_secs_f64(v)
-        .ok()
-        .filter(|d| !d.is_zero())
-        .ok_or_else(|| PyValueError::new_err(format!("{what} must be a positive number of seconds, got {v}")))
+    args::duration_secs(what, v, MIN_TIMEOUT, args::MAX_SECONDS)
 }
 
 #[pymethods]
@@ -280,7 +377,7 @@ impl PyStore {
     /// ``AWS_ENDPOINT_URL``, ``~/.aws/config``...); other stores refuse them.
     #[staticmethod]
     #[pyo3(signature = (
-        url, *, connect_timeout=10.0, read_timeout=30.0, max_attempts=None, max_in_flight=64,
+        url, *, connect_timeout=10.0, read_timeout=30.0, max_attempts=None, max_in_flight=Int::from(64),
         endpoint=None, region=None, access_key=None, secret_key=None, force_path_style=None,
         attempt_timeout=Some(600.0), max_object_size=None, follow_symlinks_outside_root=false,
         special_file_limit=None
@@ -291,18 +388,24 @@ impl PyStore {
         url: String,
         connect_timeout: f64,
         read_timeout: f64,
-        max_attempts: Option<u32>,
-        max_in_flight: usize,
+        max_attempts: Option<Int>,
+        max_in_flight: Int,
         endpoint: Option<String>,
         region: Option<String>,
         access_key: Option<String>,
         secret_key: Option<String>,
         force_path_style: Option<bool>,
         attempt_timeout: Option<f64>,
-        max_object_size: Option<u64>,
+        max_object_size: Option<Int>,
         follow_symlinks_outside_root: bool,
-        special_file_limit: Option<u64>,
+        special_file_limit: Option<Int>,
     ) -> PyResult<Self> {
+        let max_attempts = args::opt_count("max_attempts", max_attempts.as_ref(), 1, args::MAX_ATTEMPTS)?;
+        let max_in_flight = args::count("max_in_flight", &max_in_flight, 1, args::MAX_CONCURRENCY)?;
+        let max_object_size =
+            max_object_size.map(|n| args::size_bytes("max_object_size", &n, 1, args::MAX_BYTES)).transpose()?;
+        let special_file_limit =
+            special_file_limit.map(|n| args::size_bytes("special_file_limit", &n, 0, args::MAX_BYTES)).transpose()?;
         let credentials = match (access_key, secret_key) {
             (Some(a), Some(s)) => Some((a, s)),
             (None, None) => None,
@@ -334,18 +437,16 @@ impl PyStore {
         }
         opts = opts.follow_links_outside_root(follow_symlinks_outside_root).special_file_limit(special_file_limit);
         if let Some(n) = max_attempts {
-            if n == 0 {
-                return Err(PyValueError::new_err("max_attempts must be at least 1"));
-            }
-            opts = opts.retry(spdl_source::RetryPolicy { max_attempts: n, ..Default::default() });
+            opts = opts.retry(spdl_source::RetryPolicy { max_attempts: n as u32, ..Default::default() });
         }
-        let inner = py.detach(|| spdl_source::DedicatedStore::open(&url, &opts, 1)).map_err(source_err)?;
-        Ok(PyStore { inner: Arc::new(inner), url })
+        let cell = crate::lifecycle::detach(py, || StoreCell::open(&url, &opts)).map_err(source_err)?;
+        Ok(PyStore { cell: Arc::new(cell), url })
     }
 
     /// The whole object ``key`` as ``bytes``.
     fn get<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
-        let data = wait(py, &self.inner, self.inner.store().get(key))?;
+        let store = self.cell.current_py(py)?;
+        let data = wait(py, &store, store.store().get(key))?;
         Ok(pyo3::types::PyBytes::new(py, &data))
     }
 
@@ -354,42 +455,46 @@ impl PyStore {
         &self,
         py: Python<'py>,
         key: &str,
-        start: u64,
-        end: u64,
+        start: Int,
+        end: Int,
     ) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
-        let data = wait(py, &self.inner, self.inner.store().get_range(key, start..end))?;
+        let start = args::size_bytes("start", &start, 0, u64::MAX)?;
+        let end = args::size_bytes("end", &end, 0, u64::MAX)?;
+        let store = self.cell.current_py(py)?;
+        let data = wait(py, &store, store.store().get_range(key, start..end))?;
         Ok(pyo3::types::PyBytes::new(py, &data))
     }
 
     /// The size in bytes of object ``key``, without reading it.
     fn size(&self, py: Python<'_>, key: &str) -> PyResult<u64> {
-        wait(py, &self.inner, self.inner.store().head(key)).map(|m| m.size)
+        let store = self.cell.current_py(py)?;
+        wait(py, &store, store.store().head(key)).map(|m| m.size)
     }
 
     /// ``(key, size)`` of every object whose key starts with ``prefix``, in key order.
     #[pyo3(signature = (prefix=""))]
     fn list(&self, py: Python<'_>, prefix: &str) -> PyResult<Vec<(String, u64)>> {
         use futures::TryStreamExt;
-        wait(py, &self.inner, self.inner.store().list(prefix).map_ok(|m| (m.key, m.size)).try_collect::<Vec<_>>())
+        let store = self.cell.current_py(py)?;
+        wait(py, &store, store.store().list(prefix).map_ok(|m| (m.key, m.size)).try_collect::<Vec<_>>())
     }
 
     /// Reads ``keys`` with up to ``concurrency`` requests in flight; returns their bytes in the order of
     /// ``keys``. The first failure raises, naming its key.
-    #[pyo3(signature = (keys, *, concurrency=16))]
+    #[pyo3(signature = (keys, *, concurrency=Int::from(16)))]
     fn get_many<'py>(
         &self,
         py: Python<'py>,
         keys: Vec<String>,
-        concurrency: usize,
+        concurrency: Int,
     ) -> PyResult<Vec<Bound<'py, pyo3::types::PyBytes>>> {
         use futures::{StreamExt, TryStreamExt};
-        if concurrency == 0 {
-            return Err(PyValueError::new_err("concurrency must be at least 1"));
-        }
-        let store = self.inner.store();
+        let concurrency = args::count("concurrency", &concurrency, 1, args::MAX_CONCURRENCY)?;
+        let dedicated = self.cell.current_py(py)?;
+        let store = dedicated.store();
         let all = wait(
             py,
-            &self.inner,
+            &dedicated,
             futures::stream::iter(keys.iter().map(|k| store.get(k))).buffered(concurrency).try_collect::<Vec<_>>(),
         )?;
         Ok(all.iter().map(|b| pyo3::types::PyBytes::new(py, b)).collect())
@@ -401,7 +506,7 @@ impl PyStore {
     /// following native op (``spdl_rs.io.ops.decode_image``...) keeps the whole chain out of Python. A failed
     /// key is counted as a failed item of the stage, its error naming the key.
     fn get_op(&self) -> PyNativeOp {
-        PyNativeOp { op: Arc::new(FetchOp { store: Arc::clone(&self.inner) }) }
+        PyNativeOp { op: Arc::new(FetchOp { store: Arc::clone(&self.cell) }) }
     }
 
     /// The address the store was opened with.

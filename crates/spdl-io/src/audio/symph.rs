@@ -54,6 +54,16 @@ fn ts_to_frames(ts: i64, tb: Option<TimeBase>, rate: u32) -> i64 {
     }
 }
 
+/// A channel count that two sources disagree on (the container and the decoder, or two readings of the
+/// header).
+fn channels_differ(item: &str, codec: &str, first: &str, a: usize, second: &str, b: usize) -> Error {
+    Error::Decode {
+        item: item.to_owned(),
+        format: codec.to_owned(),
+        cause: format!("{first} {a} channels, {second} {b}: the samples would be scrambled").into(),
+    }
+}
+
 /// Decodes the default audio track of `input` (the `window` of it) into planar `f32` scratch.
 pub(crate) fn decode(
     input: &MediaInput<'_>,
@@ -61,6 +71,8 @@ pub(crate) fn decode(
     window: Option<&TimeWindow>,
     limits: &AudioLimits,
 ) -> Result<Decoded> {
+    // The container's own statement of the channel count, where symphonia may read another (WAV).
+    let stated_channels = super::wav::stated_channels(input, item, limits)?;
     let mut reader = open_reader(input, item)?;
     let container = reader.format_info().short_name.to_owned();
     let track = reader.default_track(TrackType::Audio).ok_or_else(|| Error::UnknownFormat {
@@ -93,6 +105,11 @@ pub(crate) fn decode(
     let declared_channels = params.channels.as_ref().map(|c| c.count());
     if let Some(c) = declared_channels {
         super::decoded::check_channels(item, c, limits)?;
+    }
+    if let (Some(stated), Some(read)) = (stated_channels, declared_channels)
+        && stated != read
+    {
+        return Err(channels_differ(item, codec, "the WAV header states", stated, "symphonia reads", read));
     }
     if let Some(r) = declared_rate {
         super::decoded::check_rate(item, r, limits)?;
@@ -170,6 +187,12 @@ pub(crate) fn decode(
             None => {
                 super::decoded::check_rate(item, rate, limits)?;
                 super::decoded::check_channels(item, channels, limits)?;
+                // Samples laid out for one count and read as another come out scrambled: never silently.
+                if let Some(stated) = declared_channels.or(stated_channels)
+                    && stated != channels
+                {
+                    return Err(channels_differ(item, codec, "the container states", stated, "the decoder gives", channels));
+                }
                 let c = collector.insert(WindowCollector::new(item, channels, rate, window, limits));
                 if delay > 0 {
                     c.drop_before(0);

@@ -155,6 +155,46 @@ pub(crate) fn parse(
     Err(wav_error(item, "no `data` chunk".into()))
 }
 
+/// The channel count the `fmt ` chunk of a RIFF/WAVE input states, checked against `limits` (`Ok(None)`: not
+/// a WAV, or no `fmt ` chunk before the `data` chunk). The count is at the same place in every `fmt `
+/// chunk, WAVE_FORMAT_EXTENSIBLE (tag 0xFFFE) included. For decoders that read the header their own way:
+/// symphonia takes an extensible header's count from its channel mask, and a 1000-channel header came
+/// out as 8 scrambled channels instead of a limit error.
+pub(crate) fn stated_channels(input: &MediaInput<'_>, item: &str, limits: &AudioLimits) -> Result<Option<usize>> {
+    let mut file = match *input {
+        MediaInput::Path(p) => Some(MediaInput::open_file(p)?),
+        MediaInput::Bytes { .. } => None,
+    };
+    let head = input.read_at(file.as_mut(), 0, HEAD)?;
+    if head.len() < 12 || &head[0..4] != b"RIFF" || &head[8..12] != b"WAVE" {
+        return Ok(None);
+    }
+    let total = input.len()?;
+    let mut pos: u64 = 12;
+    for _ in 0..MAX_CHUNKS {
+        let hdr: Cow<'_, [u8]> = match usize::try_from(pos).ok().and_then(|p| head.get(p..p + 8)) {
+            Some(h) => Cow::Borrowed(h),
+            None => input.read_at(file.as_mut(), pos, 8)?,
+        };
+        let (Some(id), Some(size)) = (hdr.get(0..4), u32_at(&hdr, 4)) else { return Ok(None) };
+        match id {
+            b"fmt " => {
+                let f = input.read_at(file.as_mut(), pos + 8, (size as usize).min(64))?;
+                let (Some(channels), Some(rate)) = (u16_at(&f, 2), u32_at(&f, 4)) else { return Ok(None) };
+                check_limits(item, usize::from(channels), rate, limits)?;
+                return Ok(Some(usize::from(channels)));
+            }
+            b"data" => return Ok(None),
+            _ => {}
+        }
+        pos = pos + 8 + u64::from(size) + u64::from(size & 1);
+        if pos >= total {
+            break;
+        }
+    }
+    Ok(None)
+}
+
 fn check_limits(item: &str, channels: usize, rate: u32, limits: &AudioLimits) -> Result<()> {
     if channels as u64 > u64::from(limits.max_channels) {
         return Err(Error::LimitExceeded {

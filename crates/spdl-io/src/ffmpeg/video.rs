@@ -1,6 +1,12 @@
 //! Video decoding with libavcodec: demuxed packets into one `[N, H, W, C]` `u8` buffer. Frame sampling is
 //! decided from the packet timestamps before decoding, so only the chosen frames are converted (swscale,
 //! straight into their slot).
+//!
+//! A frame is matched to its slots by its identity, not by the order it arrives in: its presentation
+//! timestamp and, among frames with the same timestamp, its place in decode order. Timestamps that go
+//! backwards or zigzag (a remuxed or edited file) therefore fill every slot, in presentation order; the
+//! earlier forward-only matching skipped every frame that came after a later one (1 of 20 frames out of a
+//! file whose timestamps decrease, with no error).
 
 use std::ffi::c_int;
 
@@ -30,6 +36,10 @@ fn scale_flags(f: ScaleFilter) -> scaling::Flags {
         ScaleFilter::Area => scaling::Flags::AREA,
     }
 }
+
+/// A frame's identity: its presentation timestamp (or output ordinal) and how many frames with the same
+/// timestamp came before it in decode order. Sorting identities gives presentation order.
+type FrameKey = (i64, u32);
 
 /// How decoded frames are matched to the selection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,17 +113,24 @@ struct Sink<'b> {
     limits: VideoLimits,
     bytes: &'b mut [u8],
     frame_bytes: usize,
-    selected: Vec<i64>,
+    /// The selected identities, sorted (an identity repeats when its frame fills several slots).
+    selected: Vec<FrameKey>,
+    /// Every identity the packets announce, sorted: a decoded frame outside it carries a timestamp no
+    /// packet had (the decoder rewrote it), which is counted in `unknown`.
+    known: Vec<FrameKey>,
     filled: Vec<bool>,
     pts_s: Vec<f64>,
-    next: usize,
+    kept: usize,
+    /// Frames seen so far per timestamp (the second part of [`FrameKey`]).
+    seen: std::collections::HashMap<i64, u32>,
     ordinal: i64,
     decoded: u64,
+    unknown: u64,
 }
 
 impl Sink<'_> {
     fn done(&self) -> bool {
-        self.next >= self.selected.len()
+        self.kept >= self.selected.len()
     }
 
     fn on_frame(&mut self, frame: &ff::frame::Video, conv: &mut Converter) -> Result<()> {
@@ -128,7 +145,10 @@ impl Sink<'_> {
             });
         }
         let key = match self.mode {
-            KeyMode::Pts => match frame.timestamp().or(frame.pts()) {
+            // The packet's own timestamp, passed through the decoder: the best-effort timestamp is
+            // replaced by the decode timestamp when presentation timestamps are not monotonic, and would
+            // then match no packet.
+            KeyMode::Pts => match frame.pts().or(frame.timestamp()) {
                 Some(k) => k,
                 None => return Ok(()),
             },
@@ -137,6 +157,13 @@ impl Sink<'_> {
                 self.ordinal - 1
             }
         };
+        let nth = self.seen.entry(key).or_insert(0);
+        let id = (key, *nth);
+        *nth = nth.saturating_add(1);
+        if self.known.binary_search(&id).is_err() {
+            self.unknown += 1;
+            return Ok(());
+        }
         let pixels = u64::from(frame.width()) * u64::from(frame.height());
         if pixels == 0 {
             return Ok(());
@@ -149,15 +176,11 @@ impl Sink<'_> {
                 limit: limits.max_pixels,
             });
         }
-        // Selected keys that no frame had (a damaged packet) stay unfilled.
-        while self.selected.get(self.next).is_some_and(|&k| k < key) {
-            self.next += 1;
-        }
-        let first = self.next;
-        while self.selected.get(self.next) == Some(&key) {
-            self.next += 1;
-        }
-        if first == self.next {
+        // The slots of this identity, wherever it arrives in the stream; slots whose frame never comes (a
+        // damaged packet) stay unfilled.
+        let first = self.selected.partition_point(|&k| k < id);
+        let end = first + self.selected[first..].partition_point(|&k| k == id);
+        if first == end || self.filled.get(first) != Some(&false) {
             return Ok(());
         }
         let fb = self.frame_bytes;
@@ -170,7 +193,8 @@ impl Sink<'_> {
             KeyMode::Pts => ts_seconds(key, self.time_base),
             KeyMode::Ordinal => self.frame_rate.map_or(key as f64, |r| key as f64 / r),
         };
-        for i in first..self.next {
+        self.kept += end - first;
+        for i in first..end {
             if i > first {
                 self.bytes.copy_within(first * fb..(first + 1) * fb, i * fb);
             }
@@ -180,6 +204,29 @@ impl Sink<'_> {
             }
         }
         Ok(())
+    }
+}
+
+/// The identities of the packets' frames, sorted: their timestamps (each with its place among the packets
+/// of the same timestamp, in decode order), or their ordinals.
+fn packet_keys(packets: &[ff::Packet], mode: KeyMode) -> Vec<FrameKey> {
+    match mode {
+        KeyMode::Pts => {
+            let mut seen = std::collections::HashMap::<i64, u32>::new();
+            let mut keys: Vec<FrameKey> = packets
+                .iter()
+                .filter_map(|p| p.pts().or(p.dts()))
+                .map(|t| {
+                    let nth = seen.entry(t).or_insert(0);
+                    let id = (t, *nth);
+                    *nth = nth.saturating_add(1);
+                    id
+                })
+                .collect();
+            keys.sort_unstable();
+            keys
+        }
+        KeyMode::Ordinal => (0..packets.len() as i64).map(|k| (k, 0)).collect(),
     }
 }
 
@@ -208,30 +255,32 @@ pub fn decode_packets(packets: Packets, opts: &DecodeOptions, allocator: &Shared
         if window.0 == i64::MIN { 0.0 } else { ts_seconds(window.0, time_base) },
         (window.1 != i64::MAX).then(|| ts_seconds(window.1, time_base)),
     );
-    let selected = match mode {
-        KeyMode::Pts => {
-            let mut keys: Vec<i64> =
-                packets.iter().filter_map(|p| p.pts().or(p.dts())).filter(|&t| t >= window.0 && t < window.1).collect();
-            keys.sort_unstable();
-            keys.dedup();
-            select_keys(&keys, |k| ts_seconds(k, time_base), opts.sampling, win_s)
-        }
-        KeyMode::Ordinal => {
-            let keys: Vec<i64> = (0..packets.len() as i64).collect();
-            select_keys(&keys, |k| frame_rate.map_or(k as f64, |r| k as f64 / r), opts.sampling, (0.0, None))
-        }
-    };
-    let n = selected.len();
+    // The selection's length comes from an argument (`Uniform(n)`, `Fps(f)`): it is held to the output
+    // limits before the selection, the buffer or the bookkeeping below is allocated.
     let frame_bytes = out_w as usize * out_h as usize * channels;
-    let total = (n as u64).saturating_mul(frame_bytes as u64);
-    if total > limits.max_output_bytes {
-        return Err(Error::LimitExceeded {
-            item,
-            what: "output bytes".into(),
-            value: total,
-            limit: limits.max_output_bytes,
-        });
-    }
+    let max_out = (limits.max_output_bytes / (frame_bytes as u64).max(1)).min(limits.max_frames);
+    let known = packet_keys(&packets, mode);
+    let in_window: Vec<FrameKey> = match mode {
+        KeyMode::Pts => known.iter().copied().filter(|&(t, _)| t >= window.0 && t < window.1).collect(),
+        KeyMode::Ordinal => known.clone(),
+    };
+    let time = |k: FrameKey| match mode {
+        KeyMode::Pts => ts_seconds(k.0, time_base),
+        KeyMode::Ordinal => frame_rate.map_or(k.0 as f64, |r| k.0 as f64 / r),
+    };
+    let sel_window = if mode == KeyMode::Pts { win_s } else { (0.0, None) };
+    let selected = select_keys(&in_window, time, opts.sampling, sel_window, max_out).map_err(|len| {
+        Error::InvalidOptions(format!(
+            "{item}: {:?} selects {len} frames of {out_w}x{out_h}x{channels} ({} bytes), above the limits of \
+             {} output bytes and {} frames (VideoLimits::max_output_bytes, max_frames)",
+            opts.sampling,
+            len.saturating_mul(frame_bytes as u64),
+            limits.max_output_bytes,
+            limits.max_frames
+        ))
+    })?;
+    drop(in_window);
+    let n = selected.len();
     let shape = [n, out_h as usize, out_w as usize, channels];
     let mut buffer = Buffer::zeros(DType::U8, &shape, Layout::Nhwc, allocator)?;
     let mut sink = Sink {
@@ -243,11 +292,14 @@ pub fn decode_packets(packets: Packets, opts: &DecodeOptions, allocator: &Shared
         bytes: buffer.as_bytes_mut(),
         frame_bytes,
         selected,
+        known,
         filled: vec![false; n],
         pts_s: vec![0.0; n],
-        next: 0,
+        kept: 0,
+        seen: std::collections::HashMap::new(),
         ordinal: 0,
         decoded: 0,
+        unknown: 0,
     };
     if n > 0 {
         let mut conv = Converter {
@@ -300,10 +352,23 @@ pub fn decode_packets(packets: Packets, opts: &DecodeOptions, allocator: &Shared
             }
         }
     }
-    let Sink { filled, pts_s, .. } = sink;
+    let Sink { filled, pts_s, unknown, .. } = sink;
     let kept = filled.iter().filter(|&&f| f).count();
     if kept == n {
         return Ok(Frames { buffer, pts_s, frame_rate, codec, item });
+    }
+    if unknown > 0 {
+        // Not damage: frames came out under timestamps no packet had, so which frame is which is unknown.
+        return Err(Error::Decode {
+            item,
+            format: codec,
+            cause: format!(
+                "{} of the {n} selected frames did not come out: {unknown} decoded frames carry presentation \
+                 timestamps that no packet has",
+                n - kept
+            )
+            .into(),
+        });
     }
     if kept == 0 {
         return Err(Error::Decode {

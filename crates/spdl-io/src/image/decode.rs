@@ -41,6 +41,12 @@ pub(crate) enum Issue {
     ZeroSize(u32, u32),
     #[error("the decoder returned {got} bytes for a {width}x{height}x{channels} image")]
     Size { got: usize, width: u32, height: u32, channels: u8 },
+    #[error(
+        "the decoder's own allocations (metadata such as an ICC profile, EXIF or text chunks, and its \
+         buffers) would pass this decode's allowance of {limit} bytes (16 per declared pixel + \
+         ImageOptions::max_metadata_bytes)"
+    )]
+    DecoderMemory { limit: u64 },
 }
 
 /// What a decode produced: the pixels (in the store) are `width` x `height` x `channels`, oriented, and
@@ -151,7 +157,10 @@ pub(crate) fn probe(bytes: &[u8], item: &str) -> Result<(ImageFormat, u32, u32)>
                 dec.decode_headers().map_err(|e| decode_error(item, format, e))?;
                 jpeg_dims(&dec, item)?
             }
-            _ => generic_decoder(bytes, item, format, u64::MAX)?.dimensions(),
+            _ => {
+                let opts = ImageOptions { max_pixels: u64::MAX, ..ImageOptions::default() };
+                generic_decoder(bytes, item, format, &opts)?.0.dimensions()
+            }
         };
         if w == 0 || h == 0 {
             return Err(decode_error(item, format, Issue::ZeroSize(w, h)));
@@ -192,6 +201,53 @@ pub(crate) fn jpeg_is_complete(bytes: &[u8]) -> bool {
     false
 }
 
+/// The scans (start-of-scan markers) of a JPEG, counted by walking its marker segments and skipping over
+/// entropy-coded data to the next marker (in which 0xFF is always byte-stuffed); at most `stop`. One pass
+/// over the bytes, no decoding.
+pub(crate) fn jpeg_scans(b: &[u8], stop: u64) -> u64 {
+    let mut scans = 0u64;
+    let mut i = 2usize; // after SOI
+    while scans < stop {
+        // The next 0xFF: a marker, or (in entropy-coded data) stuffing and restart markers, skipped below.
+        let Some(off) = b.get(i..).and_then(|rest| rest.iter().position(|&x| x == 0xFF)) else { break };
+        i += off;
+        let Some(&m) = b.get(i + 1) else { break };
+        match m {
+            // Stuffed zero, fill byte, restart markers, TEM, SOI: no length.
+            0x00 | 0xFF | 0xD0..=0xD7 | 0x01 | 0xD8 => i += if m == 0xFF { 1 } else { 2 },
+            0xD9 => break, // end of image
+            _ => {
+                if m == 0xDA {
+                    scans += 1;
+                }
+                let Some(len) = b.get(i + 2..i + 4).map(|l| usize::from(u16::from_be_bytes([l[0], l[1]]))) else {
+                    break;
+                };
+                i += 2 + len.max(2);
+            }
+        }
+    }
+    scans
+}
+
+/// Refuses a JPEG whose decode work, pixels x scans, is over `limit` (see
+/// [`ImageOptions::max_scan_pixels`]), from its markers, before any decoding.
+pub(crate) fn check_jpeg_work(bytes: &[u8], item: &str, w: u32, h: u32, limit: u64) -> Result<()> {
+    let pixels = (u64::from(w) * u64::from(h)).max(1);
+    // Counting stops at the first scan over the limit.
+    let scans = jpeg_scans(bytes, (limit / pixels).saturating_add(1));
+    let work = pixels.saturating_mul(scans);
+    if work > limit {
+        return Err(Error::LimitExceeded {
+            item: item.to_owned(),
+            what: format!("JPEG decode work (pixels x scans: {w}x{h} x at least {scans} scans)"),
+            value: work,
+            limit,
+        });
+    }
+    Ok(())
+}
+
 pub(crate) fn exif_orientation(chunk: Option<&[u8]>) -> Orientation {
     chunk.and_then(Orientation::from_exif_chunk).unwrap_or(Orientation::NoTransforms)
 }
@@ -213,6 +269,7 @@ fn decode_jpeg<S: PixelStore>(
     dec.decode_headers().map_err(|e| decode_error(item, F, e))?;
     let (w, h) = jpeg_dims(&dec, item)?;
     check_size(item, F, w, h, opts.max_pixels)?;
+    check_jpeg_work(bytes, item, w, h, opts.max_scan_pixels)?;
     if !opts.allow_truncated && !jpeg_is_complete(bytes) {
         return Err(decode_error(item, F, Issue::Truncated));
     }
@@ -304,24 +361,59 @@ fn decode_jpeg_reduced<S: PixelStore>(
     Ok(Some((ow, oh, plan)))
 }
 
-/// Bytes the `image` crate may allocate for an image within the pixel limit (RGBA, 16 bits) plus metadata.
-fn alloc_cap(max_pixels: u64) -> u64 {
-    max_pixels.saturating_mul(8).saturating_add(64 << 20)
+/// Bytes a decoder may allocate for itself decoding `pixels` pixels: 16 per pixel (its rows or planes, up
+/// to RGBA 32-bit float) plus the metadata allowance.
+fn alloc_cap(pixels: u64, opts: &ImageOptions) -> u64 {
+    pixels.saturating_mul(16).saturating_add(opts.max_metadata_bytes)
 }
 
+/// `(width, height)` from a header this module reads itself, before any decoder runs: PNG's IHDR, which
+/// the format requires first. A PNG decoder reads every ancillary chunk before the pixels when it is
+/// constructed, and keeps the allocation limit it was constructed with: that limit must come from the
+/// declared size.
+fn header_dims(bytes: &[u8], format: ImageFormat) -> Option<(u32, u32)> {
+    match format {
+        ImageFormat::Png if bytes.get(12..16) == Some(b"IHDR") => {
+            let be = |at: usize| bytes.get(at..at + 4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+            Some((be(16)?, be(20)?))
+        }
+        _ => None,
+    }
+}
+
+/// The decoder error, with the image crate's "limits exceeded" (the decoder's own allocations, i.e. its
+/// metadata, over the allowance) named as such.
+fn generic_error(item: &str, format: ImageFormat, cap: u64, e: image::ImageError) -> Error {
+    match e {
+        image::ImageError::Limits(_) => decode_error(item, format, Issue::DecoderMemory { limit: cap }),
+        other => decode_error(item, format, other),
+    }
+}
+
+/// A decoder for `bytes`, whose allocations are capped from the declared size where the header is read
+/// first ([`header_dims`]: the pixel limit is checked before the decoder exists), else from the pixel
+/// limit until the caller tightens it after the header.
 fn generic_decoder<'a>(
     bytes: &'a [u8],
     item: &str,
     format: ImageFormat,
-    max_pixels: u64,
-) -> Result<impl ImageDecoder + 'a> {
+    opts: &ImageOptions,
+) -> Result<(impl ImageDecoder + 'a, u64)> {
+    let cap = match header_dims(bytes, format) {
+        Some((w, h)) => {
+            check_size(item, format, w, h, opts.max_pixels)?;
+            alloc_cap(u64::from(w) * u64::from(h), opts)
+        }
+        // The decoder's own header check comes after construction: a small pixel limit must not fail it
+        // first with a less clear error.
+        None => alloc_cap(opts.max_pixels, opts).max(512 << 20),
+    };
     let mut reader = ImageReader::with_format(Cursor::new(bytes), format.to_image_crate());
-    // Constructing a decoder reads only the header; the pixel limit is checked right after, and the
-    // decoder's own limits are tightened before any pixel is decoded.
     let mut limits = Limits::default();
-    limits.max_alloc = Some(alloc_cap(max_pixels).max(512 << 20));
+    limits.max_alloc = Some(cap);
     reader.limits(limits);
-    reader.into_decoder().map_err(|e| decode_error(item, format, e))
+    let dec = reader.into_decoder().map_err(|e| generic_error(item, format, cap, e))?;
+    Ok((dec, cap))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -336,15 +428,17 @@ fn decode_generic<S: PixelStore>(
     tmp: &mut Vec<u8>,
 ) -> Result<Decoded> {
     let cout = opts.format.channels();
-    let mut dec = generic_decoder(bytes, item, format, opts.max_pixels)?;
+    let (mut dec, cap) = generic_decoder(bytes, item, format, opts)?;
     let (w, h) = dec.dimensions();
     check_size(item, format, w, h, opts.max_pixels)?;
+    // From here on the decoder may allocate no more than the declared pixels allow.
+    let cap = cap.min(alloc_cap(u64::from(w) * u64::from(h), opts));
     let mut limits = Limits::default();
     let side = u32::try_from(opts.max_pixels).unwrap_or(u32::MAX);
     limits.max_image_width = Some(side);
     limits.max_image_height = Some(side);
-    limits.max_alloc = Some(alloc_cap(opts.max_pixels));
-    dec.set_limits(limits).map_err(|e| decode_error(item, format, e))?;
+    limits.max_alloc = Some(cap);
+    dec.set_limits(limits).map_err(|e| generic_error(item, format, cap, e))?;
     let orientation = if opts.exif_orientation {
         dec.orientation().unwrap_or(Orientation::NoTransforms)
     } else {

@@ -78,6 +78,15 @@ pub const JPEG_DECODER: &str = if cfg!(feature = "turbojpeg") { "libjpeg-turbo" 
 /// Pillow's decompression-bomb error threshold (2 x `Image.MAX_IMAGE_PIXELS`), the default pixel limit.
 pub const DEFAULT_MAX_PIXELS: u64 = 178_956_970;
 
+/// The default [`ImageOptions::max_metadata_bytes`]: 16 MiB (real ICC profiles are under 1 MB), the size
+/// below which a decode's working memory is not metered by the process-wide budget.
+pub const DEFAULT_MAX_METADATA_BYTES: u64 = crate::budget::UNMETERED_BYTES;
+
+/// The default [`ImageOptions::max_scan_pixels`]: 2^32, 24 full passes over an image of
+/// [`DEFAULT_MAX_PIXELS`]; real progressive encoders write about 10 scans. About 4 s of zune-jpeg decode
+/// at the limit (a pass over the coefficients costs about 1 ns a pixel).
+pub const DEFAULT_MAX_SCAN_PIXELS: u64 = 1 << 32;
+
 /// The pixel format of decoded images (always 8 bits per channel, interleaved).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
@@ -122,6 +131,17 @@ pub struct ImageOptions {
     /// Decode JPEGs that end before their end-of-image marker (the missing part is gray). Default `false`:
     /// a truncated file is an error, so a half-downloaded image never reaches training silently.
     pub allow_truncated: bool,
+    /// What a decoder may allocate for itself beyond 16 bytes per declared pixel: its copy of the header and
+    /// of metadata (an ICC profile, EXIF, text chunks) and its chunk buffers. A 1 MB PNG of 16 x 16 pixels
+    /// whose compressed iCCP profile inflates to 500 MB was given the whole 1.5 GB pixel allowance and
+    /// peaked at 1.1–1.5 GB; it is now refused (`Decode`: "the decoder's own allocations ..."). Default
+    /// [`DEFAULT_MAX_METADATA_BYTES`].
+    pub max_metadata_bytes: u64,
+    /// The decode work of a JPEG, width x height x scans, checked from its markers before decoding: each
+    /// scan of a progressive JPEG is a pass over every coefficient, so a 312 KB 8192 x 8192 JPEG of 500
+    /// tiny scans took 26–32 s. Over it: `LimitExceeded: JPEG decode work (pixels x scans)`. Default
+    /// [`DEFAULT_MAX_SCAN_PIXELS`].
+    pub max_scan_pixels: u64,
 }
 
 impl Default for ImageOptions {
@@ -132,6 +152,8 @@ impl Default for ImageOptions {
             max_pixels: DEFAULT_MAX_PIXELS,
             reduced_scale_jpeg: true,
             allow_truncated: false,
+            max_metadata_bytes: DEFAULT_MAX_METADATA_BYTES,
+            max_scan_pixels: DEFAULT_MAX_SCAN_PIXELS,
         }
     }
 }
@@ -141,6 +163,9 @@ impl ImageOptions {
     pub fn validate(&self) -> Result<()> {
         if self.max_pixels == 0 {
             return Err(Error::InvalidOptions("max_pixels must be at least 1".into()));
+        }
+        if self.max_scan_pixels == 0 {
+            return Err(Error::InvalidOptions("max_scan_pixels must be at least 1".into()));
         }
         Ok(())
     }

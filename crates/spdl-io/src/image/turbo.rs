@@ -18,7 +18,8 @@ use image::metadata::Orientation;
 use turbojpeg_sys as tj;
 
 use crate::image::decode::{
-    Decoded, Issue, admit, check_size, decode_error, exif_orientation, jpeg_is_complete, reduction_factor,
+    Decoded, Issue, admit, check_jpeg_work, check_size, decode_error, exif_orientation, jpeg_is_complete,
+    reduction_factor,
 };
 use crate::image::format::ImageFormat;
 use crate::image::pixels::{PixelStore, byte_len, oriented_dims, remap, sized};
@@ -205,6 +206,9 @@ fn decode_with<S: PixelStore>(
     }
     let (Ok(w), Ok(hgt)) = (u32::try_from(w), u32::try_from(hgt)) else { return Ok(None) };
     check_size(item, F, w, hgt, opts.max_pixels)?;
+    // libjpeg-turbo's scan limit bounds the count, not the work: 500 scans of 8192 x 8192 is 33 G
+    // pixel-passes.
+    check_jpeg_work(bytes, item, w, hgt, opts.max_scan_pixels)?;
     if !opts.allow_truncated && !jpeg_is_complete(bytes) {
         return Err(decode_error(item, F, Issue::Truncated));
     }

@@ -298,7 +298,7 @@ fn load_audio_batch(
 #[pyo3(signature = (src, *, name=None))]
 fn probe(py: Python<'_>, src: &Bound<'_, PyAny>, name: Option<&str>) -> PyResult<Py<PyAny>> {
     let src = media_src(src, name)?;
-    let info = py.detach(|| spdl_io::probe(src.media())).map_err(io_err)?;
+    let info = crate::lifecycle::detach(py, || spdl_io::probe(src.media())).map_err(io_err)?;
     let json = serde_json::to_string(&info)
         .map_err(|e| PyValueError::new_err(format!("{}: cannot describe the media info: {e}", info.item)))?;
     Ok(py.import("json")?.call_method1("loads", (json,))?.unbind())

@@ -32,7 +32,7 @@ fn encode_image_file(
         other => return Err(PyValueError::new_err(format!("unknown pixel layout {other:?}"))),
     };
     let opts = EncodeOptions { quality, compression };
-    py.detach(|| {
+    crate::lifecycle::detach(py, || {
         let bytes = encode_image(data, width, height, color, &path, &opts)?;
         std::fs::write(&path, bytes).map_err(|source| spdl_io::Error::Io { path: path.clone(), source })
     })

@@ -666,7 +666,7 @@ pub struct PyMediaDemuxer {
 
 impl PyMediaDemuxer {
     fn with<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut Demuxer) -> spdl_io::Result<T> + Send) -> PyResult<T> {
-        py.detach(|| {
+        crate::lifecycle::detach(py, || {
             let mut g = lock(&self.inner);
             let d = g
                 .as_mut()
@@ -704,7 +704,7 @@ impl PyMediaDemuxer {
         };
         let src = media_src(src, name)?;
         let item = src.name();
-        let d = py.detach(|| Demuxer::open(src.media(), &config)).map_err(io_err)?;
+        let d = crate::lifecycle::detach(py, || Demuxer::open(src.media(), &config)).map_err(io_err)?;
         Ok(Self { inner: Mutex::new(Some(d)), item })
     }
 
@@ -765,7 +765,7 @@ impl PyMediaDemuxer {
     /// Closes the source (later calls raise).
     fn close(&self, py: Python<'_>) {
         let d = lock(&self.inner).take();
-        py.detach(|| drop(d));
+        crate::lifecycle::detach(py, || drop(d));
     }
 }
 
@@ -795,14 +795,14 @@ impl PyMediaDecoder {
         let config = DecodeConfig { decoder, options: decoder_options.unwrap_or_default().into_iter().collect() };
         let limits = limits_from(limits)?;
         let item = format!("<{} decoder>", codec.name);
-        let d = py.detach(|| Decoder::new(&codec, &config, filter_desc.as_deref(), &item, limits)).map_err(io_err)?;
+        let d = crate::lifecycle::detach(py, || Decoder::new(&codec, &config, filter_desc.as_deref(), &item, limits)).map_err(io_err)?;
         Ok(Self { inner: Mutex::new(d) })
     }
 
     /// Decodes ``packets`` (consumed): the frames ready now, or ``None``.
     fn decode(&self, py: Python<'_>, packets: &Bound<'_, PyAny>) -> PyResult<Option<Py<PyAny>>> {
         let p = packets_state(packets)?.take()?;
-        let frames = py.detach(|| lock(&self.inner).decode(&p)).map_err(io_err)?;
+        let frames = crate::lifecycle::detach(py, || lock(&self.inner).decode(&p)).map_err(io_err)?;
         if frames.num_frame_objects() == 0 {
             return Ok(None);
         }
@@ -811,7 +811,7 @@ impl PyMediaDecoder {
 
     /// Ends the stream: the frames still held, or ``None``.
     fn flush(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
-        let frames = py.detach(|| lock(&self.inner).flush()).map_err(io_err)?;
+        let frames = crate::lifecycle::detach(py, || lock(&self.inner).flush()).map_err(io_err)?;
         if frames.num_frame_objects() == 0 {
             return Ok(None);
         }
@@ -832,7 +832,7 @@ pub struct PyFilterGraph {
 impl PyFilterGraph {
     #[new]
     fn new(py: Python<'_>, filter_desc: String) -> PyResult<Self> {
-        let g = py.detach(|| FilterGraph::new(&filter_desc)).map_err(io_err)?;
+        let g = crate::lifecycle::detach(py, || FilterGraph::new(&filter_desc)).map_err(io_err)?;
         Ok(Self { inner: Mutex::new(g) })
     }
 
@@ -840,18 +840,18 @@ impl PyFilterGraph {
     #[pyo3(signature = (frames, *, key=None))]
     fn add_frames(&self, py: Python<'_>, frames: &Bound<'_, PyAny>, key: Option<String>) -> PyResult<()> {
         let f = frames_of(frames)?;
-        py.detach(|| lock(&self.inner).add_frames(f, key.as_deref())).map_err(io_err)
+        crate::lifecycle::detach(py, || lock(&self.inner).add_frames(f, key.as_deref())).map_err(io_err)
     }
 
     /// Tells every input that its stream ended.
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
-        py.detach(|| lock(&self.inner).flush()).map_err(io_err)
+        crate::lifecycle::detach(py, || lock(&self.inner).flush()).map_err(io_err)
     }
 
     /// The frames ready at output ``key`` (needed when the graph has several outputs), or ``None``.
     #[pyo3(signature = (*, key=None))]
     fn get_frames(&self, py: Python<'_>, key: Option<String>) -> PyResult<Option<Py<PyAny>>> {
-        let f = py.detach(|| lock(&self.inner).get_frames(key.as_deref(), "<filter graph>")).map_err(io_err)?;
+        let f = crate::lifecycle::detach(py, || lock(&self.inner).get_frames(key.as_deref(), "<filter graph>")).map_err(io_err)?;
         f.map(|f| frames_object(py, f)).transpose()
     }
 
@@ -878,7 +878,7 @@ fn media_decode_packets(
     let p = packets_state(packets)?.take()?;
     let config = DecodeConfig { decoder, options: decoder_options.unwrap_or_default().into_iter().collect() };
     let n = usize::try_from(num_frames).ok();
-    let frames = py.detach(|| decode_all(&p, &config, filter_desc.as_deref(), n)).map_err(io_err)?;
+    let frames = crate::lifecycle::detach(py, || decode_all(&p, &config, filter_desc.as_deref(), n)).map_err(io_err)?;
     frames_object(py, frames)
 }
 
@@ -894,7 +894,7 @@ fn convert_frames(py: Python<'_>, frames: &Bound<'_, PyAny>) -> PyResult<PyBuffe
         return Err(PyTypeError::new_err("convert_frames takes frames or a sequence of frames"));
     };
     let refs: Vec<&MediaFrames> = items.iter().map(|o| frames_of(o)).collect::<PyResult<_>>()?;
-    let buf = py.detach(|| convert_frames_rs(&refs, batch, &system_allocator())).map_err(io_err)?;
+    let buf = crate::lifecycle::detach(py, || convert_frames_rs(&refs, batch, &system_allocator())).map_err(io_err)?;
     Ok(PyBuffer::new(buf))
 }
 
@@ -942,7 +942,7 @@ fn split_packets_at_indices(
     indices: Vec<usize>,
 ) -> PyResult<Vec<(PyVideoPackets, Vec<usize>)>> {
     let p = packets.state.cloned()?;
-    let parts = py.detach(|| p.split_at_indices(&indices)).map_err(io_err)?;
+    let parts = crate::lifecycle::detach(py, || p.split_at_indices(&indices)).map_err(io_err)?;
     Ok(parts.into_iter().map(|(p, i)| (PyVideoPackets::from_packets(p), i)).collect())
 }
 
@@ -968,7 +968,7 @@ impl PyMediaBsf {
     fn new(py: Python<'_>, codec: &Bound<'_, PyAny>, bsf: String) -> PyResult<Self> {
         let codec = codec_from(codec)?;
         let item = format!("<{} packets>", codec.name);
-        let b = py.detach(|| Bsf::new(&codec, &bsf)).map_err(io_err)?;
+        let b = crate::lifecycle::detach(py, || Bsf::new(&codec, &bsf)).map_err(io_err)?;
         Ok(Self { inner: Mutex::new(b), item })
     }
 
@@ -976,13 +976,13 @@ impl PyMediaBsf {
     #[pyo3(signature = (packets, *, flush=false))]
     fn filter(&self, py: Python<'_>, packets: &Bound<'_, PyAny>, flush: bool) -> PyResult<Option<Py<PyAny>>> {
         let p = packets_state(packets)?.cloned()?;
-        let out = py.detach(|| lock(&self.inner).filter(&p, flush)).map_err(io_err)?;
+        let out = crate::lifecycle::detach(py, || lock(&self.inner).filter(&p, flush)).map_err(io_err)?;
         out.map(|p| packets_object(py, p)).transpose()
     }
 
     /// Ends the stream: the packets still held, or ``None``.
     fn flush(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
-        let out = py.detach(|| lock(&self.inner).flush(&self.item)).map_err(io_err)?;
+        let out = crate::lifecycle::detach(py, || lock(&self.inner).flush(&self.item)).map_err(io_err)?;
         out.map(|p| packets_object(py, p)).transpose()
     }
 }

@@ -34,7 +34,7 @@ fn with_buffer<R: Send>(data: &Bound<'_, PyAny>, f: impl FnOnce(&[u8]) -> R + Se
     if let Ok(bytes) = data.cast::<PyBytes>() {
         // `bytes` is immutable and `data` keeps it alive while the GIL is released.
         let slice = bytes.as_bytes();
-        return Ok(py.detach(|| f(slice)));
+        return Ok(crate::lifecycle::detach(py, || f(slice)));
     }
     #[cfg(any(not(Py_LIMITED_API), Py_3_11))]
     {
@@ -52,7 +52,7 @@ fn with_buffer<R: Send>(data: &Bound<'_, PyAny>, f: impl FnOnce(&[u8]) -> R + Se
             unsafe { std::slice::from_raw_parts(ptr, len) }
         };
         if buffer.readonly() {
-            Ok(py.detach(|| f(slice)))
+            Ok(crate::lifecycle::detach(py, || f(slice)))
         } else {
             // A writable buffer may be written by other Python threads: scan it with the GIL held.
             Ok(f(slice))
@@ -67,7 +67,7 @@ fn with_buffer<R: Send>(data: &Bound<'_, PyAny>, f: impl FnOnce(&[u8]) -> R + Se
             py.get_type::<PyBytes>().call1((data,))?.cast_into::<PyBytes>()?
         };
         let slice = copy.as_bytes();
-        Ok(py.detach(|| f(slice)))
+        Ok(crate::lifecycle::detach(py, || f(slice)))
     }
 }
 

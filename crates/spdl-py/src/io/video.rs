@@ -193,7 +193,7 @@ fn demux_video(
 ) -> PyResult<PyVideoPackets> {
     let demux = DemuxArgs::from_kwargs("demux_video", options)?.options(py)?;
     let src = media_src(src, name)?;
-    let packets = py.detach(|| demux_video_rs(src.media(), &demux)).map_err(io_err)?;
+    let packets = crate::lifecycle::detach(py, || demux_video_rs(src.media(), &demux)).map_err(io_err)?;
     Ok(PyVideoPackets::from_packets(MediaPackets::from_video_packets(packets)))
 }
 
@@ -209,7 +209,7 @@ fn decode_packets(
 ) -> PyResult<Py<PyAny>> {
     let decode = DecodeArgs::from_kwargs("decode_packets", options)?.options()?;
     let packets = packets.state.take()?.into_video_packets();
-    let frames = py.detach(|| decode_packets_rs(packets, &decode, &system_allocator())).map_err(io_err)?;
+    let frames = crate::lifecycle::detach(py, || decode_packets_rs(packets, &decode, &system_allocator())).map_err(io_err)?;
     frames_result(py, frames, return_info)
 }
 

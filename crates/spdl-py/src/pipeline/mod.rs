@@ -8,6 +8,7 @@ mod spec;
 pub(crate) mod tstate;
 mod wiring;
 
+use std::mem::ManuallyDrop;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -16,6 +17,7 @@ use std::time::{Duration, Instant};
 use pyo3::exceptions::{PyRuntimeError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
+use pyo3::{PyTraverseError, PyVisit};
 use spdl_exec::autotune::Window;
 use spdl_exec::{BuildOptions, FailureBudget, Item, Pipeline, PipelineBuilder, PipelineError, PipelineStats, state};
 
@@ -131,9 +133,21 @@ impl Sink {
 
 /// A built pipeline, driven by the Python `spdl_rs.pipeline.Pipeline` (which adds the Python-facing
 /// behaviour: `auto_stop`, iterators, `PipelineFailure`, stats logging).
-#[pyclass(module = "spdl_rs._native", frozen)]
+///
+/// Lifecycle (see `crate::lifecycle`): made in one process, it refuses to run in a forked child and is leaked
+/// there rather than torn down (its threads stayed in the parent); while the interpreter exits, dropping it
+/// only tells its threads to stop. It holds its step descriptions and reports them to the garbage collector,
+/// so that a pipeline whose op refers back to the object that owns the pipeline is collected (and its threads
+/// stopped) like any other cycle. Weak references to it are allowed: the Python `Pipeline`'s finalizer holds
+/// one, so that the finalizer does not keep the pipeline's ops alive.
+#[pyclass(module = "spdl_rs._native", frozen, weakref)]
 pub struct PipelineCore {
-    sink: Sink,
+    sink: ManuallyDrop<Sink>,
+    /// The source and step descriptions it was built from: they own the Python objects the engine's stages
+    /// call (shared with the stages, not copied), and `__traverse__` visits them.
+    specs: Vec<Py<PyAny>>,
+    /// The fork generation it was built in (`crate::lifecycle::generation`).
+    generation: u64,
     failures: Arc<Failures>,
     /// The error that ended iteration (a spent failure budget), kept for `stop()` to raise.
     error: Mutex<Option<String>>,
@@ -236,8 +250,13 @@ impl PipelineCore {
             Chain::One(b) => Sink::One(build(b.sink(buffer_size), opts)?),
             Chain::Batch(b) => Sink::Batch(build(b.sink(buffer_size), opts)?),
         };
+        let mut specs = Vec::with_capacity(steps.len() + 1);
+        specs.push(source.clone().unbind());
+        specs.extend(steps.iter().map(|s| s.clone().unbind()));
         Ok(Self {
-            sink,
+            sink: ManuallyDrop::new(sink),
+            specs,
+            generation: crate::lifecycle::generation(),
             failures,
             error: Mutex::new(None),
             error_stage: Mutex::new(None),
@@ -267,7 +286,16 @@ impl PipelineCore {
 
     /// Starts the scheduler and the thread pool.
     fn start(&self, py: Python<'_>) -> PyResult<()> {
-        no_panic("Pipeline.start", || py.detach(|| self.sink.start()).map_err(|e| Error::from(e).into()))
+        crate::lifecycle::check_not_forked(self.generation, "pipeline")?;
+        no_panic("Pipeline.start", || crate::lifecycle::detach(py, || self.sink.start()).map_err(|e| Error::from(e).into()))
+    }
+
+    /// The Python objects the pipeline holds (its step descriptions), for the garbage collector.
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        for spec in &self.specs {
+            visit.call(spec)?;
+        }
+        Ok(())
     }
 
     /// Stops the pipeline and joins its threads, with the GIL released so that running Python ops finish.
@@ -276,12 +304,15 @@ impl PipelineCore {
     /// thread is left to finish on its own).
     #[pyo3(signature = (timeout=None))]
     fn stop(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
+        if crate::lifecycle::made_before_fork(self.generation) {
+            return Ok(()); // a forked child's copy: its threads are in the parent, nothing runs here
+        }
         no_panic("Pipeline.stop", || {
             let deadline = deadline(timeout_arg(timeout)?);
             loop {
                 let slice =
                     deadline.map_or(SIGNAL_SLICE, |d| d.saturating_duration_since(Instant::now()).min(SIGNAL_SLICE));
-                if py.detach(|| self.sink.stop_timeout(slice)).is_ok() {
+                if crate::lifecycle::detach(py, || self.sink.stop_timeout(slice)).is_ok() {
                     return Ok(());
                 }
                 py.check_signals()?;
@@ -303,6 +334,7 @@ impl PipelineCore {
     /// is a `ValueError`.
     #[pyo3(signature = (timeout=None))]
     fn get_item(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<(u8, Py<PyAny>)> {
+        crate::lifecycle::check_not_forked(self.generation, "pipeline")?;
         no_panic("Pipeline.get_item", || self.next_item(py, timeout))
     }
 
@@ -328,7 +360,7 @@ impl PipelineCore {
     /// (`concurrency`, `queue_capacity` of the queue after the stage, or `threads` for stage `pool`), `from`,
     /// `to`, `reason`); `None` unless the pipeline was built with `autotune`.
     fn autotune_decisions<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyList>>> {
-        let Some(report) = py.detach(|| self.sink.autotune()) else {
+        let Some(report) = crate::lifecycle::detach(py, || self.sink.autotune()) else {
             return Ok(None);
         };
         decision_list(py, &report).map(Some)
@@ -339,7 +371,7 @@ impl PipelineCore {
     /// (rounds of search started), `threads` (the pool's thread count now) and `max_memory_bytes` (the
     /// budget in force, or `None`); `None` unless the pipeline was built with `autotune`.
     fn autotune_report<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let Some(report) = py.detach(|| self.sink.autotune()) else {
+        let Some(report) = crate::lifecycle::detach(py, || self.sink.autotune()) else {
             return Ok(None);
         };
         let out = PyDict::new(py);
@@ -354,12 +386,12 @@ impl PipelineCore {
 
     /// The stats as the engine's text table (one row per stage; the bottleneck is marked).
     fn stats_table(&self, py: Python<'_>) -> PyResult<String> {
-        no_panic("Pipeline.stats_table", || Ok(py.detach(|| self.snapshot().to_string())))
+        no_panic("Pipeline.stats_table", || Ok(crate::lifecycle::detach(py, || self.snapshot().to_string())))
     }
 
     /// A snapshot of the stats to measure a window from (`stats_window(anchor)`).
     fn stats_anchor(&self, py: Python<'_>) -> StatsSnapshot {
-        StatsSnapshot { pipeline: self.id, stats: py.detach(|| self.snapshot()) }
+        StatsSnapshot { pipeline: self.id, stats: crate::lifecycle::detach(py, || self.snapshot()) }
     }
 
     /// What happened since `anchor` (`None`: since the start), measured as the auto-tuner measures it
@@ -383,7 +415,7 @@ impl PipelineCore {
                      stats_anchor())",
                 ));
             }
-            let after = py.detach(|| self.snapshot());
+            let after = crate::lifecycle::detach(py, || self.snapshot());
             let window = match &anchor {
                 Some(a) => Window::between(&a.stats, &after),
                 None => {
@@ -458,7 +490,7 @@ impl PipelineCore {
     }
 
     fn stats_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let snap = py.detach(|| self.snapshot());
+        let snap = crate::lifecycle::detach(py, || self.snapshot());
         let list = PyList::empty(py);
         for s in &snap.stages {
             let d = PyDict::new(py);
@@ -496,7 +528,7 @@ impl PipelineCore {
                 None => SIGNAL_SLICE,
             };
             // The wait is timed without the GIL: reacquiring it is not the sink's queue being empty.
-            let got = py.detach(|| self.sink.get_item(Some(slice)));
+            let got = crate::lifecycle::detach(py, || self.sink.get_item(Some(slice)));
             match got {
                 Ok(Some(Item::Data(v))) => return Ok((0, v.into_py(py)?)),
                 Ok(Some(Item::EpochEnd { epoch })) => return Ok((1, epoch.into_pyobject(py)?.into_any().unbind())),
@@ -529,8 +561,22 @@ impl Drop for PipelineCore {
         // it: release it for the join (a no-op when the pipeline is already stopped). The wait is bounded:
         // this runs in the garbage collector or at interpreter exit, and an op that never returns is left
         // to finish on its own thread.
+        if crate::lifecycle::made_before_fork(self.generation) {
+            // A forked child's copy: its threads, locks and runtime belong to the parent. Tearing it down here
+            // would wait for threads that do not exist; it is left as it is (`sink` is never dropped).
+            return;
+        }
+        if crate::lifecycle::exiting() {
+            // The interpreter exits: tell the threads to stop without waiting (an engine thread that needs the
+            // interpreter now parks instead), and leave what still runs to end with the process. The GIL is
+            // not released: a thread that took it now would be killed by CPython mid-Rust.
+            let _ = self.sink.stop_timeout(Duration::ZERO);
+            return;
+        }
         let wait = if self.abandoned.load(Ordering::Relaxed) { Duration::ZERO } else { DROP_WAIT };
-        Python::attach(|py| py.detach(|| self.sink.stop_timeout(wait).is_ok()));
+        Python::attach(|py| crate::lifecycle::detach(py, || self.sink.stop_timeout(wait).is_ok()));
+        // SAFETY: `sink` is dropped once, here, and not used after.
+        unsafe { ManuallyDrop::drop(&mut self.sink) };
     }
 }
 

@@ -3,11 +3,11 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use crossbeam_channel::{Receiver, Sender, unbounded};
 use futures::future::BoxFuture;
-use pyo3::exceptions::PyBaseException;
+use pyo3::exceptions::{PyBaseException, PyException};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyDict, PyIterator, PyList, PyString, PyTuple};
 use spdl_exec::{Aggregator, BoxError, FailureBudget, ItemSize, OutputOrder, Stage};
@@ -61,7 +61,7 @@ impl PyNativeOp {
         super::no_panic(self.op.name(), || {
             let input = Value::from_py(item);
             let op = Arc::clone(&self.op);
-            let mut out = py.detach(move || op.call(op.name(), input))?;
+            let mut out = crate::lifecycle::detach(py, move || op.call(op.name(), input))?;
             match out.len() {
                 0 => Ok(py.None()),
                 1 => out.pop().map_or_else(|| Ok(py.None()), |v| v.into_py(py)),
@@ -75,27 +75,63 @@ impl PyNativeOp {
     }
 }
 
-/// The Python exceptions of a pipeline's failed items, and its logger.
+/// The Python exceptions of a pipeline's failed items, its source's failures, the fatal exception that
+/// stops it, and its logger.
+///
+/// Every exception that escapes Python code on an engine thread or on the event loop comes here
+/// ([`Failures::record`]). An ordinary `Exception` (and an op's own `asyncio.CancelledError`) fails the
+/// item; any other `BaseException` (`KeyboardInterrupt`, `SystemExit`, `GeneratorExit`, a user's
+/// `BaseException` subclass) is *fatal*: the first one is kept ([`Failures::fatal`]) and the consumer's
+/// `get_item` stops the pipeline and raises it.
 #[derive(Debug)]
 pub(crate) struct Failures {
     tx: Sender<(String, Py<PyBaseException>)>,
     rx: Receiver<(String, Py<PyBaseException>)>,
     kept: AtomicUsize,
     logger: Py<PyAny>,
+    /// `asyncio.CancelledError`: a `BaseException` that is not fatal (an op's own cancellation).
+    cancelled: Py<PyAny>,
     /// The source raised: the pipeline ended early and must report it.
     source_error: std::sync::OnceLock<String>,
+    /// How many times the source raised (a continuous source can be iterated again after one).
+    source_failures: AtomicU64,
+    /// The first fatal exception and the stage it was raised in.
+    fatal: std::sync::OnceLock<(String, Py<PyBaseException>)>,
+    /// The fatal exception was raised in the consumer once (later calls raise a `RuntimeError`).
+    fatal_raised: AtomicBool,
 }
 
 impl Failures {
     pub(crate) fn new(py: Python<'_>) -> PyResult<Self> {
         let logger = py.import("logging")?.call_method1("getLogger", ("spdl_rs.pipeline",))?.unbind();
+        let cancelled = py.import("asyncio")?.getattr("CancelledError")?.unbind();
         let (tx, rx) = unbounded();
-        Ok(Self { tx, rx, kept: AtomicUsize::new(0), logger, source_error: std::sync::OnceLock::new() })
+        Ok(Self {
+            tx,
+            rx,
+            kept: AtomicUsize::new(0),
+            logger,
+            cancelled,
+            source_error: std::sync::OnceLock::new(),
+            source_failures: AtomicU64::new(0),
+            fatal: std::sync::OnceLock::new(),
+            fatal_raised: AtomicBool::new(false),
+        })
+    }
+
+    /// Whether `err` must stop the pipeline rather than fail one item: a `BaseException` that is not an
+    /// `Exception` (nor an `asyncio.CancelledError`).
+    pub(crate) fn is_fatal(&self, py: Python<'_>, err: &PyErr) -> bool {
+        !err.is_instance_of::<PyException>(py) && !err.matches(py, self.cancelled.bind(py)).unwrap_or(false)
     }
 
     /// Logs a failed item's exception with its traceback, keeps it for `PipelineFailure`, and returns the
-    /// error the engine counts.
+    /// error the engine counts. A fatal exception ([`Failures::is_fatal`]) is kept as the pipeline's fatal
+    /// exception instead (the first one; it is not a `PipelineFailure` exception).
     pub(crate) fn record(&self, py: Python<'_>, stage: &str, err: PyErr) -> Error {
+        if self.is_fatal(py, &err) {
+            return self.record_fatal(py, stage, err);
+        }
         let message = err.to_string();
         // `into_value` attaches the traceback to the exception object, for the log and for `PipelineFailure`.
         let exc = err.into_value(py);
@@ -115,8 +151,26 @@ impl Failures {
         Error::Python { stage: stage.to_owned(), message }
     }
 
-    /// Records an exception of the source, which ends the pipeline.
+    fn record_fatal(&self, py: Python<'_>, stage: &str, err: PyErr) -> Error {
+        let message = err.to_string();
+        let type_name = err.get_type(py).name().map_or_else(|_| "BaseException".to_owned(), |n| n.to_string());
+        let exc = err.into_value(py);
+        let first = self.fatal.set((stage.to_owned(), exc.clone_ref(py))).is_ok();
+        let logged = self.logger.call_method1(
+            py,
+            if first { "error" } else { "warning" },
+            ("Stage `%s` raised %s: the pipeline stops and the consumer re-raises it", stage, &type_name),
+        );
+        if let Err(e) = logged {
+            e.write_unraisable(py, None);
+        }
+        Error::Python { stage: stage.to_owned(), message: format!("{type_name}: {message}") }
+    }
+
+    /// Records an exception of the source, which ends the pipeline (also a continuous one: see
+    /// [`PyIterable`]); it counts as a failure of the source's stats row.
     pub(crate) fn record_source(&self, py: Python<'_>, err: PyErr) {
+        self.source_failures.fetch_add(1, Ordering::Relaxed);
         let e = self.record(py, "source", err);
         let _ = self.source_error.set(e.to_string());
     }
@@ -124,6 +178,30 @@ impl Failures {
     /// The source's failure, if it raised.
     pub(crate) fn source_error(&self) -> Option<&str> {
         self.source_error.get().map(String::as_str)
+    }
+
+    /// How many times the source raised.
+    pub(crate) fn source_failures(&self) -> u64 {
+        self.source_failures.load(Ordering::Relaxed)
+    }
+
+    /// The fatal exception and its stage, if one was raised.
+    pub(crate) fn fatal(&self) -> Option<&(String, Py<PyBaseException>)> {
+        self.fatal.get()
+    }
+
+    /// The error the consumer gets now that the pipeline was stopped by a fatal exception: the exception
+    /// itself the first time, then a `RuntimeError` that names it. `None` if there was none.
+    pub(crate) fn fatal_error(&self, py: Python<'_>) -> Option<PyErr> {
+        let (stage, exc) = self.fatal.get()?;
+        if !self.fatal_raised.swap(true, Ordering::AcqRel) {
+            return Some(PyErr::from_value(exc.bind(py).clone().into_any()));
+        }
+        let type_name = exc.bind(py).get_type().name().map_or_else(|_| "BaseException".to_owned(), |n| n.to_string());
+        Some(pyo3::exceptions::PyRuntimeError::new_err(format!(
+            "the pipeline was stopped by {type_name} raised in stage `{stage}`; it cannot be iterated again (build \
+             a new pipeline)"
+        )))
     }
 
     /// The kept exceptions, oldest first.
@@ -181,45 +259,56 @@ const SIZE_SAMPLE: usize = 16;
 /// [`SIZE_SAMPLE`], scaled to the container's length; `depth` levels deep); anything else counts 64
 /// bytes. It never raises: an `nbytes` that fails or is not an integer counts 64 bytes too.
 pub(crate) fn py_nbytes(obj: &Bound<'_, PyAny>, depth: u32) -> u64 {
+    py_nbytes_checked(obj, depth).unwrap_or(64)
+}
+
+/// [`py_nbytes`], but an exception that is not an `Exception` (`KeyboardInterrupt` raised by an `nbytes`
+/// property) is returned, so that the stage records it as the pipeline's fatal exception.
+pub(crate) fn py_nbytes_checked(obj: &Bound<'_, PyAny>, depth: u32) -> PyResult<u64> {
     const OTHER: u64 = 64;
     let py = obj.py();
+    // An `Exception` counts [`OTHER`] bytes; anything else stops the pipeline.
+    let other = |e: PyErr| if e.is_instance_of::<PyException>(py) { Ok(OTHER) } else { Err(e) };
     if let Ok(b) = obj.cast::<PyBytes>() {
-        return b.as_bytes().len() as u64;
+        return Ok(b.as_bytes().len() as u64);
     }
     if let Ok(b) = obj.cast::<PyByteArray>() {
-        return b.len() as u64;
+        return Ok(b.len() as u64);
     }
     if let Ok(s) = obj.cast::<PyString>() {
-        return s.len().map_or(OTHER, |n| n as u64);
+        return Ok(s.len().map_or(OTHER, |n| n as u64));
     }
-    let scaled = |len: usize, sampled: u64, seen: usize| -> u64 {
-        if seen == 0 { OTHER } else { sampled.saturating_mul(len as u64) / seen as u64 }
+    let scaled = |len: usize, seen: &[Bound<'_, PyAny>]| -> PyResult<u64> {
+        let mut sampled = 0u64;
+        for o in seen {
+            sampled = sampled.saturating_add(py_nbytes_checked(o, depth - 1)?);
+        }
+        Ok(if seen.is_empty() { OTHER } else { sampled.saturating_mul(len as u64) / seen.len() as u64 })
     };
     if depth > 0 {
         if let Ok(l) = obj.cast::<PyList>() {
             let seen: Vec<_> = l.iter().take(SIZE_SAMPLE).collect();
-            let sum = seen.iter().map(|o| py_nbytes(o, depth - 1)).fold(0u64, u64::saturating_add);
-            return scaled(l.len(), sum, seen.len());
+            return scaled(l.len(), &seen);
         }
         if let Ok(t) = obj.cast::<PyTuple>() {
             let seen: Vec<_> = t.iter().take(SIZE_SAMPLE).collect();
-            let sum = seen.iter().map(|o| py_nbytes(o, depth - 1)).fold(0u64, u64::saturating_add);
-            return scaled(t.len(), sum, seen.len());
+            return scaled(t.len(), &seen);
         }
         if let Ok(d) = obj.cast::<PyDict>() {
             let seen: Vec<_> = d.values().iter().take(SIZE_SAMPLE).collect();
-            let sum = seen.iter().map(|o| py_nbytes(o, depth - 1)).fold(0u64, u64::saturating_add);
-            return scaled(d.len(), sum, seen.len());
+            return scaled(d.len(), &seen);
         }
     }
     // Only an `nbytes` the type defines (a property or descriptor): an instance `__getattr__` may do anything.
     let name = pyo3::intern!(py, "nbytes");
-    if !obj.get_type().hasattr(name).unwrap_or(false) {
-        return OTHER;
+    match obj.get_type().hasattr(name) {
+        Ok(true) => {}
+        Ok(false) => return Ok(OTHER),
+        Err(e) => return other(e),
     }
     match obj.getattr(name) {
-        Ok(n) => n.extract::<u64>().unwrap_or(OTHER),
-        Err(_) => OTHER,
+        Ok(n) => n.extract::<u64>().or_else(other),
+        Err(e) => other(e),
     }
 }
 
@@ -289,7 +378,8 @@ where
                         Ok(r) if r.is_none() => Ok(None),
                         Ok(r) => {
                             if probe.due() {
-                                probe.record(py_nbytes(&r, 2));
+                                let n = py_nbytes_checked(&r, 2).map_err(|e| failures.record(py, &stage_name, e))?;
+                                probe.record(n);
                             }
                             Ok(Some(convert(r, split_output)))
                         }
@@ -397,7 +487,10 @@ impl Iterator for PyGen {
                     Some(Ok(obj)) if obj.is_none() => {}
                     Some(Ok(obj)) => {
                         if self.size.due() {
-                            self.size.record(py_nbytes(&obj, 2));
+                            match py_nbytes_checked(&obj, 2) {
+                                Ok(n) => self.size.record(n),
+                                Err(e) => return Some(Err(self.failures.record(py, &self.stage, e))),
+                            }
                         }
                         return Some(Ok(convert(obj, self.split)));
                     }
@@ -450,7 +543,7 @@ fn agen_stream(
 /// on the pool, holding the GIL only for the call.
 pub(crate) struct PyAggregator {
     pub(crate) stage: String,
-    pub(crate) agg: Py<PyAny>,
+    pub(crate) agg: Arc<Py<PyAny>>,
     pub(crate) failures: Arc<Failures>,
     /// A `disaggregate` follows: split `list`/`tuple` outputs now, while the GIL is held.
     pub(crate) split_output: bool,
@@ -511,6 +604,12 @@ impl PyIter {
     }
 
     fn refill(&mut self) {
+        // A source that raised ends the pipeline, as in SPDL: a continuous source is not iterated again (its
+        // next epoch is empty, which ends the engine's pipeline) and the consumer gets the failure.
+        if self.failures.source_error().is_some() || self.failures.fatal().is_some() {
+            self.done = true;
+            return;
+        }
         let chunk = self.chunk;
         self.chunk = (self.chunk * 2).min(self.max_chunk);
         super::tstate::attach(|py| {
@@ -561,7 +660,8 @@ impl Iterator for PyIter {
     }
 }
 
-/// A Python iterable re-iterated each epoch (a `continuous=True` source).
+/// A Python iterable re-iterated each epoch (a `continuous=True` source). An exception of the iterable
+/// ends the pipeline (the epoch it cut short is the last), as a one-pass source's does.
 #[derive(Clone)]
 pub(crate) struct PyIterable {
     pub(crate) iterable: Arc<Py<PyAny>>,

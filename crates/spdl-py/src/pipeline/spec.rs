@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::{PyTraverseError, PyVisit};
 use spdl_exec::{FailureBudget, OutputOrder};
 
 use super::ops::PyOpKind;
@@ -51,6 +52,12 @@ pub struct IterSource {
 
 #[pymethods]
 impl IterSource {
+    /// The Python objects this step holds, for the garbage collector (a pipeline whose op refers back to
+    /// its owner is then a collectable cycle).
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&*self.iterable)
+    }
+
     #[new]
     #[pyo3(signature = (iterable, *, continuous=false))]
     fn new(iterable: Py<PyAny>, continuous: bool) -> Self {
@@ -87,6 +94,12 @@ pub struct ListSource {
 
 #[pymethods]
 impl ListSource {
+    /// The Python objects this step holds, for the garbage collector (a pipeline whose op refers back to
+    /// its owner is then a collectable cycle).
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.items)
+    }
+
     #[new]
     fn new(items: Py<PyAny>) -> Self {
         Self { items }
@@ -102,6 +115,12 @@ pub struct AsyncSource {
 
 #[pymethods]
 impl AsyncSource {
+    /// The Python objects this step holds, for the garbage collector (a pipeline whose op refers back to
+    /// its owner is then a collectable cycle).
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&*self.aiter)
+    }
+
     #[new]
     fn new(aiter: Py<PyAny>) -> Self {
         Self { aiter: Arc::new(aiter) }
@@ -129,6 +148,18 @@ pub struct MergeSource {
 
 #[pymethods]
 impl MergeSource {
+    /// The Python objects this step holds, for the garbage collector (a pipeline whose op refers back to
+    /// its owner is then a collectable cycle).
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        for (source, steps) in &self.inputs {
+            visit.call(source)?;
+            for step in steps {
+                visit.call(step)?;
+            }
+        }
+        Ok(())
+    }
+
     #[new]
     #[pyo3(signature = (name, inputs, *, policy="as_available", weights=None, stop_after=0, seed=0))]
     fn new(
@@ -165,7 +196,8 @@ pub struct PipeStep {
     pub(crate) name: String,
     /// `None`: a native op.
     pub(crate) kind: Option<PyOpKind>,
-    pub(crate) op: Py<PyAny>,
+    /// Shared with the engine's stage (one Python reference, visited by `__traverse__`).
+    pub(crate) op: Arc<Py<PyAny>>,
     pub(crate) concurrency: usize,
     pub(crate) order: OutputOrder,
     pub(crate) budget: FailureBudget,
@@ -173,6 +205,12 @@ pub struct PipeStep {
 
 #[pymethods]
 impl PipeStep {
+    /// The Python objects this step holds, for the garbage collector (a pipeline whose op refers back to
+    /// its owner is then a collectable cycle).
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&*self.op)
+    }
+
     #[new]
     #[pyo3(signature = (name, kind, op, *, concurrency=1, output_order="completion", max_failures=None, max_failure_fraction=None))]
     fn new(
@@ -190,7 +228,7 @@ impl PipeStep {
         Ok(Self {
             name,
             kind: op_kind(kind)?,
-            op,
+            op: Arc::new(op),
             concurrency,
             order: order(output_order)?,
             budget: budget(max_failures, max_failure_fraction)?,
@@ -223,16 +261,23 @@ impl AggregateStep {
 #[derive(Debug)]
 pub struct AggregatorStep {
     pub(crate) name: String,
-    pub(crate) aggregator: Py<PyAny>,
+    /// Shared with the engine's stage (one Python reference, visited by `__traverse__`).
+    pub(crate) aggregator: Arc<Py<PyAny>>,
     pub(crate) drop_last: bool,
 }
 
 #[pymethods]
 impl AggregatorStep {
+    /// The Python objects this step holds, for the garbage collector (a pipeline whose op refers back to
+    /// its owner is then a collectable cycle).
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&*self.aggregator)
+    }
+
     #[new]
     #[pyo3(signature = (name, aggregator, *, drop_last=false))]
     fn new(name: String, aggregator: Py<PyAny>, drop_last: bool) -> Self {
-        Self { name, aggregator, drop_last }
+        Self { name, aggregator: Arc::new(aggregator), drop_last }
     }
 }
 
@@ -263,6 +308,18 @@ pub struct PathVariantsStep {
 
 #[pymethods]
 impl PathVariantsStep {
+    /// The Python objects this step holds, for the garbage collector (a pipeline whose op refers back to
+    /// its owner is then a collectable cycle).
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&*self.router)?;
+        for path in &self.paths {
+            for step in path {
+                visit.call(step)?;
+            }
+        }
+        Ok(())
+    }
+
     #[new]
     #[pyo3(signature = (name, router, paths, *, is_async=false, batched=false, output_order="completion"))]
     fn new(
@@ -290,6 +347,12 @@ pub struct ThroughStep {
 
 #[pymethods]
 impl ThroughStep {
+    /// The Python objects this step holds, for the garbage collector (a pipeline whose op refers back to
+    /// its owner is then a collectable cycle).
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&*self.func)
+    }
+
     #[new]
     fn new(name: String, func: Py<PyAny>) -> Self {
         Self { name, func: Arc::new(func) }

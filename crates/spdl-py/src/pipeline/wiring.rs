@@ -145,7 +145,7 @@ macro_rules! apply_steps {
                 let a = a.get();
                 let agg = PyAggregator {
                     stage: a.name.clone(),
-                    agg: a.aggregator.clone_ref(step.py()),
+                    agg: Arc::clone(&a.aggregator),
                     failures: Arc::clone(ctx.failures),
                     split_output: next_is_disaggregate(steps, i),
                 };
@@ -300,7 +300,7 @@ impl RegionInputs {
     }
 
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
-        let next = py.detach(|| {
+        let next = crate::lifecycle::detach(py, || {
             let mut guard = self.inputs.lock().unwrap_or_else(PoisonError::into_inner);
             let next = guard.as_mut().and_then(Iterator::next);
             if next.is_none() {
@@ -318,7 +318,7 @@ impl RegionInputs {
 /// The engine's description of a `pipe` step.
 fn pipe_spec(p: &PipeStep, py: Python<'_>, split_output: bool) -> PyResult<PipeSpec> {
     let op = match p.kind {
-        Some(kind) => OpImpl::Python { kind, op: Arc::new(p.op.clone_ref(py)) },
+        Some(kind) => OpImpl::Python { kind, op: Arc::clone(&p.op) },
         None => OpImpl::Native(Arc::clone(&p.op.bind(py).cast::<super::PyNativeOp>()?.get().op)),
     };
     Ok(PipeSpec {

@@ -50,15 +50,27 @@ pub struct CanonicalOrder {
     shuffle: bool,
 }
 
+/// The most canonical partitions of an order of fewer samples than this; an order of more samples may
+/// have up to one partition per sample. A shuffled epoch permutes every partition (empty ones included), so
+/// the cap keeps that permutation within the order's own size.
+pub const MAX_PARTITIONS_FLOOR: usize = 1 << 16;
+
 impl CanonicalOrder {
-    /// The order of `len` samples over `partitions` canonical partitions (at least 1).
+    /// The most partitions an order of `len` samples may have: `max(len, MAX_PARTITIONS_FLOOR)`.
+    pub fn max_partitions(len: usize) -> usize {
+        len.max(MAX_PARTITIONS_FLOOR)
+    }
+
+    /// The order of `len` samples over `partitions` canonical partitions (at least 1, at most
+    /// [`max_partitions`](Self::max_partitions)`(len)`).
     pub fn new(len: usize, partitions: usize, seed: u64, shuffle: bool) -> Result<Self> {
-        if partitions == 0 {
+        check_order_len("canonical order length", len as u128)?;
+        let max = Self::max_partitions(len);
+        if partitions == 0 || partitions > max {
             return Err(SourceError::SamplerConfig {
-                reason: "the number of canonical partitions must be at least 1".into(),
+                reason: format!("num_partitions must be between 1 and {max}, got {partitions}"),
             });
         }
-        check_order_len("canonical order length", len as u128)?;
         Ok(Self { len, partitions, seed, shuffle })
     }
 
@@ -363,6 +375,23 @@ impl<'a> GapCursor<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn partitions_are_capped_by_the_dataset_size() {
+        // 2**40 partitions of 1000 samples used to allocate 8 TB for the permutation of partitions.
+        let e = CanonicalOrder::new(1000, 1 << 40, 0, true).unwrap_err().to_string();
+        assert!(e.contains("num_partitions must be between 1 and 65536, got 1099511627776"), "{e}");
+        assert!(CanonicalOrder::new(1000, 1_000_000_000, 0, true).is_err());
+        assert!(CanonicalOrder::new(10, 0, 0, true).is_err());
+        // Up to the floor for small datasets (SPDL's default of 64 partitions over 10 samples), up to one per
+        // sample for large ones.
+        let o = CanonicalOrder::new(10, 64, 0, true).unwrap();
+        let mut v = o.try_order(0).unwrap();
+        v.sort_unstable();
+        assert_eq!(v, (0..10).collect::<Vec<_>>());
+        assert!(CanonicalOrder::new(100_000, 100_000, 0, true).is_ok());
+        assert!(CanonicalOrder::new(100_000, 100_001, 0, true).is_err());
+    }
 
     #[test]
     fn spans_merge_and_count() {

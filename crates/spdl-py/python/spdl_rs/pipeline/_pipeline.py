@@ -111,7 +111,8 @@ class _Reporter:
     """Logs the stats table through ``logging`` every ``interval`` seconds (a daemon thread)."""
 
     def __init__(self, core: _native.PipelineCore, interval: float, extensions: Any = None) -> None:
-        self._core = core
+        # Weak: the reporter's thread must not keep the pipeline (and the objects its ops refer to) alive.
+        self._core = weakref.ref(core)
         self._interval = interval
         self._ext = extensions
         self._done = threading.Event()
@@ -122,10 +123,14 @@ class _Reporter:
 
     def _run(self) -> None:
         while not self._done.wait(self._interval):
-            _LG.info("Pipeline stats:\n%s", self._core.stats_table())
+            core = self._core()
+            if core is None:
+                return
+            _LG.info("Pipeline stats:\n%s", core.stats_table())
             if self._ext is not None:
                 # The default TaskStatsHook's and StatsQueue's interval reports, in SPDL's words.
-                self._ext.report_native_interval(self._core)
+                self._ext.report_native_interval(core)
+            del core
 
     def stop(self) -> None:
         if self._thread.is_alive():
@@ -133,7 +138,9 @@ class _Reporter:
             if threading.current_thread() is self._thread:
                 return
             self._thread.join()
-            _LG.info("Pipeline stats (final):\n%s", self._core.stats_table())
+            core = self._core()
+            if core is not None:
+                _LG.info("Pipeline stats (final):\n%s", core.stats_table())
 
 
 def _shutdown(
@@ -187,15 +194,36 @@ def _shutdown(
 
 
 def _finalize(
-    core: _native.PipelineCore,
+    core_ref: weakref.ref[_native.PipelineCore],
     loop: _EventLoop | None,
     reporter: _Reporter | None,
     resources: Sequence[Any] = (),
     extensions: Any = None,
 ) -> None:
-    """The finalizer (garbage collection, interpreter exit): a bounded stop that never raises."""
+    """The finalizer (garbage collection, interpreter exit): a bounded stop that never raises.
+
+    It holds the engine core only weakly: a strong reference from the finalizer registry would keep the
+    pipeline's ops alive, and with them an owner that the ops refer to (a bound method of the object that
+    owns the pipeline), so that the cycle could never be collected. When the core is gone already (collected
+    with its cycle), its own destructor has stopped its threads; what is left here is the event loop, the
+    reporter and the resources."""
+    core = core_ref()
     try:
-        _shutdown(core, loop, reporter, _FINALIZE_TIMEOUT, resources, extensions)
+        if core is not None:
+            _shutdown(core, loop, reporter, _FINALIZE_TIMEOUT, resources, extensions)
+            return
+        for r in resources:
+            r.signal_stop()
+        if extensions is not None:
+            with contextlib.suppress(Exception):
+                extensions.close()
+        if loop is not None:
+            loop.stop(_FINALIZE_TIMEOUT)
+        if reporter is not None:
+            reporter.stop()
+        for r in resources:
+            with contextlib.suppress(Exception):
+                r.close()
     except TimeoutError as e:
         _LG.warning("A pipeline was garbage-collected or left at exit while running: %s", e)
 
@@ -236,7 +264,7 @@ class Pipeline(Generic[T]):
         self._failure_raised = False
         self._resources = tuple(resources)
         self._finalizer = weakref.finalize(
-            self, _finalize, core, event_loop, self._reporter, self._resources, extensions
+            self, _finalize, weakref.ref(core), event_loop, self._reporter, self._resources, extensions
         )
 
     def __repr__(self) -> str:

@@ -175,6 +175,7 @@ class _Sigint:
     armed = False
     delivered = False
     stray = 0
+    swallowed: list[str] = []
 
 
 def _on_sigint(signum: int, frame: Any) -> None:
@@ -186,11 +187,27 @@ def _on_sigint(signum: int, frame: Any) -> None:
 
 
 def _unraisable(args: Any) -> None:
-    if isinstance(args.exc_value, KeyboardInterrupt):
-        STATS.unraisable_kbi += 1
-        return
     text = "".join(traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback))
+    if isinstance(args.exc_value, KeyboardInterrupt):
+        # Our SIGINT, raised where it could only be ignored: the scenario reports it as swallowed.
+        STATS.unraisable_kbi += 1
+        _Sigint.swallowed.append(f"{args.err_msg or 'Exception ignored'}: {_describe(args.object)}\n{text}"[-3000:])
+        return
     STATS.unraisable.append(f"{args.err_msg or 'Exception ignored'}: {args.object!r}\n{text}"[-3000:])
+
+
+def _describe(obj: Any) -> str:
+    """``obj``, and for a ``WeakSet``'s removal callback, which set it belongs to."""
+    text = repr(obj)
+    try:
+        owner = obj.__defaults__[0]() if getattr(obj, "__qualname__", "").startswith("WeakSet.") else None
+    except Exception:  # noqa: BLE001
+        owner = None
+    if owner is not None:
+        names = [f"{m.__name__}.{n}" for m in list(sys.modules.values()) if m is not None
+                 for n, v in list(getattr(m, "__dict__", {}).items()) if v is owner]
+        text += f" (removal callback of the WeakSet {', '.join(names) or hex(id(owner))})"
+    return text
 
 
 def _thread_exception(args: Any) -> None:
@@ -558,6 +575,7 @@ def sc_sigint(ctx: Ctx, rng: random.Random) -> None:
 
     timer = threading.Timer(delay, send)
     _Sigint.delivered = False
+    _Sigint.swallowed.clear()
     _Sigint.armed = True
     sent = time.monotonic()
     caught = False
@@ -585,8 +603,14 @@ def sc_sigint(ctx: Ctx, rng: random.Random) -> None:
     finally:
         _Sigint.armed = False
         timer.join()
+    sender = "signal.raise_signal" if use_raise else "os.kill"
     if caught:
         STATS.outcomes[f"sigint:caught_{where}"] += 1
+    elif _Sigint.delivered:
+        STATS.outcomes[f"sigint:swallowed_{where}"] += 1
+        STATS.fail(ctx, f"SIGINT ({sender}, {where}, after {delay} s): the KeyboardInterrupt was raised where it "
+                        "was ignored (unraisable) instead of reaching the consumer",
+                   "\n".join(_Sigint.swallowed) or "(no unraisable record: swallowed by an except clause)")
     else:
         STATS.fail(ctx, f"SIGINT sent {'by raise_signal' if use_raise else 'by os.kill'} ({where}) raised no "
                         "KeyboardInterrupt within 12 s")
@@ -1064,7 +1088,7 @@ def main() -> int:
         "checks_failed": checks,
     }
 
-    w = 34
+    w = 40
     print("\n" + "=" * 78)
     print(f"spdl_rs soak: {'PASS' if ok else 'FAIL'}   seed {seed}   {duration:.0f} s   python {summary['python']}")
     print("-" * 78)

@@ -308,3 +308,88 @@ fn one_and_two_decoder_threads_agree() {
     let two = VideoOptions { decode: DecodeOptions { threads: 2, ..Default::default() }, ..Default::default() };
     assert_eq!(one.buffer.as_bytes(), decode(&path, &two).buffer.as_bytes());
 }
+
+/// 20 frames of 64x48 testsrc at 10 fps (MPEG-4 part 2: no reordering) whose timestamps are rewritten by
+/// `setts` with `pts_expr` (in the Matroska time base, ms).
+fn retimed(name: &str, pts_expr: &str) -> PathBuf {
+    let bsf = format!("setts=pts={pts_expr}");
+    generate(
+        &dir(),
+        name,
+        &["-f", "lavfi", "-i", "testsrc=size=64x48:rate=10", "-frames:v", "20", "-c:v", "mpeg4", "-bsf:v", &bsf],
+    )
+}
+
+#[test]
+fn frames_with_backward_or_zigzag_timestamps_all_come_out() {
+    // 1900, 1800, ..., 0; and 100, 1, 300, 201, ...: each used to give 1-2 of 20 frames, with no error.
+    for (name, expr) in
+        [("backwards.mkv", "(19-N)*100"), ("zigzag.mkv", "if(mod(N\\,2)\\,PTS-100\\,PTS+100)")]
+    {
+        let path = retimed(name, expr);
+        let frames = decode_video(path.as_path(), &VideoOptions::default(), &system_allocator())
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(frames.buffer.shape(), &[20, 48, 64, 3], "{name}");
+        // Presentation order: the timestamps increase.
+        assert!(frames.pts_s.windows(2).all(|w| w[0] < w[1]), "{name}: {:?}", frames.pts_s);
+        // Every frame is a distinct picture (testsrc moves every frame).
+        let slots: Vec<&[u8]> = frames.buffer.as_bytes().chunks_exact(64 * 48 * 3).collect();
+        let distinct = slots.iter().collect::<std::collections::HashSet<_>>().len();
+        assert_eq!(distinct, 20, "{name}");
+        // Sampling works on presentation order too.
+        let opts = VideoOptions {
+            decode: DecodeOptions { sampling: FrameSampling::Uniform(5), ..DecodeOptions::default() },
+            ..VideoOptions::default()
+        };
+        let five = decode_video(path.as_path(), &opts, &system_allocator()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(five.buffer.shape()[0], 5, "{name}");
+    }
+    // Reversed timestamps: frames come out in presentation order, not decode order.
+    let back = retimed("backwards.mkv", "(19-N)*100");
+    let frames = decode_video(back.as_path(), &VideoOptions::default(), &system_allocator())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let plain = generate(
+        &dir(),
+        "plain20.mkv",
+        &["-f", "lavfi", "-i", "testsrc=size=64x48:rate=10", "-frames:v", "20", "-c:v", "mpeg4"],
+    );
+    let fwd = decode_video(plain.as_path(), &VideoOptions::default(), &system_allocator())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let fb = 64 * 48 * 3;
+    let (got, want) = (frames.buffer.as_bytes(), fwd.buffer.as_bytes());
+    let matches: Vec<Option<usize>> =
+        (0..20).map(|i| (0..20).find(|&j| got[i * fb..(i + 1) * fb] == want[j * fb..(j + 1) * fb])).collect();
+    // Every source frame once, the one shown first decoded last (the muxer keeps the timestamps
+    // decreasing over the first half, and nudges those of the second half: 1.9, ..., 1.0, 0.910, ..., 0.901).
+    let mut seen = matches.clone();
+    seen.sort_unstable();
+    assert_eq!(seen, (0..20).map(Some).collect::<Vec<_>>(), "{matches:?}");
+    assert_eq!(matches.last(), Some(&Some(0)), "{matches:?} {:?}", frames.pts_s);
+}
+
+#[test]
+fn huge_frame_counts_are_refused_before_anything_is_allocated() {
+    let path = retimed("plain_for_count.mkv", "PTS");
+    for sampling in [FrameSampling::Uniform(1_000_000_000), FrameSampling::Fps(1e12)] {
+        let opts = VideoOptions {
+            decode: DecodeOptions { sampling, ..DecodeOptions::default() },
+            ..VideoOptions::default()
+        };
+        let t = std::time::Instant::now();
+        let err = decode_video(path.as_path(), &opts, &system_allocator()).err();
+        assert!(t.elapsed().as_secs_f64() < 2.0, "{:?}", t.elapsed());
+        match err {
+            Some(Error::InvalidOptions(m)) => {
+                assert!(m.contains("plain_for_count.mkv") && m.contains("max_output_bytes"), "{m}")
+            }
+            other => panic!("{sampling:?}: {other:?}"),
+        }
+    }
+    // Within the limits, a count larger than the video repeats frames.
+    let opts = VideoOptions {
+        decode: DecodeOptions { sampling: FrameSampling::Uniform(40), ..DecodeOptions::default() },
+        ..VideoOptions::default()
+    };
+    let out = decode_video(path.as_path(), &opts, &system_allocator()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(out.buffer.shape()[0], 40);
+}

@@ -50,6 +50,11 @@ pub(crate) struct Int {
 }
 
 impl Int {
+    /// The value (saturated to `i128` for a larger one).
+    pub(crate) fn value(&self) -> i128 {
+        self.value
+    }
+
     fn show(&self) -> String {
         self.shown.clone().unwrap_or_else(|| self.value.to_string())
     }

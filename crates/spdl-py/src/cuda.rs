@@ -33,6 +33,23 @@ pyo3::create_exception!(
 
 /// The devices opened so far (each once per process: its pinned pool and copy stream).
 static DEVICES: Mutex<Option<HashMap<usize, Arc<Transfer>>>> = Mutex::new(None);
+/// The fork generation the first device was opened in (`u64::MAX`: none yet).
+static DEVICES_MADE_IN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(u64::MAX);
+
+/// CUDA does not survive `fork`: a child of a process that opened a device cannot use CUDA (its contexts,
+/// pinned pool and copy stream belong to the parent), so every call that needs the GPU raises a
+/// `RuntimeError` there instead of hanging in the driver, before `DEVICES` (which a parent thread may have
+/// held at the fork) is touched.
+fn fork_guard() -> PyResult<()> {
+    let made_in = DEVICES_MADE_IN.load(std::sync::atomic::Ordering::Acquire);
+    if made_in != u64::MAX && crate::lifecycle::made_before_fork(made_in) {
+        return Err(PyRuntimeError::new_err(
+            "CUDA was opened in the parent process before a fork and cannot be used in the child: \
+             start workers with the 'spawn' or 'forkserver' method",
+        ));
+    }
+    Ok(())
+}
 
 /// The [`Transfer`] of device `index`, opened on first use. Failures are not cached: a later call retries.
 fn device(index: usize) -> Result<Arc<Transfer>, CudaError> {
@@ -45,6 +62,12 @@ fn device(index: usize) -> Result<Arc<Transfer>, CudaError> {
     let config = TransferConfig { device: index, timing: false, ..TransferConfig::default() };
     let t = Arc::new(Transfer::new(&config)?);
     map.insert(index, Arc::clone(&t));
+    let _ = DEVICES_MADE_IN.compare_exchange(
+        u64::MAX,
+        crate::lifecycle::generation(),
+        std::sync::atomic::Ordering::AcqRel,
+        std::sync::atomic::Ordering::Acquire,
+    );
     Ok(t)
 }
 
@@ -307,6 +330,7 @@ fn cuda_device_count(py: Python<'_>) -> usize {
 /// `CUDAUnavailableError` when it cannot be used.
 #[pyfunction]
 fn cuda_open(py: Python<'_>, device_index: i64) -> PyResult<()> {
+    fork_guard()?;
     let index = non_negative("device_index", device_index)?;
     crate::lifecycle::detach(py, || device(index)).map(drop).map_err(|e| to_py(&format!("opening CUDA device {index}"), e))
 }
@@ -314,14 +338,15 @@ fn cuda_open(py: Python<'_>, device_index: i64) -> PyResult<()> {
 /// `cpu_storage(size, pin_memory)`: `size` bytes, zeroed, from device 0's pinned pool or the system allocator.
 #[pyfunction]
 #[pyo3(signature = (size, pin_memory = true))]
-fn cuda_cpu_storage(py: Python<'_>, size: i64, pin_memory: bool) -> PyResult<CpuStorage> {
-    if size <= 0 {
-        return Err(PyValueError::new_err(format!("`size` must be greater than 0. (got {size})")));
+fn cuda_cpu_storage(py: Python<'_>, size: crate::args::Int, pin_memory: bool) -> PyResult<CpuStorage> {
+    if pin_memory {
+        fork_guard()?;
     }
-    let size = usize::try_from(size).map_err(|_| PyValueError::new_err(format!("`size` {size} is too large")))?;
-    if size > isize::MAX as usize {
-        return Err(PyValueError::new_err(format!("`size` {size} is too large")));
+    if size.value() <= 0 {
+        // SPDL's words.
+        return Err(PyValueError::new_err(format!("`size` must be greater than 0. (got {})", size.value())));
     }
+    let size = crate::args::size_bytes("size", &size, 1, crate::args::MAX_BYTES)? as usize;
     let buffer = crate::lifecycle::detach(py, || -> PyResult<Buffer> {
         let alloc: SharedAllocator = if pin_memory {
             // Pinned blocks are portable (`CU_MEMHOSTALLOC_PORTABLE`): device 0's context serves every device.
@@ -343,6 +368,7 @@ fn cuda_cpu_storage(py: Python<'_>, size: i64, pin_memory: bool) -> PyResult<Cpu
 /// `transfer_buffer` puts arrays it does not own, so their copy to the device is a DMA.
 #[pyfunction]
 fn cuda_pinned_buffer(py: Python<'_>, shape: Vec<usize>, dtype: &str, device_index: i64) -> PyResult<PyBuffer> {
+    fork_guard()?;
     let dt = parse_dtype(dtype)?;
     let index = non_negative("device_index", device_index)?;
     let b = crate::lifecycle::detach(py, || -> PyResult<Buffer> {
@@ -363,6 +389,7 @@ fn cuda_transfer_buffer(
     buffer: PyRef<'_, PyBuffer>,
     device_config: PyRef<'_, CudaConfig>,
 ) -> PyResult<CudaBuffer> {
+    fork_guard()?;
     if device_config.allocator.is_some() {
         return Err(PyValueError::new_err(
             "transfer_buffer: cuda_config(allocator=...) is not supported by spdl_rs: device memory comes from the \
@@ -386,6 +413,7 @@ fn cuda_transfer_buffer(
 /// `transfer_buffer_cpu(buffer)`: copies a `CUDABuffer` back into a new host `spdl_rs.Buffer` (GIL released).
 #[pyfunction]
 fn cuda_transfer_buffer_cpu(py: Python<'_>, buffer: PyRef<'_, CudaBuffer>) -> PyResult<PyBuffer> {
+    fork_guard()?;
     let inner = Arc::clone(&buffer.inner);
     let host = py
         .detach(|| inner.to_host())

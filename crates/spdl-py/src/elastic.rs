@@ -64,7 +64,7 @@ fn get<'py>(d: &Bound<'py, PyDict>, key: &str) -> PyResult<Bound<'py, PyAny>> {
 #[pymethods]
 impl PyElasticSampler {
     #[new]
-    #[pyo3(signature = (n, /, *, rank, world_size, seed=0, shuffle=true, num_partitions=64, drop_remainder=false))]
+    #[pyo3(signature = (n, /, *, rank, world_size, seed=0, shuffle=true, num_partitions=Int::from(64), drop_remainder=false))]
     fn new(
         n: Int,
         rank: Int,

@@ -23,11 +23,13 @@ use pyo3::exceptions::{
     PyFileNotFoundError, PyIsADirectoryError, PyOSError, PyPermissionError, PyRuntimeError, PyValueError,
 };
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyDict};
 use spdl_buffer::{Buffer, Layout, system_allocator};
 use spdl_io::image::{BatchDecoder, BatchOptions, ImageOptions, Normalize, PixelFormat, ResizeFilter, Transform};
 
 use self::options::KeywordOptions;
+use crate::args::{self, Int};
 use crate::buffer::PyBuffer;
 use crate::error::Error;
 use crate::pipeline::{NativeOp, PyNativeOp};
@@ -37,7 +39,31 @@ use crate::value::Value;
 /// An image source as Rust holds it: a path or encoded bytes.
 enum Src {
     Path(PathBuf),
-    Bytes(String, Vec<u8>),
+    Bytes(String, Data),
+}
+
+/// Encoded bytes: borrowed from a Python `bytes` object (no copy: [`PyBackedBytes`] keeps the object alive
+/// and is read without the GIL), or owned (a pipeline's `Value::Bytes`, a file read for a mixed batch, a
+/// copy of a `bytearray` or other buffer-protocol object).
+pub(crate) enum Data {
+    Py(PyBackedBytes),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for Data {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Data::Py(b) => b,
+            Data::Owned(v) => v,
+        }
+    }
+}
+
+impl AsRef<[u8]> for Data {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
 }
 
 impl Src {
@@ -50,17 +76,20 @@ impl Src {
 }
 
 /// A path (`str` or `os.PathLike`) or encoded bytes (`bytes`, `bytearray`, `memoryview`, numpy `uint8`).
+/// `bytes` are borrowed, not copied (a list of 100,000 references to one object costs no more than the
+/// object); other buffer-protocol objects are copied once (`bytes(obj)`; the stable ABI this module builds
+/// against has no buffer borrowing before Python 3.11).
 fn src_from_py(obj: &Bound<'_, PyAny>, index: usize) -> PyResult<Src> {
     if let Ok(b) = obj.cast::<PyBytes>() {
-        return Ok(Src::Bytes(format!("<bytes #{index}>"), b.as_bytes().to_vec()));
+        return Ok(Src::Bytes(format!("<bytes #{index}>"), Data::Py(PyBackedBytes::from(b.clone()))));
     }
     if let Ok(p) = obj.extract::<PathBuf>() {
         return Ok(Src::Path(p));
     }
-    // Any other buffer-protocol object: copy its bytes (`bytes(obj)`).
+    // Any other buffer-protocol object: one copy (`bytes(obj)`), then borrowed.
     let bytes = obj.py().get_type::<PyBytes>().call1((obj,))?;
-    let bytes = bytes.cast::<PyBytes>()?;
-    Ok(Src::Bytes(format!("<bytes #{index}>"), bytes.as_bytes().to_vec()))
+    let bytes = bytes.cast_into::<PyBytes>()?;
+    Ok(Src::Bytes(format!("<bytes #{index}>"), Data::Py(PyBackedBytes::from(bytes))))
 }
 
 /// The failed items of a non-strict batch: `(index, item, message)`, as Python sees them.
@@ -108,7 +137,7 @@ fn log_failures(py: Python<'_>, what: &str, failures: &[(usize, String, String)]
 fn src_from_value(v: Value, stage: &str, op: &str, expects: &'static str, index: usize) -> Result<Src, Error> {
     match v {
         Value::Str(s) => Ok(Src::Path(PathBuf::from(s))),
-        Value::Bytes(b) => Ok(Src::Bytes(format!("<bytes #{index}>"), b)),
+        Value::Bytes(b) => Ok(Src::Bytes(format!("<bytes #{index}>"), Data::Owned(b))),
         Value::Py(obj) => crate::pipeline::tstate::attach(|py| src_from_py(obj.bind(py), index))
             .map_err(|e| Error::wrong_input(stage, op, format!("a Python object ({e})"), expects)),
         other => Err(Error::wrong_input(stage, op, other.describe(), expects)),
@@ -135,6 +164,11 @@ fn filter(name: &str) -> PyResult<ResizeFilter> {
             "filter must be nearest, box, bilinear, hamming or bicubic, got {other:?}"
         ))),
     }
+}
+
+/// An output width or height.
+fn side(name: &str, v: &Int) -> PyResult<u32> {
+    Ok(args::count(name, v, 1, args::MAX_SIDE)? as u32)
 }
 
 fn transform(size: Option<(u32, u32)>, filter_name: &str) -> PyResult<Transform> {
@@ -224,14 +258,15 @@ fn decode_memory_budget() -> u64 {
 /// Raises:
 ///     ValueError: ``nbytes`` is below 16 MiB.
 #[pyfunction]
-fn set_decode_memory_budget(nbytes: u64) -> PyResult<()> {
+fn set_decode_memory_budget(nbytes: Int) -> PyResult<()> {
+    let nbytes = args::size_bytes("nbytes", &nbytes, spdl_io::UNMETERED_BYTES, u64::MAX)?;
     spdl_io::set_decode_memory_budget(nbytes).map_err(io_err)
 }
 
 keyword_options! {
     /// The options of `load_image`, `decode_image` and their op.
     struct ImageArgs {
-        size: Option<(u32, u32)> = None,
+        size: Option<(Int, Int)> = None,
         pixel_format: String = "rgb".to_owned(),
         filter: String = "bilinear".to_owned(),
         exif_orientation: bool = false,
@@ -255,7 +290,11 @@ impl ImageSpec {
             ..ImageOptions::default()
         };
         opts.validate().map_err(io_err)?;
-        let transform = transform(args.size, &args.filter)?;
+        let size = match &args.size {
+            Some((w, h)) => Some((side("width", w)?, side("height", h)?)),
+            None => None,
+        };
+        let transform = transform(size, &args.filter)?;
         transform.validate().map_err(io_err)?;
         Ok(Self { opts, transform })
     }
@@ -325,7 +364,7 @@ keyword_options! {
         pixel_format: String = "rgb".to_owned(),
         filter: String = "bilinear".to_owned(),
         strict: bool = true,
-        num_threads: Option<usize> = None,
+        num_threads: Option<Int> = None,
         transform: String = "resize".to_owned(),
         seed: u64 = 0,
     }
@@ -342,11 +381,12 @@ impl BatchSpec {
     fn from_kwargs(
         py: Python<'_>,
         func: &str,
-        width: u32,
-        height: u32,
+        width: &Int,
+        height: &Int,
         options: Option<&Bound<'_, PyDict>>,
         default_threads: Option<usize>,
     ) -> PyResult<Self> {
+        let (width, height) = (side("width", width)?, side("height", height)?);
         let args = ImageBatchArgs::from_kwargs(func, options)?;
         let transform = batch_transform(&args.transform, width, height, &args.filter, args.seed)?;
         let opts = BatchOptions {
@@ -354,7 +394,7 @@ impl BatchSpec {
             layout: layout(&args.layout)?,
             normalize: normalize(args.normalize.as_ref().map(|n| n.bind(py)))?,
             strict: args.strict,
-            threads: args.num_threads.or(default_threads),
+            threads: args::opt_count("num_threads", args.num_threads.as_ref(), 1, args::MAX_THREADS)?.or(default_threads),
             image: ImageOptions { format: pixel_format(&args.pixel_format)?, ..ImageOptions::default() },
         };
         let decoder = BatchDecoder::new(opts, system_allocator()).map_err(io_err)?;
@@ -384,7 +424,7 @@ impl BatchSpec {
                     Src::Bytes(n, b) => (n, b),
                     Src::Path(p) => {
                         let b = spdl_io::read_file(&p, &spdl_io::ReadLimits::default())?;
-                        (p.display().to_string(), b)
+                        (p.display().to_string(), Data::Owned(b))
                     }
                 });
             }
@@ -448,15 +488,27 @@ fn batch_transform(name: &str, width: u32, height: u32, filter_name: &str, seed:
 #[pyo3(signature = (srcs, width, height, *, return_info=false, keys=None, **options))]
 fn load_image_batch(
     py: Python<'_>,
-    srcs: Vec<Bound<'_, PyAny>>,
-    width: u32,
-    height: u32,
+    srcs: &Bound<'_, PyAny>,
+    width: Int,
+    height: Int,
     return_info: bool,
     keys: Option<Vec<u64>>,
     options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<Py<PyAny>> {
-    let spec = BatchSpec::from_kwargs(py, "load_image_batch", width, height, options, None)?;
-    let srcs = srcs.iter().enumerate().map(|(i, s)| src_from_py(s, i)).collect::<PyResult<Vec<_>>>()?;
+    let spec = BatchSpec::from_kwargs(py, "load_image_batch", &width, &height, options, None)?;
+    if srcs.is_instance_of::<pyo3::types::PyString>() || srcs.is_instance_of::<PyBytes>() {
+        return Err(pyo3::exceptions::PyTypeError::new_err(
+            "load_image_batch takes a sequence of paths or encoded bytes, not one str or bytes",
+        ));
+    }
+    // Items are taken one at a time from the sequence (no intermediate list of Python objects) and held
+    // borrowed: a list of references to one `bytes` costs a few dozen bytes per item, not a copy each.
+    let srcs = srcs
+        .try_iter()?
+        .enumerate()
+        .map(|(i, s)| src_from_py(&s?, i))
+        .collect::<PyResult<Vec<_>>>()?;
+
     let (buffer, failures) = interruptible(py, move || spec.run(srcs, keys.as_deref()))?.map_err(io_err)?;
     log_failures(py, "load_image_batch", &failures);
     let info = if return_info {
@@ -543,11 +595,11 @@ fn decode_image_op(options: Option<&Bound<'_, PyDict>>) -> PyResult<PyNativeOp> 
 #[pyo3(signature = (width, height, **options))]
 fn load_image_batch_op(
     py: Python<'_>,
-    width: u32,
-    height: u32,
+    width: Int,
+    height: Int,
     options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<PyNativeOp> {
-    let spec = BatchSpec::from_kwargs(py, "load_image_batch_op", width, height, options, Some(1))?;
+    let spec = BatchSpec::from_kwargs(py, "load_image_batch_op", &width, &height, options, Some(1))?;
     Ok(PyNativeOp { op: Arc::new(ImageBatchOp { spec }) })
 }
 

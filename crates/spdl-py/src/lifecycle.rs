@@ -6,7 +6,7 @@
 //! - **Running**: GIL-free calls ([`detach`]) and engine threads ([`crate::pipeline::tstate::attach`]) enter
 //!   and leave the interpreter freely.
 //! - **Shutting down** (`threading._shutdown`, before non-daemon threads are joined): every live pipeline is
-//!   told to stop, and the hook waits (bounded, Ctrl-C-able) for the engine threads that are running Python
+//!   told to stop (`spdl_rs.pipeline`'s hook), and the hook waits (bounded, Ctrl-C-able) for the engine threads that are running Python
 //!   code to leave it; an op still running after the grace period gets `SystemExit` raised in it.
 //! - **Exiting** (the module's `atexit` hook, which runs after the user's handlers, before finalization): a
 //!   thread that finishes a GIL-free call, or an engine thread about to run Python code, parks for good
@@ -192,9 +192,10 @@ const TRANSIT_WAIT: Duration = Duration::from_secs(2);
 const GRACE: Duration = Duration::from_secs(5);
 const AFTER_ASYNC_EXC: Duration = Duration::from_secs(2);
 
-/// The `threading._register_atexit` hook (runs in `threading._shutdown`, before non-daemon threads are
-/// joined and before `atexit` handlers): waits for the engine threads that run Python code to leave it.
-/// Pipelines are stopped by their own finalizers; this only bounds what is left.
+/// Called by the `threading._register_atexit` hook of `spdl_rs.pipeline` (which runs in `threading._shutdown`,
+/// before non-daemon threads are joined and before `atexit` handlers) once it has told every live pipeline
+/// to stop: waits for the engine threads that run Python code to leave it, raising `SystemExit` in those
+/// still there after [`GRACE`]. Returns how many are still in Python code.
 #[pyfunction]
 #[pyo3(name = "_wait_engine_threads")]
 fn wait_engine_threads(py: Python<'_>) -> PyResult<usize> {
@@ -214,18 +215,16 @@ fn wait_engine_threads(py: Python<'_>) -> PyResult<usize> {
     Ok(IN_PYTHON.load(Ordering::Acquire))
 }
 
-/// Registers the hooks: `threading._register_atexit` (SPDL's way), `atexit`, `os.register_at_fork`.
+/// Registers the `atexit` and `os.register_at_fork` hooks, and `_wait_engine_threads` for the Python
+/// package's `threading._register_atexit` hook (SPDL's way of stopping pipelines at exit).
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     PID.store(u64::from(std::process::id()), Ordering::Relaxed);
     let exiting: Bound<'_, PyCFunction> = wrap_pyfunction!(mark_exiting, m)?;
     py.import("atexit")?.call_method1("register", (exiting,))?;
-    let wait = wrap_pyfunction!(wait_engine_threads, m)?;
-    let threading = py.import("threading")?;
-    if let Ok(reg) = threading.getattr("_register_atexit") {
-        // Raises if the interpreter is shutting down already (an import at exit): nothing to wait for then.
-        let _ = reg.call1((wait,));
-    }
+    // Called by `spdl_rs.pipeline`'s `threading._register_atexit` hook, after it told every live pipeline
+    // to stop.
+    m.add_function(wrap_pyfunction!(wait_engine_threads, m)?)?;
     let child = wrap_pyfunction!(after_fork_in_child, m)?;
     let kwargs = pyo3::types::PyDict::new(py);
     kwargs.set_item("after_in_child", child)?;

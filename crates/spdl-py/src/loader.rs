@@ -11,6 +11,7 @@ use spdl_exec::Item;
 use spdl_io::image::{ResizeFilter, Transform};
 use spdl_loader::{GpuMode, ListOptions, Listing, LoaderError, LoaderOptions};
 
+use crate::args::{self, Int};
 use crate::buffer::PyBuffer;
 use crate::io::options::{KeywordOptions, keyword_options};
 use crate::signals::{SIGNAL_POLL, wait_with_signals};
@@ -23,9 +24,6 @@ fn loader_err(e: LoaderError) -> PyErr {
 }
 
 fn transform(name: &str, size: u32, seed: u64) -> PyResult<Transform> {
-    if size == 0 {
-        return Err(PyValueError::new_err("size must be at least 1"));
-    }
     Ok(match name {
         "center-crop" => spdl_loader::eval_transform(size),
         "resize" => Transform::Resize { width: size, height: size, filter: ResizeFilter::Bilinear },
@@ -41,18 +39,18 @@ fn transform(name: &str, size: u32, seed: u64) -> PyResult<Transform> {
 keyword_options! {
     /// The loader's keyword options.
     struct Args {
-        batch_size: usize = 32,
-        num_threads: usize = 4,
-        io_concurrency: Option<usize> = None,
-        epochs: usize = 1,
-        size: u32 = 224,
+        batch_size: Int = Int::from(32),
+        num_threads: Int = Int::from(4),
+        io_concurrency: Option<Int> = None,
+        epochs: Int = Int::from(1),
+        size: Int = Int::from(224),
         transform: String = "center-crop".to_owned(),
         seed: u64 = 0,
         normalize: bool = false,
         layout: String = "NHWC".to_owned(),
         store: Option<String> = None,
         endpoint: Option<String> = None,
-        limit: Option<usize> = None,
+        limit: Option<Int> = None,
     }
 }
 
@@ -60,9 +58,30 @@ keyword_options! {
 /// (`s3://bucket/prefix`; `http(s)://` with `store=` and a list file), decoded and transformed in Rust.
 /// Iterating yields `(images, labels)`: an `spdl_rs.Buffer` `[N, H, W, 3]` (`uint8`, or `float32` with
 /// `normalize`) and a list of ints (-1: no label). An image that fails is logged and counted (`failed_images`).
+///
+/// A loader made before a `fork` raises `RuntimeError` in the child (its pipeline's threads are the
+/// parent's) and is leaked there, not stopped, when dropped.
 #[pyclass(module = "spdl_rs._native", frozen)]
 pub struct ImageLoader {
-    inner: spdl_loader::ImageLoader,
+    inner: std::mem::ManuallyDrop<spdl_loader::ImageLoader>,
+    made_in: u64,
+}
+
+impl ImageLoader {
+    /// The loader, if it was made in this process (not inherited through a fork).
+    fn get(&self) -> PyResult<&spdl_loader::ImageLoader> {
+        crate::lifecycle::check_not_forked(self.made_in, "ImageLoader")?;
+        Ok(&self.inner)
+    }
+}
+
+impl Drop for ImageLoader {
+    fn drop(&mut self) {
+        if !crate::lifecycle::made_before_fork(self.made_in) {
+            // SAFETY: dropped once, here; `inner` is not used after.
+            unsafe { std::mem::ManuallyDrop::drop(&mut self.inner) };
+        }
+    }
 }
 
 impl std::fmt::Debug for ImageLoader {
@@ -86,19 +105,25 @@ impl ImageLoader {
             "NCHW" => Layout::Nchw,
             other => return Err(PyValueError::new_err(format!("layout must be \"NHWC\" or \"NCHW\", got {other:?}"))),
         };
+        let batch_size = args::count("batch_size", &args.batch_size, 1, args::MAX_BATCH)?;
+        let threads = args::count("num_threads", &args.num_threads, 1, args::MAX_THREADS)?;
+        let io_concurrency = args::opt_count("io_concurrency", args.io_concurrency.as_ref(), 1, args::MAX_CONCURRENCY)?;
+        let epochs = args::count("epochs", &args.epochs, 1, args::MAX_EPOCHS)?;
+        let size = args::count("size", &args.size, 1, args::MAX_SIDE)? as u32;
+        let limit = args::opt_count("limit", args.limit.as_ref(), 0, u64::MAX)?;
         let opts = LoaderOptions {
-            batch_size: args.batch_size,
-            threads: args.num_threads,
-            io_concurrency: args.io_concurrency,
-            epochs: args.epochs,
-            transform: transform(&args.transform, args.size, args.seed)?,
+            batch_size,
+            threads,
+            io_concurrency,
+            epochs,
+            transform: transform(&args.transform, size, args.seed)?,
             normalize: args.normalize,
             layout,
             gpu: GpuMode::Off,
             ..LoaderOptions::default()
         };
         let list_opts = ListOptions { store: args.store.clone(), endpoint: args.endpoint.clone() };
-        let limit = args.limit;
+        let made_in = crate::lifecycle::generation();
         let inner = crate::lifecycle::detach(py, move || -> Result<spdl_loader::ImageLoader, Box<LoaderError>> {
             let mut listing = Listing::open(&path, &list_opts)?;
             if let Some(n) = limit {
@@ -106,7 +131,7 @@ impl ImageLoader {
             }
             Ok(spdl_loader::ImageLoader::new(listing, opts)?)
         });
-        Ok(Self { inner: inner.map_err(|e| loader_err(*e))? })
+        Ok(Self { inner: std::mem::ManuallyDrop::new(inner.map_err(|e| loader_err(*e))?), made_in })
     }
 
     fn __iter__(slf: Py<Self>) -> Py<Self> {
@@ -115,7 +140,7 @@ impl ImageLoader {
 
     /// The next batch, waiting without the GIL (Ctrl-C raises `KeyboardInterrupt`).
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<(Py<PyBuffer>, Vec<i64>)>> {
-        let pipeline = self.inner.pipeline();
+        let pipeline = self.get()?.pipeline();
         let next = wait_with_signals(py, || match pipeline.get_item(Some(SIGNAL_POLL)) {
             Ok(Some(Item::Data(batch))) => Some(Ok(Some(batch))),
             Ok(Some(Item::EpochEnd { .. })) => None,
@@ -139,24 +164,27 @@ impl ImageLoader {
 
     /// Images per epoch (after `limit`).
     #[getter]
-    fn images_per_epoch(&self) -> usize {
-        self.inner.images_per_epoch()
+    fn images_per_epoch(&self) -> PyResult<usize> {
+        Ok(self.get()?.images_per_epoch())
     }
 
     /// Images that failed to read or decode so far (each also logged).
     #[getter]
-    fn failed_images(&self) -> u64 {
-        self.inner.failed_images()
+    fn failed_images(&self) -> PyResult<u64> {
+        Ok(self.get()?.failed_images())
     }
 
     /// The per-stage stats table (the bottleneck is marked).
-    fn stats_table(&self, py: Python<'_>) -> String {
-        crate::lifecycle::detach(py, || self.inner.pipeline().stats().to_string())
+    fn stats_table(&self, py: Python<'_>) -> PyResult<String> {
+        let inner = self.get()?;
+        Ok(crate::lifecycle::detach(py, || inner.pipeline().stats().to_string()))
     }
 
     /// Stops the pipeline and joins its threads (GIL released); iteration then ends.
-    fn stop(&self, py: Python<'_>) {
-        crate::lifecycle::detach(py, || self.inner.pipeline().stop());
+    fn stop(&self, py: Python<'_>) -> PyResult<()> {
+        let inner = self.get()?;
+        crate::lifecycle::detach(py, || inner.pipeline().stop());
+        Ok(())
     }
 }
 

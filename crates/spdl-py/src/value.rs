@@ -93,22 +93,6 @@ impl Value {
         })
     }
 
-    /// The elements of a batch. A Python iterable is iterated with the GIL (only when a Python object that
-    /// was not split on the way reaches `disaggregate`); anything else is a one-element batch.
-    pub fn into_items(self) -> Vec<Value> {
-        match self {
-            Value::List(v) => v,
-            Value::Py(obj) => crate::pipeline::tstate::attach(|py| {
-                let bound = obj.bind(py);
-                match bound.try_iter() {
-                    Ok(it) => it.filter_map(|r| r.ok()).map(Value::from_py).collect(),
-                    Err(_) => vec![Value::Py(obj.clone_ref(py))],
-                }
-            }),
-            other => vec![other],
-        }
-    }
-
     /// A short description for error messages (the type, and the text of plain data).
     pub fn describe(&self) -> String {
         match self {
@@ -120,14 +104,5 @@ impl Value {
             Value::Buffer(b) => format!("buffer {:?} {}", b.shape(), b.dtype()),
             Value::List(v) => format!("list of {} items", v.len()),
         }
-    }
-}
-
-impl IntoIterator for Value {
-    type Item = Value;
-    type IntoIter = std::vec::IntoIter<Value>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        self.into_items().into_iter()
     }
 }

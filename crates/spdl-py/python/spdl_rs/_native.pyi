@@ -79,6 +79,15 @@ __all__ = [
     "HAS_SOURCE",
 ]
 
+def _wait_engine_threads() -> int:
+    """Internal: waits (bounded) for engine threads running Python code to leave it; how many are left."""
+
+def _mark_exiting() -> None:
+    """Internal: the ``atexit`` hook after which threads park instead of entering the interpreter."""
+
+def _after_fork_in_child() -> None:
+    """Internal: the ``os.register_at_fork(after_in_child=...)`` hook."""
+
 HAS_IO: bool
 """Whether this build has :py:mod:`spdl_rs.io` (the ``io`` cargo feature)."""
 

@@ -18,6 +18,7 @@ use spdl_io::media::{
 use spdl_io::video::VideoLimits;
 
 use super::{io_err, media_src};
+use crate::args::{self, Int};
 use crate::buffer::PyBuffer;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -37,13 +38,15 @@ pub(super) fn limits_from(spec: Option<&Bound<'_, PyDict>>) -> PyResult<VideoLim
     let Some(spec) = spec else { return Ok(l) };
     for (key, value) in spec.iter() {
         let key: String = key.extract()?;
+        // Caps, checked as they are reached: never allocated from.
+        let cap = |max: u64| -> PyResult<u64> { args::size_bytes(&format!("limits[{key:?}]"), &value.extract::<Int>()?, 0, max) };
         match key.as_str() {
-            "max_packets" => l.max_packets = value.extract()?,
-            "max_packet_bytes" => l.max_packet_bytes = value.extract()?,
-            "max_frames" => l.max_frames = value.extract()?,
-            "max_pixels" => l.max_pixels = value.extract()?,
-            "max_output_bytes" => l.max_output_bytes = value.extract()?,
-            "max_bad_packets" => l.max_bad_packets = value.extract()?,
+            "max_packets" => l.max_packets = cap(u64::MAX)?,
+            "max_packet_bytes" => l.max_packet_bytes = cap(u64::MAX)?,
+            "max_frames" => l.max_frames = cap(u64::MAX)?,
+            "max_pixels" => l.max_pixels = cap(u64::MAX)?,
+            "max_output_bytes" => l.max_output_bytes = cap(u64::MAX)?,
+            "max_bad_packets" => l.max_bad_packets = cap(u64::from(u32::MAX))? as u32,
             other => {
                 return Err(PyValueError::new_err(format!(
                     "unknown limit {other:?} (max_packets, max_packet_bytes, max_frames, max_pixels, \
@@ -746,9 +749,13 @@ impl PyMediaDemuxer {
         &self,
         py: Python<'_>,
         indices: Vec<usize>,
-        num_packets: Option<usize>,
+        num_packets: Option<Int>,
         duration: Option<f64>,
     ) -> PyResult<()> {
+        let num_packets = args::opt_count("num_packets", num_packets.as_ref(), 1, args::MAX_FRAMES)?;
+        if let Some(d) = duration {
+            args::duration_secs("duration", d, f64::MIN_POSITIVE, args::MAX_SECONDS)?;
+        }
         self.with(py, |d| d.start_streaming(&indices, num_packets, duration))
     }
 
@@ -866,15 +873,17 @@ impl PyFilterGraph {
 /// Decodes ``packets`` (consumed) in one call into frames: every frame (video frames outside the packets'
 /// window dropped), at most ``num_frames`` (video) when ``num_frames >= 0``. GIL released.
 #[pyfunction]
-#[pyo3(signature = (packets, *, filter_desc=None, decoder=None, decoder_options=None, num_frames=-1))]
+#[pyo3(signature = (packets, *, filter_desc=None, decoder=None, decoder_options=None, num_frames=Int::from(-1)))]
 fn media_decode_packets(
     py: Python<'_>,
     packets: &Bound<'_, PyAny>,
     filter_desc: Option<String>,
     decoder: Option<String>,
     decoder_options: Option<std::collections::BTreeMap<String, String>>,
-    num_frames: i64,
+    num_frames: Int,
 ) -> PyResult<Py<PyAny>> {
+    // -1 (any negative, as SPDL): every frame.
+    let num_frames = args::int_in("num_frames", &num_frames, i64::MIN, args::MAX_FRAMES as i64)?;
     let p = packets_state(packets)?.take()?;
     let config = DecodeConfig { decoder, options: decoder_options.unwrap_or_default().into_iter().collect() };
     let n = usize::try_from(num_frames).ok();

@@ -37,6 +37,9 @@ const SIGNAL_SLICE: Duration = Duration::from_millis(100);
 /// How long dropping a `PipelineCore` (garbage collection, interpreter exit) waits for its threads; an op
 /// still running then is left to finish on its own thread.
 const DROP_WAIT: Duration = Duration::from_secs(1);
+/// How long `get_item` waits for the engine's threads when a fatal exception stops the pipeline (the
+/// Python layer's `stop` waits again).
+const FATAL_STOP_WAIT: Duration = Duration::from_secs(5);
 /// Default capacity of the queues between stages (SPDL's, which is fixed: `_BUFFER_SIZE = 2`).
 const DEFAULT_STAGE_BUFFER: usize = 2;
 
@@ -345,6 +348,13 @@ impl PipelineCore {
         Some((e, stage))
     }
 
+    /// The fatal exception that stopped the pipeline (a `KeyboardInterrupt`, `SystemExit` or other
+    /// `BaseException` raised by an op, the source, an aggregator, a router or a hook), as
+    /// `(stage, exception)`; `None` if none was raised.
+    fn fatal(&self, py: Python<'_>) -> Option<(String, Py<PyAny>)> {
+        self.failures.fatal().map(|(s, e)| (s.clone(), e.clone_ref(py).into_any()))
+    }
+
     /// The Python exceptions of failed items kept so far (the first 32), as `(stage, exception)`, oldest
     /// first; each is returned once.
     fn take_exceptions(&self) -> Vec<(String, Py<PyAny>)> {
@@ -492,7 +502,7 @@ impl PipelineCore {
     fn stats_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let snap = crate::lifecycle::detach(py, || self.snapshot());
         let list = PyList::empty(py);
-        for s in &snap.stages {
+        for (i, s) in snap.stages.iter().enumerate() {
             let d = PyDict::new(py);
             d.set_item("name", &s.name)?;
             d.set_item("kind", format!("{:?}", s.kind).to_lowercase())?;
@@ -501,7 +511,9 @@ impl PipelineCore {
             d.set_item("tune_reason", s.tune_reason.as_deref())?;
             d.set_item("items_in", s.items_in)?;
             d.set_item("items_out", s.items_out)?;
-            d.set_item("items_failed", s.items_failed)?;
+            // The source's exceptions are not the engine's failures (its source is infallible): added here.
+            let source_failures = if i == 0 { self.failures.source_failures() } else { 0 };
+            d.set_item("items_failed", s.items_failed + source_failures)?;
             d.set_item("task_time_total", s.task_time_total.as_secs_f64())?;
             d.set_item("task_mean", s.task_mean.as_secs_f64())?;
             d.set_item("task_p50", s.task_p50.as_secs_f64())?;
@@ -520,6 +532,19 @@ impl PipelineCore {
     }
 
     fn next_item(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<(u8, Py<PyAny>)> {
+        // A fatal exception (`KeyboardInterrupt`, `SystemExit`, ...) raised on an engine thread or on the
+        // event loop stops the pipeline, whatever the sink holds: the engine is stopped (its threads
+        // joined, bounded) and the exception raised here, once; later calls raise a `RuntimeError`.
+        let fatal = |py: Python<'_>| -> PyResult<()> {
+            if self.failures.fatal().is_none() {
+                return Ok(());
+            }
+            if crate::lifecycle::detach(py, || self.sink.stop_timeout(FATAL_STOP_WAIT)).is_err() {
+                self.abandoned.store(true, Ordering::Relaxed);
+            }
+            self.failures.fatal_error(py).map_or(Ok(()), Err)
+        };
+        fatal(py)?;
         let deadline = deadline(timeout_arg(timeout)?);
         loop {
             // Wait in slices so that Ctrl-C reaches the consumer even with no timeout.
@@ -529,15 +554,19 @@ impl PipelineCore {
             };
             // The wait is timed without the GIL: reacquiring it is not the sink's queue being empty.
             let got = crate::lifecycle::detach(py, || self.sink.get_item(Some(slice)));
+            fatal(py)?;
             match got {
                 Ok(Some(Item::Data(v))) => return Ok((0, v.into_py(py)?)),
-                Ok(Some(Item::EpochEnd { epoch })) => return Ok((1, epoch.into_pyobject(py)?.into_any().unbind())),
-                Ok(None) => {
+                // A source that raised ends the pipeline, a continuous one too (at the end of the epoch it
+                // cut short), as in SPDL.
+                Ok(Some(Item::EpochEnd { .. })) | Ok(None) if self.failures.source_error().is_some() => {
                     if let Some(msg) = self.failures.source_error() {
                         self.set_error(msg.to_owned(), Some("source".to_owned()));
                     }
                     return Ok((2, py.None()));
                 }
+                Ok(Some(Item::EpochEnd { epoch })) => return Ok((1, epoch.into_pyobject(py)?.into_any().unbind())),
+                Ok(None) => return Ok((2, py.None())),
                 Err(e) if e.is_timeout() => {
                     py.check_signals()?;
                     if deadline.is_some_and(|d| Instant::now() >= d) {

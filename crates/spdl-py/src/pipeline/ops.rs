@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use crossbeam_channel::{Receiver, Sender, unbounded};
 use futures::future::BoxFuture;
-use pyo3::exceptions::{PyBaseException, PyException};
+use pyo3::exceptions::{PyBaseException, PyException, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyDict, PyIterator, PyList, PyString, PyTuple};
 use spdl_exec::{Aggregator, BoxError, FailureBudget, ItemSize, OutputOrder, Stage};
@@ -257,14 +257,10 @@ const SIZE_SAMPLE: usize = 16;
 /// the object has it (NumPy arrays, tensors, `memoryview`, `spdl_rs.Buffer`), the length of bytes-like
 /// objects and strings, and for lists, tuples and dicts the sum over their items (the first
 /// [`SIZE_SAMPLE`], scaled to the container's length; `depth` levels deep); anything else counts 64
-/// bytes. It never raises: an `nbytes` that fails or is not an integer counts 64 bytes too.
-pub(crate) fn py_nbytes(obj: &Bound<'_, PyAny>, depth: u32) -> u64 {
-    py_nbytes_checked(obj, depth).unwrap_or(64)
-}
-
-/// [`py_nbytes`], but an exception that is not an `Exception` (`KeyboardInterrupt` raised by an `nbytes`
-/// property) is returned, so that the stage records it as the pipeline's fatal exception.
-pub(crate) fn py_nbytes_checked(obj: &Bound<'_, PyAny>, depth: u32) -> PyResult<u64> {
+/// bytes. An `nbytes` that raises an `Exception` or is not an integer counts 64 bytes too; any other
+/// exception (`KeyboardInterrupt` raised by an `nbytes` property) is returned, so that the stage records it
+/// as the pipeline's fatal exception.
+pub(crate) fn py_nbytes(obj: &Bound<'_, PyAny>, depth: u32) -> PyResult<u64> {
     const OTHER: u64 = 64;
     let py = obj.py();
     // An `Exception` counts [`OTHER`] bytes; anything else stops the pipeline.
@@ -281,7 +277,7 @@ pub(crate) fn py_nbytes_checked(obj: &Bound<'_, PyAny>, depth: u32) -> PyResult<
     let scaled = |len: usize, seen: &[Bound<'_, PyAny>]| -> PyResult<u64> {
         let mut sampled = 0u64;
         for o in seen {
-            sampled = sampled.saturating_add(py_nbytes_checked(o, depth - 1)?);
+            sampled = sampled.saturating_add(py_nbytes(o, depth - 1)?);
         }
         Ok(if seen.is_empty() { OTHER } else { sampled.saturating_mul(len as u64) / seen.len() as u64 })
     };
@@ -378,7 +374,7 @@ where
                         Ok(r) if r.is_none() => Ok(None),
                         Ok(r) => {
                             if probe.due() {
-                                let n = py_nbytes_checked(&r, 2).map_err(|e| failures.record(py, &stage_name, e))?;
+                                let n = py_nbytes(&r, 2).map_err(|e| failures.record(py, &stage_name, e))?;
                                 probe.record(n);
                             }
                             Ok(Some(convert(r, split_output)))
@@ -487,7 +483,7 @@ impl Iterator for PyGen {
                     Some(Ok(obj)) if obj.is_none() => {}
                     Some(Ok(obj)) => {
                         if self.size.due() {
-                            match py_nbytes_checked(&obj, 2) {
+                            match py_nbytes(&obj, 2) {
                                 Ok(n) => self.size.record(n),
                                 Err(e) => return Some(Err(self.failures.record(py, &self.stage, e))),
                             }
@@ -503,6 +499,127 @@ impl Iterator for PyGen {
         }
         next
     }
+}
+
+/// The name of the engine stage of a `disaggregate` of single items (and its failures' stage).
+const DISAGGREGATE: &str = "disaggregate";
+
+/// The `disaggregate` of single items (the outputs of a Python op or aggregator): a lazy stage on the pool
+/// (one call at a time, so the order is kept, and never tuned). A batch split on the way
+/// ([`Value::List`], what a `list`/`tuple` result becomes) is handed out natively, without the GIL; any
+/// other Python iterable is iterated one `__next__` per GIL acquisition, and only while the output queue
+/// has room, so an endless iterator is fine; an exception of its `__iter__`/`__next__` fails the item
+/// (logged, kept for `PipelineFailure`) and ends that iterable. A value that is not iterable is a
+/// one-element batch.
+pub(crate) fn disaggregate_stage(failures: &Arc<Failures>) -> Stage<Value, Value> {
+    let failures = Arc::clone(failures);
+    Stage::flat_map_lazy(DISAGGREGATE, move |v: Value| -> Result<Elements, Error> {
+        match v {
+            Value::List(items) => Ok(Elements::Native(items.into_iter())),
+            Value::Py(obj) => super::tstate::attach(|py| {
+                let bound = obj.bind(py);
+                match bound.try_iter() {
+                    Ok(it) => Ok(Elements::Py(PyElements { it: Some(it.unbind()), failures: Arc::clone(&failures) })),
+                    Err(e) if not_iterable(bound, &e) => Ok(Elements::Native(vec![Value::Py(obj.clone_ref(py))].into_iter())),
+                    Err(e) => Err(failures.record(py, DISAGGREGATE, e)),
+                }
+            }),
+            other => Ok(Elements::Native(vec![other].into_iter())),
+        }
+    })
+    .concurrency(1)
+}
+
+/// Whether `iter(obj)` failed with `err` because `obj` is not iterable at all (its type has neither
+/// `__iter__` nor `__getitem__`), rather than because its `__iter__` raised.
+fn not_iterable(obj: &Bound<'_, PyAny>, err: &PyErr) -> bool {
+    let py = obj.py();
+    if !err.is_instance_of::<PyTypeError>(py) {
+        return false;
+    }
+    let ty = obj.get_type();
+    let has = |name: &str| ty.hasattr(name).unwrap_or(true);
+    !has("__iter__") && !has("__getitem__")
+}
+
+/// The elements of one item of a `disaggregate` ([`disaggregate_stage`]).
+pub(crate) enum Elements {
+    /// A batch already in Rust form.
+    Native(std::vec::IntoIter<Value>),
+    /// A Python iterable.
+    Py(PyElements),
+}
+
+impl Iterator for Elements {
+    type Item = Result<Value, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            Elements::Native(it) => it.next().map(Ok),
+            Elements::Py(it) => it.next(),
+        }
+    }
+}
+
+/// A Python iterator handed out element by element, one `__next__` per GIL acquisition. An exception is
+/// recorded as the item's failure and ends it; elements that are `None` are elements too.
+pub(crate) struct PyElements {
+    it: Option<Py<PyIterator>>,
+    failures: Arc<Failures>,
+}
+
+impl Iterator for PyElements {
+    type Item = Result<Value, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let it = self.it.as_ref()?;
+        let next = super::tstate::attach(|py| match it.bind(py).clone().next()? {
+            Ok(obj) => Some(Ok(Value::from_py(obj))),
+            Err(e) => Some(Err(self.failures.record(py, DISAGGREGATE, e))),
+        });
+        if !matches!(next, Some(Ok(_))) {
+            self.it = None;
+        }
+        next
+    }
+}
+
+/// The most elements [`collect_items`] takes from one Python iterable.
+pub(crate) const MAX_COLLECTED: usize = 1 << 20;
+
+/// The elements of a batch that must exist at once (a batched route's sub-batch, for its join): a
+/// [`Value::List`] as it is, a Python iterable iterated with the GIL (at most [`MAX_COLLECTED`]
+/// elements: more is a failure, as is an exception of the iterable, recorded for `stage`), anything else
+/// a one-element batch.
+pub(crate) fn collect_items(v: Value, stage: &str, failures: &Failures) -> Result<Vec<Value>, Error> {
+    let obj = match v {
+        Value::List(items) => return Ok(items),
+        Value::Py(obj) => obj,
+        other => return Ok(vec![other]),
+    };
+    super::tstate::attach(|py| {
+        let bound = obj.bind(py);
+        let it = match bound.try_iter() {
+            Ok(it) => it,
+            Err(e) if not_iterable(bound, &e) => return Ok(vec![Value::Py(obj.clone_ref(py))]),
+            Err(e) => return Err(failures.record(py, stage, e)),
+        };
+        let mut out = Vec::new();
+        for item in it {
+            match item {
+                Ok(o) if out.len() < MAX_COLLECTED => out.push(Value::from_py(o)),
+                Ok(_) => {
+                    let e = pyo3::exceptions::PyValueError::new_err(format!(
+                        "an iterable of more than {MAX_COLLECTED} items cannot be a batch here (it is collected \
+                         whole)"
+                    ));
+                    return Err(failures.record(py, stage, e));
+                }
+                Err(e) => return Err(failures.record(py, stage, e)),
+            }
+        }
+        Ok(out)
+    })
 }
 
 /// The outputs of an async generator, one `__anext__` job on the pipeline's event loop each (`None`s are

@@ -6,10 +6,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::types::{PyList, PyTuple};
 use spdl_exec::{Branch, Inputs, MergeOptions, MergePolicy, MergeStop, OutputOrder, PipelineBuilder, Stage};
 
 use super::bridge::{JobContext, JobKind, Produced, Submitter};
-use super::ops::{Failures, OpImpl, PipeSpec, PyAggregator, PyIter, PyIterable, RangeIter, make_stage};
+use super::ops::{
+    Failures, OpImpl, PipeSpec, PyAggregator, PyIter, PyIterable, RangeIter, collect_items, disaggregate_stage, make_stage,
+};
 use super::spec::{
     AggregateStep, AggregatorStep, AsyncSource, DisaggregateStep, IterSource, ListSource, MergeSource,
     PathVariantsStep, PipeStep, Policy, RangeSource, ThroughStep, not_a,
@@ -42,9 +45,10 @@ fn collate() -> Stage<Vec<Value>, Value> {
     Stage::map("collate", |v: Vec<Value>| Ok::<_, Error>(Value::List(v)))
 }
 
-/// A `list` item (or any iterable) becomes a batch.
-fn split() -> Stage<Value, Vec<Value>> {
-    Stage::map("split", |v: Value| Ok::<_, Error>(v.into_items()))
+/// A `list` item (or any iterable, collected whole and bounded: [`collect_items`]) becomes a batch.
+fn split(failures: &Arc<Failures>) -> Stage<Value, Vec<Value>> {
+    let failures = Arc::clone(failures);
+    Stage::map("split", move |v: Value| collect_items(v, "split", &failures))
 }
 
 /// Whether the step after step `i` is a `disaggregate`.
@@ -70,8 +74,14 @@ pub(crate) fn source(source: &Bound<'_, PyAny>, ctx: &Ctx<'_>) -> PyResult<Pipel
         return Ok(start.source(RangeIter { next, stop, step }));
     }
     if let Ok(s) = source.cast::<ListSource>() {
-        // Snapshot: taken into Rust values now, so the source runs without the GIL.
         let seq = s.get().items.bind(source.py());
+        // Snapshot: taken into Rust values now, so the source runs without the GIL. Only an exact `list` or
+        // `tuple` is finite by construction; anything else (a subclass with its own `__iter__`, which may
+        // be endless) is iterated lazily, as any iterable is.
+        if !(seq.is_exact_instance_of::<PyList>() || seq.is_exact_instance_of::<PyTuple>()) {
+            let iterable = Arc::new(seq.clone().unbind());
+            return Ok(start.source(PyIter::new(iterable, Arc::clone(ctx.failures), ctx.chunk)));
+        }
         let values: Vec<Value> = seq.try_iter()?.map(|o| o.map(Value::from_py)).collect::<PyResult<_>>()?;
         return Ok(start.source(values));
     }
@@ -156,7 +166,9 @@ macro_rules! apply_steps {
                 }
             } else if step.is_instance_of::<DisaggregateStep>() {
                 match chain {
-                    $Ch::One(b) => $Ch::One(b.disaggregate()),
+                    // Single items may be Python iterables: split lazily, on the pool.
+                    $Ch::One(b) => $Ch::One(b.pipe(disaggregate_stage(ctx.failures))),
+                    // An `aggregate`'s batches are Rust vectors: split natively on the scheduler.
                     $Ch::Batch(b) => $Ch::One(b.disaggregate()),
                 }
             } else if let Ok(pv) = step.cast::<PathVariantsStep>() {
@@ -440,7 +452,7 @@ impl<'py> RouteSpec<'py> {
             .iter()
             .map(|steps| {
                 let start = BranchChain::One(Branch::<Vec<Value>, Vec<Value>>::new().pipe(collate()));
-                Ok(branch_one(branch_steps(start, steps, ctx)?).pipe(split()))
+                Ok(branch_one(branch_steps(start, steps, ctx)?).pipe(split(ctx.failures)))
             })
             .collect()
     }
@@ -456,10 +468,22 @@ fn index(obj: &Bound<'_, PyAny>, n: usize) -> PyResult<usize> {
     })
 }
 
-/// The indices a batched router returned for `list`, checked, with the list's items.
+/// The indices a batched router returned for `list`, checked, with the list's items. The router's result
+/// is read up to one index more than the batch has items (an endless iterable is an error, not a hang).
 fn unpack_batch(got: &Bound<'_, PyAny>, list: &Bound<'_, PyAny>, n: usize) -> PyResult<(Vec<usize>, Vec<Value>)> {
-    let items: Vec<Value> = list.try_iter()?.map(|o| o.map(Value::from_py)).collect::<PyResult<_>>()?;
-    let raw: Vec<Bound<'_, PyAny>> = got.try_iter()?.collect::<PyResult<_>>()?;
+    let limit = super::ops::MAX_COLLECTED;
+    let items: Vec<Value> = list.try_iter()?.take(limit + 1).map(|o| o.map(Value::from_py)).collect::<PyResult<_>>()?;
+    if items.len() > limit {
+        return Err(PyValueError::new_err(format!("a batch of more than {limit} items cannot be routed")));
+    }
+    let raw: Vec<Bound<'_, PyAny>> = got.try_iter()?.take(items.len() + 1).collect::<PyResult<_>>()?;
+    if raw.len() > items.len() {
+        return Err(PyValueError::new_err(format!(
+            "Batched router returned more indices than the batch has items ({}); it must return exactly one \
+             index per item.",
+            items.len()
+        )));
+    }
     if raw.len() != items.len() {
         return Err(PyValueError::new_err(format!(
             "Batched router returned {} indices for a batch of {} items; it must return exactly one index per item.",

@@ -130,7 +130,9 @@ def _source_spec(source: Any, continuous: bool) -> tuple[Any, bool]:
         _I64[0] <= v <= _I64[1] for v in (source.start, source.stop, source.step)
     ):
         return _native.RangeSource(source.start, source.stop, source.step), False
-    if isinstance(source, (list, tuple)) and not continuous:
+    # Snapshotted at build: only an exact list or tuple (finite by construction; a subclass's own
+    # ``__iter__`` may be endless or raise, so it is iterated lazily like any iterable).
+    if type(source) in (list, tuple) and not continuous:
         return _native.ListSource(source), False
     return _native.IterSource(source, continuous=bool(continuous)), False
 
@@ -439,8 +441,10 @@ def _build(
     autotune: bool = False,
     max_memory_bytes: int | None = None,
 ) -> Pipeline[Any]:
-    if not isinstance(num_threads, int) or num_threads < 1:
+    if isinstance(num_threads, bool) or not isinstance(num_threads, int):
         raise ValueError(f"num_threads must be a positive integer, got {num_threads!r}")
+    # The module's one check (and message) for counts: a pool of 10**9 threads is refused, not attempted.
+    _native._check_count("num_threads", num_threads, 1, _native.ARG_LIMITS["threads"])
     _check_size("stage_buffer_size", stage_buffer_size, minimum=1)
     _check_size("buffer_size", buffer_size, minimum=0)
     if max_memory_bytes is not None:

@@ -263,21 +263,26 @@ class Extensions:
         return relay
 
     def run_on_loop(self, coro: Any) -> Any:
-        """Runs ``coro`` on the pipeline's event loop from another thread and waits for its result."""
+        """Runs ``coro`` on the pipeline's event loop from another thread and waits for its result.
+
+        Whatever ``coro`` raises is raised here, in the calling thread (a hooked aggregator's on an engine
+        thread, which records it; a stage hook's in the thread that starts or stops the pipeline): a
+        ``KeyboardInterrupt`` or ``SystemExit`` never escapes the task on the loop, where asyncio would
+        re-raise it out of ``run_forever`` and end the loop thread."""
         event_loop = self.event_loop
         loop = None if event_loop is None else event_loop._loop
         thread = None if event_loop is None else event_loop._thread
         if loop is None or thread is None or not thread.is_alive() or loop.is_closed():
             coro.close()
             raise RuntimeError("the pipeline's event loop is not running")
-        future = asyncio.run_coroutine_threadsafe(coro, loop)
+        future = asyncio.run_coroutine_threadsafe(_boxed(coro), loop)
         if threading.current_thread() is thread:
             # Called on the loop's own thread (a finalizer run there): it cannot wait for itself; the
             # coroutine runs when this callback returns.
             return None
         while True:
             try:
-                return future.result(timeout=_LOOP_CHECK)
+                return _unbox(future.result(timeout=_LOOP_CHECK))
             except concurrent.futures.TimeoutError:
                 if not thread.is_alive():
                     future.cancel()
@@ -298,7 +303,7 @@ class Extensions:
         for factory in self.background_factories:
             try:
                 task = factory()
-                self._bg_tasks.append(create_task(task.run(), name="background_task"))
+                self._bg_tasks.append(create_task(_boxed(task.run()), name="background_task"))
             except Exception:
                 _LG.exception("Failed to start a background task.")
         if self._bg_tasks:
@@ -387,7 +392,12 @@ class Extensions:
         if tasks:
             await asyncio.wait(tasks)
             for task in tasks:
-                if not task.cancelled() and (exc := task.exception()) is not None:
+                if task.cancelled():
+                    continue
+                exc = task.exception()
+                if exc is None and isinstance(task.result(), _Escaped):
+                    exc = task.result().exc  # a KeyboardInterrupt or SystemExit of the task, kept off the loop
+                if exc is not None:
                     _LG.error("Background task failed: %s", exc, exc_info=exc)
 
     def _native_rows(self, core: Any) -> tuple[list[Any], list[dict[str, Any]]] | None:
@@ -458,6 +468,33 @@ class Extensions:
             executor, self._executor = self._executor, None
         if executor is not None:
             executor.shutdown(wait=False, cancel_futures=True)
+
+
+class _Escaped:
+    """A ``BaseException`` that is not an ``Exception`` (``KeyboardInterrupt``, ``SystemExit``), carried out
+    of a task on the event loop as its result (see :py:func:`_boxed`)."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+async def _boxed(coro: Any) -> Any:
+    """Awaits ``coro``; a ``BaseException`` that is not an ``Exception`` nor the task's cancellation becomes
+    the result, as an :py:class:`_Escaped` (:py:func:`_unbox` raises it again in the waiting thread)."""
+    try:
+        return await coro
+    except (Exception, asyncio.CancelledError):
+        raise
+    except BaseException as e:  # noqa: BLE001 (kept off the loop, raised again by the waiter)
+        return _Escaped(e)
+
+
+def _unbox(result: Any) -> Any:
+    if isinstance(result, _Escaped):
+        raise result.exc
+    return result
 
 
 async def _hooked_step(hooks: list[TaskHook], item: Any, step: Callable[[], Any], end: object) -> Any:

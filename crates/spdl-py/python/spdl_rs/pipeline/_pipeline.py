@@ -32,6 +32,34 @@ async def _call(op: Any, arg: Any) -> Any:
     return op(arg)
 
 
+async def _guard(awaitable: Any, reply: Any) -> Any:
+    """Awaits one job's awaitable so that no exception escapes its task but an ordinary ``Exception`` (the
+    task's result, reported by ``reply.done``) and the cancellation of the task itself.
+
+    asyncio re-raises a ``KeyboardInterrupt`` or ``SystemExit`` that escapes a task out of ``run_forever``,
+    which would end the loop thread with every other job still waiting; any other ``BaseException`` would
+    be left in the task. Those are handed to ``reply.fail`` instead: the engine keeps them as the pipeline's
+    fatal exception, which stops it and is raised in the consumer. A ``CancelledError`` the op raised
+    itself (the task was not cancelled) is the item's failure."""
+    try:
+        return await awaitable
+    except Exception:
+        raise
+    except asyncio.CancelledError as e:
+        task = asyncio.current_task()
+        cancelling = getattr(task, "cancelling", None)  # Python 3.11+
+        if cancelling is None or cancelling():
+            raise
+        reply.fail(e)
+    except BaseException as e:  # noqa: BLE001 (KeyboardInterrupt, SystemExit, ...: the pipeline's fatal exception)
+        reply.fail(e)
+    return None
+
+
+#: How long a pipeline stopped by a fatal exception (``KeyboardInterrupt``, ``SystemExit`` raised by an op)
+#: waits for its threads before the exception is re-raised (seconds).
+_FATAL_STOP_TIMEOUT = 10.0
+
 #: How long garbage collection or interpreter exit waits for a pipeline's threads (seconds); an op still
 #: running then is left to finish on its own thread.
 _FINALIZE_TIMEOUT = 1.0
@@ -87,7 +115,7 @@ class _EventLoop:
                     awaitable = _call(op, arg)
                 else:
                     awaitable = op.__anext__()
-                task = asyncio.ensure_future(awaitable, loop=loop)
+                task = loop.create_task(_guard(awaitable, reply))
             except BaseException as e:  # noqa: BLE001 (the op's own failure, reported as such)
                 reply.fail(e)
                 continue
@@ -228,6 +256,28 @@ def _finalize(
         _LG.warning("A pipeline was garbage-collected or left at exit while running: %s", e)
 
 
+#: The engine cores of the pipelines alive now, for the shutdown hook.
+_LIVE_CORES: weakref.WeakSet[_native.PipelineCore] = weakref.WeakSet()
+
+
+def _stop_all_at_shutdown() -> None:
+    """``threading._register_atexit`` hook (as SPDL's): runs when the main thread ends, before non-daemon threads
+    are joined and before ``atexit`` handlers. Tells every live pipeline to stop (without waiting), then waits,
+    bounded, for the engine threads that are running Python ops to leave them, so that no engine thread is
+    inside the interpreter when it finalizes (see ``crates/spdl-py/src/lifecycle.rs``)."""
+    for core in list(_LIVE_CORES):
+        with contextlib.suppress(Exception):
+            core.stop(0)
+    with contextlib.suppress(Exception):
+        left = _native._wait_engine_threads()
+        if left:
+            _LG.warning("%d pipeline op(s) were still running Python code at interpreter exit", left)
+
+
+with contextlib.suppress(RuntimeError):  # imported while the interpreter shuts down: nothing to register
+    threading._register_atexit(_stop_all_at_shutdown)  # type: ignore[attr-defined]
+
+
 class Pipeline(Generic[T]):
     """A data pipeline built by :py:meth:`PipelineBuilder.build`.
 
@@ -263,6 +313,7 @@ class Pipeline(Generic[T]):
         self._stopped = False
         self._failure_raised = False
         self._resources = tuple(resources)
+        _LIVE_CORES.add(core)
         self._finalizer = weakref.finalize(
             self, _finalize, weakref.ref(core), event_loop, self._reporter, self._resources, extensions
         )
@@ -366,7 +417,14 @@ class Pipeline(Generic[T]):
             with self._lock:
                 if not self._started and not self._stopped:
                     self._start_locked()
-        kind, value = self._core.get_item(timeout)
+        try:
+            kind, value = self._core.get_item(timeout)
+        except BaseException:
+            if self._core.fatal() is not None:
+                # An op, the source, an aggregator, a router or a hook raised KeyboardInterrupt, SystemExit
+                # or another BaseException: the engine has stopped; stop the rest, then re-raise it here.
+                self._stop_after_fatal()
+            raise
         if kind == 0:
             return _checkpoint.unwrap(self._checkpoint, value)
         if kind == 1:
@@ -379,6 +437,20 @@ class Pipeline(Generic[T]):
                 _LG.warning("Failed to finish the pipeline's stage hooks", exc_info=True)
             self._ext.report_native_stats(self._core)
         raise EOFError("the pipeline is exhausted")
+
+    def _stop_after_fatal(self) -> None:
+        """Stops everything after a fatal exception (bounded; joins the threads that end in time). The
+        fatal exception is what the consumer sees: a later :py:meth:`stop` raises no ``PipelineFailure``."""
+        with self._lock:
+            self._failure_raised = True
+            if self._stopped:
+                return
+            self._stopped = True
+            self._finalizer.detach()
+            try:
+                _shutdown(self._core, self._loop, self._reporter, _FATAL_STOP_TIMEOUT, self._resources, self._ext)
+            except Exception:  # noqa: BLE001 (the fatal exception is raised all the same)
+                _LG.warning("The pipeline did not stop cleanly after a fatal exception", exc_info=True)
 
     def state_dict(self) -> dict[str, Any]:
         """What the consumer has received, as a picklable dict (the torchdata ``Stateful`` protocol).

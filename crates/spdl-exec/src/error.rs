@@ -15,6 +15,18 @@ fn join_causes(causes: &[ItemFailure]) -> String {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PipelineError {
+    /// The pipeline was built in another process: this is a child forked from it, where the pipeline's
+    /// threads do not exist. Build a new pipeline in the child.
+    #[error(
+        "the pipeline was built in process {built_in} and this is a child forked from it (process {now}); its \
+         threads do not exist here: build a new pipeline in the child"
+    )]
+    Forked {
+        /// The process that built the pipeline.
+        built_in: u32,
+        /// This process.
+        now: u32,
+    },
     /// A builder or stage option is out of range.
     #[error("invalid pipeline option `{option}`: {reason}")]
     InvalidOption {

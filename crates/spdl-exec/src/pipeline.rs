@@ -71,6 +71,9 @@ pub struct Pipeline<T> {
     gave_up: AtomicBool,
     /// What the auto-tuner did (with `autotune`).
     autotune: Option<Arc<Mutex<crate::autotune::AutotuneReport>>>,
+    /// The process the pipeline was built in. In a child forked from it, the pipeline's threads do not
+    /// exist: it refuses to run ([`PipelineError::Forked`]) and is left as it is when dropped.
+    pid: u32,
 }
 
 impl<T> std::fmt::Debug for Pipeline<T> {
@@ -97,12 +100,14 @@ impl<T: Send + 'static> Pipeline<T> {
             life: Mutex::new(Life::Ready(Box::new(startup))),
             gave_up: AtomicBool::new(false),
             autotune,
+            pid: std::process::id(),
         }
     }
 
     /// Starts the scheduler and the thread pool. Idempotent; implicit on the first item
     /// asked. After [`Pipeline::stop`], does nothing.
     pub fn start(&self) -> Result<(), PipelineError> {
+        self.check_process()?;
         let mut life = self.life.lock().unwrap_or_else(PoisonError::into_inner);
         if !matches!(*life, Life::Ready(_)) {
             return Ok(());
@@ -135,6 +140,18 @@ impl<T: Send + 'static> Pipeline<T> {
 }
 
 impl<T> Pipeline<T> {
+    /// Whether this process is a child forked from the one that built the pipeline.
+    fn forked(&self) -> bool {
+        std::process::id() != self.pid
+    }
+
+    fn check_process(&self) -> Result<(), PipelineError> {
+        if self.forked() {
+            return Err(PipelineError::Forked { built_in: self.pid, now: std::process::id() });
+        }
+        Ok(())
+    }
+
     /// Stops the pipeline: cancels pending work, lets running calls of stage functions
     /// return, and joins every thread. Idempotent; callable from any thread. Iteration
     /// then ends. A stage function or source `next()` that never returns blocks this: use
@@ -185,6 +202,9 @@ impl<T> Pipeline<T> {
     }
 
     fn stop_within(&self, deadline: Option<Instant>) -> Result<(), ()> {
+        if self.forked() {
+            return Ok(()); // its threads are in the parent: nothing runs here to stop
+        }
         self.shared.cancel();
         if std::thread::current().name().is_some_and(|n| n.starts_with("spdl-exec-")) {
             return Ok(());
@@ -244,6 +264,7 @@ impl<T: Send + 'static> Pipeline<T> {
     /// in time; call again. Other errors end the pipeline (a spent failure budget, a
     /// panicking source) and are returned once, after every item that made it through.
     pub fn get_item(&self, timeout: Option<Duration>) -> Result<Option<Item<T>>, PipelineError> {
+        self.check_process()?;
         if self.shared.started.get().is_none() {
             self.start()?;
         }
@@ -304,6 +325,13 @@ impl<T: Send + 'static> Pipeline<T> {
 
 impl<T> Drop for Pipeline<T> {
     fn drop(&mut self) {
+        if self.forked() {
+            // A forked child's copy: the scheduler's handle names a thread of the parent, and locks may have
+            // been held by threads that are gone. Nothing is joined or detached; the memory is left as is.
+            let life = std::mem::replace(self.life.get_mut().unwrap_or_else(PoisonError::into_inner), Life::Stopped);
+            std::mem::forget(life);
+            return;
+        }
         // After a `stop_timeout` that timed out, its caller has chosen the bound already.
         let grace = if self.gave_up.load(Relaxed) { Duration::ZERO } else { DROP_GRACE };
         if self.stop_timeout(grace).is_err() {

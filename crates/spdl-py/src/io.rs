@@ -573,7 +573,7 @@ impl NativeOp for ImageBatchOp {
             self.spec.run(srcs, None).map_err(|e| Error::native(stage, self.name(), format!("a batch of {n}"), e))?;
         if !failures.is_empty() {
             // Rare (non-strict batches only): the GIL is taken just to log them.
-            Python::attach(|py| log_failures(py, stage, &failures));
+            crate::pipeline::tstate::attach(|py| log_failures(py, stage, &failures));
         }
         Ok(vec![Value::Buffer(Arc::new(buf))])
     }

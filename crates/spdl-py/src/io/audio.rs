@@ -355,7 +355,7 @@ impl NativeOp for AudioBatchOp {
         let failures = batch_failures(&batch);
         if !failures.is_empty() {
             // Rare (non-strict batches only): the GIL is taken just to log them.
-            Python::attach(|py| log_failures(py, stage, &failures));
+            crate::pipeline::tstate::attach(|py| log_failures(py, stage, &failures));
         }
         Ok(vec![Value::Buffer(Arc::new(batch.buffer))])
     }

@@ -160,6 +160,7 @@ IMAGE_PATH: str | None = None
 IMAGE_SHAPE: tuple[int, ...] | None = None
 TMPDIR = ""
 PARENT_PID = os.getpid()
+CURRENT = ["setup"]  # the iteration running, for reports of exceptions raised outside it
 
 
 class Ctx:
@@ -193,7 +194,7 @@ def _unraisable(args: Any) -> None:
         STATS.unraisable_kbi += 1
         _Sigint.swallowed.append(f"{args.err_msg or 'Exception ignored'}: {_describe(args.object)}\n{text}"[-3000:])
         return
-    STATS.unraisable.append(f"{args.err_msg or 'Exception ignored'}: {args.object!r}\n{text}"[-3000:])
+    STATS.unraisable.append(f"in {CURRENT[0]}: {args.err_msg or 'Exception ignored'}: {args.object!r}\n{text}"[-3000:])
 
 
 def _describe(obj: Any) -> str:
@@ -206,13 +207,25 @@ def _describe(obj: Any) -> str:
     if owner is not None:
         names = [f"{m.__name__}.{n}" for m in list(sys.modules.values()) if m is not None
                  for n, v in list(getattr(m, "__dict__", {}).items()) if v is owner]
+        if not names:
+            import gc as _gc
+
+            for r in _gc.get_referrers(owner):
+                if not isinstance(r, (dict, list, tuple)) and not callable(r):
+                    names += [f"{type(r).__module__}.{type(r).__qualname__}.{k}"
+                              for k, v in getattr(r, "__dict__", {}).items() if v is owner]
+                if isinstance(r, dict):
+                    for o in _gc.get_referrers(r):
+                        if getattr(o, "__dict__", None) is r:
+                            names += [f"{type(o).__module__}.{type(o).__qualname__}.{k}" for k, v in r.items()
+                                      if v is owner]
         text += f" (removal callback of the WeakSet {', '.join(names) or hex(id(owner))})"
     return text
 
 
 def _thread_exception(args: Any) -> None:
     text = "".join(traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback))
-    STATS.thread_exceptions.append(f"thread {args.thread.name if args.thread else '?'}:\n{text}"[-3000:])
+    STATS.thread_exceptions.append(f"in {CURRENT[0]}: thread {args.thread.name if args.thread else '?'}:\n{text}"[-3000:])
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -882,6 +895,7 @@ def run_iteration(index: int, seed: int, weights: dict[str, int], watcher: Watch
     names = list(weights)
     scenario = rng.choices(names, weights=[weights[n] for n in names])[0]
     ctx = Ctx(index, seed, scenario)
+    CURRENT[0] = f"iteration {index} (--replay {seed}, {scenario})"
     if watcher is not None:
         watcher.current = (time.monotonic(), f"iteration {index} (--replay {seed}, {scenario})")
     _arm_watchdog()

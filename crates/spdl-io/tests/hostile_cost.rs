@@ -235,32 +235,21 @@ fn png_with_iccp(runs: usize) -> (Vec<u8>, usize) {
 
 #[test]
 fn png_metadata_counts_against_the_decoders_allowance() {
-    // 1.6 MB of file, 258 MB of ICC profile, 16 x 16 pixels.
+    // 1.6 MB of file, 258 MB of ICC profile, 16 x 16 pixels: the PNG decoder inflates the profile up to the
+    // allowance (16 MiB + 16 bytes a pixel), then drops it and decodes the pixels: a bounded-cost success.
+    // (That the allowance refuses the profile is asserted in the unit test
+    // `image::decode::tests::png_metadata_is_held_to_the_allowance`.)
     let (bomb, inflated) = png_with_iccp(1_000_000);
     assert!(bomb.len() < 2 << 20 && inflated > 250_000_000, "{} {inflated}", bomb.len());
-    let t = std::time::Instant::now();
     for transform in [Transform::None, Transform::resize(8, 8)] {
-        let err = decode_image(&bomb, "icc-bomb.png", &ImageOptions::default(), &transform, &alloc())
-            .err()
-            .unwrap_or_else(|| panic!("the bomb decoded"));
-        let msg = err.to_string();
-        assert!(matches!(err, Error::Decode { .. }), "{err:?}");
-        assert!(msg.contains("icc-bomb.png") && msg.contains("ICC profile") && msg.contains("max_metadata_bytes"), "{msg}");
+        let out = decode_image(&bomb, "icc-bomb.png", &ImageOptions::default(), &transform, &alloc());
+        let shape = out.unwrap_or_else(|e| panic!("{e}")).shape().to_vec();
+        assert_eq!(shape[..2], if transform == Transform::None { [16, 16] } else { [8, 8] });
     }
-    // The header-only probe is held to the same allowance.
-    let err = spdl_io::image::image_info(&bomb, "icc-bomb.png").err().map(|e| e.to_string()).unwrap_or_default();
-    assert!(err.contains("ICC profile"), "{err}");
-    // Refused after inflating at most the allowance (16 MiB), not the whole profile.
-    assert!(t.elapsed().as_secs_f64() < 20.0, "{:?}", t.elapsed());
-
-    // A real-sized profile decodes, and a larger allowance admits a larger one.
-    let (small, _) = png_with_iccp(4_000); // 1 MB
-    let out = decode_image(&small, "icc.png", &ImageOptions::default(), &Transform::None, &alloc());
-    assert_eq!(out.map(|b| b.shape().to_vec()).ok(), Some(vec![16, 16, 3]));
-    let (big, _) = png_with_iccp(100_000); // 25.8 MB
-    assert!(decode_image(&big, "icc.png", &ImageOptions::default(), &Transform::None, &alloc()).is_err());
-    let roomy = ImageOptions { max_metadata_bytes: 64 << 20, ..ImageOptions::default() };
-    assert!(decode_image(&big, "icc.png", &roomy, &Transform::None, &alloc()).is_ok());
+    let info = spdl_io::image::image_info(&bomb, "icc-bomb.png").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((info.width, info.height), (16, 16));
+    let bad = ImageOptions { max_scan_pixels: 0, ..ImageOptions::default() };
+    assert!(decode_image(&bomb, "x.png", &bad, &Transform::None, &alloc()).is_err());
 }
 
 /// A gray `w` x `h` progressive JPEG header followed by `scans` scans of one entropy-coded byte each: the

@@ -125,7 +125,8 @@ pub(crate) fn duration_secs(name: &str, v: f64, min: f64, max: f64) -> PyResult<
     if v.is_nan() || v < min || v > max {
         return Err(out_of_range(name, min, max, &v.to_string()));
     }
-    Duration::try_from_secs_f64(v).map_err(|_| out_of_range(name, min, max, &v.to_string()))
+    // `inf` (where `max` allows it) and values past `Duration`'s range wait forever.
+    Ok(Duration::try_from_secs_f64(v).unwrap_or(Duration::MAX))
 }
 
 /// `_native._check_count(name, value, min, max)`: `value` if it is an integer in `min..=max`, else the

@@ -228,7 +228,17 @@ impl StoreCell {
         if let Some((_, old)) = child.take() {
             std::mem::forget(old);
         }
-        let store = Arc::new(spdl_source::DedicatedStore::open(&self.url, &self.opts, 1)?);
+        // Opened on a thread of its own: opening blocks on the new runtime, which tokio forbids from inside an
+        // async context (a pipeline's scheduler calling the native op).
+        let opened = std::thread::scope(|s| {
+            std::thread::Builder::new()
+                .name("spdl-store-reopen".into())
+                .spawn_scoped(s, || spdl_source::DedicatedStore::open(&self.url, &self.opts, 1))
+                .map_err(|source| SourceError::Runtime { url: self.url.clone(), source })?
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        });
+        let store = Arc::new(opened?);
         *child = Some((generation, Arc::clone(&store)));
         Ok(store)
     }

@@ -16,7 +16,7 @@ use spdl_buffer::{Buffer, DType, Layout, SharedAllocator};
 
 use super::avio::{ff_error, ts_seconds};
 use super::demux::Packets;
-use crate::video::{DecodeOptions, Frames, PixelFormat, ScaleFilter, VideoLimits, select_keys};
+use crate::video::{DecodeOptions, FrameSampling, Frames, PixelFormat, ScaleFilter, VideoLimits, select_keys};
 use crate::{Error, Result};
 
 /// The swscale pixel format of `f`.
@@ -258,7 +258,13 @@ pub fn decode_packets(packets: Packets, opts: &DecodeOptions, allocator: &Shared
     // The selection's length comes from an argument (`Uniform(n)`, `Fps(f)`): it is held to the output
     // limits before the selection, the buffer or the bookkeeping below is allocated.
     let frame_bytes = out_w as usize * out_h as usize * channels;
-    let max_out = (limits.max_output_bytes / (frame_bytes as u64).max(1)).min(limits.max_frames);
+    // All and Every select from the packets (bounded by max_packets) and stay under the limits below.
+    let max_out = match opts.sampling {
+        FrameSampling::Uniform(_) | FrameSampling::Fps(_) => {
+            (limits.max_output_bytes / (frame_bytes as u64).max(1)).min(limits.max_frames)
+        }
+        _ => u64::MAX,
+    };
     let known = packet_keys(&packets, mode);
     let in_window: Vec<FrameKey> = match mode {
         KeyMode::Pts => known.iter().copied().filter(|&(t, _)| t >= window.0 && t < window.1).collect(),
@@ -281,6 +287,15 @@ pub fn decode_packets(packets: Packets, opts: &DecodeOptions, allocator: &Shared
     })?;
     drop(in_window);
     let n = selected.len();
+    let total = (n as u64).saturating_mul(frame_bytes as u64);
+    if total > limits.max_output_bytes {
+        return Err(Error::LimitExceeded {
+            item,
+            what: "output bytes".into(),
+            value: total,
+            limit: limits.max_output_bytes,
+        });
+    }
     let shape = [n, out_h as usize, out_w as usize, channels];
     let mut buffer = Buffer::zeros(DType::U8, &shape, Layout::Nhwc, allocator)?;
     let mut sink = Sink {

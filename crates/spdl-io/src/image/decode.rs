@@ -512,6 +512,64 @@ mod tests {
         }
     }
 
+    /// A 16 x 16 gray PNG with an iCCP chunk of `len` zeros (stored deflate blocks, so it is as large as
+    /// the profile), written with the png crate's own chunk writer.
+    fn png_with_icc(len: usize) -> Vec<u8> {
+        let mut z = vec![0x78, 0x01];
+        let mut left = len;
+        loop {
+            let n = left.min(65_535);
+            left -= n;
+            z.push(u8::from(left == 0));
+            z.extend_from_slice(&(n as u16).to_le_bytes());
+            z.extend_from_slice(&(!(n as u16)).to_le_bytes());
+            z.resize(z.len() + n, 0);
+            if left == 0 {
+                break;
+            }
+        }
+        z.extend_from_slice(&((((len % 65_521) as u32) << 16) | 1).to_be_bytes());
+        let mut body = b"p\0\0".to_vec();
+        body.extend_from_slice(&z);
+        let mut out = Vec::new();
+        {
+            let mut enc = png::Encoder::new(&mut out, 16, 16);
+            enc.set_color(png::ColorType::Grayscale);
+            let mut w = enc.write_header().unwrap_or_else(|e| panic!("{e}"));
+            w.write_chunk(png::chunk::ChunkType(*b"iCCP"), &body).unwrap_or_else(|e| panic!("{e}"));
+            w.write_image_data(&[0u8; 256]).unwrap_or_else(|e| panic!("{e}"));
+        }
+        out
+    }
+
+    #[test]
+    fn png_metadata_is_held_to_the_allowance() {
+        let icc = |bytes: &[u8], opts: &ImageOptions| {
+            let (mut dec, _) = generic_decoder(bytes, "icc.png", ImageFormat::Png, opts).unwrap_or_else(|e| panic!("{e}"));
+            dec.icc_profile().unwrap_or_else(|e| panic!("{e}")).map(|p| p.len())
+        };
+        let opts = ImageOptions::default();
+        // A real-sized profile is read; one over the allowance (16 MiB + 16 bytes a pixel) is not inflated
+        // past it, and is dropped.
+        assert_eq!(icc(&png_with_icc(1 << 20), &opts), Some(1 << 20));
+        let big = png_with_icc(24 << 20);
+        assert_eq!(icc(&big, &opts), None);
+        let roomy = ImageOptions { max_metadata_bytes: 64 << 20, ..ImageOptions::default() };
+        assert_eq!(icc(&big, &roomy), Some(24 << 20));
+    }
+
+    #[test]
+    fn scans_are_counted_over_entropy_data() {
+        // SOI, SOS + data with a stuffed 0xFF and a restart marker, SOS, EOI, and a third SOS after the EOI.
+        let b = [
+            0xFF, 0xD8, 0xFF, 0xDA, 0, 2, 1, 0xFF, 0x00, 0xFF, 0xD0, 2, 0xFF, 0xDA, 0, 3, 0, 0xFF, 0xD9, 0xFF, 0xDA,
+        ];
+        assert_eq!(jpeg_scans(&b, u64::MAX), 2);
+        assert_eq!(jpeg_scans(&b, 1), 1);
+        assert_eq!(jpeg_scans(&b[..5], u64::MAX), 1);
+        assert_eq!(jpeg_scans(&[], u64::MAX), 0);
+    }
+
     #[test]
     fn reduction_needs_a_full_factor() {
         let plan =

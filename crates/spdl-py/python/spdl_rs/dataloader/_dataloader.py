@@ -86,6 +86,16 @@ class DataLoader(Generic[Source, Output]):
         timeout: float | None = None,
         output_order: str = "completion",
     ) -> None:
+        from .. import _native
+
+        limits = _native.ARG_LIMITS
+        # Checked here, with the module's one message, rather than when the first iteration builds the pipeline.
+        _native._check_count("num_threads", num_threads, 1, limits["threads"])
+        _native._check_count("buffer_size", buffer_size, 0, limits["queue"])
+        if batch_size is not None:
+            _native._check_count("batch_size", batch_size, 0, limits["items"])
+        if timeout is not None:
+            _native._check_duration("timeout", timeout, 0.0, float("inf"))
         self._src = src
         self._preprocessor = preprocessor
         self._aggregator = aggregator

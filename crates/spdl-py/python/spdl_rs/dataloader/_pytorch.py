@@ -291,6 +291,15 @@ def _validate_options(
         raise ValueError(f"`num_workers` must be greater than 0. Found: {num_workers}")
     if worker_init_concurrency is not None and worker_init_concurrency < 1:
         raise ValueError(f"`worker_init_concurrency` must be greater than 0. Found: {worker_init_concurrency}.")
+    # Beyond SPDL's checks: the module's caps, with its one message (a worker is a process).
+    from .. import _native
+
+    limits = _native.ARG_LIMITS
+    _native._check_count("num_workers", num_workers, 0, limits["threads"])
+    if worker_init_concurrency is not None:
+        _native._check_count("worker_init_concurrency", worker_init_concurrency, 1, limits["threads"])
+    if timeout is not None:
+        _native._check_duration("timeout", timeout, 0.0, float("inf"))
 
 
 def get_pytorch_dataloader(
@@ -369,6 +378,11 @@ def get_pytorch_dataloader(
         num_workers=num_workers,
         worker_init_concurrency=worker_init_concurrency,
     )
+    from .. import _native
+
+    _native._check_count("prefetch_factor", prefetch_factor, 1, _native.ARG_LIMITS["batch"])
+    if batch_size is not None:
+        _native._check_count("batch_size", batch_size, 1, _native.ARG_LIMITS["items"])
     if num_workers == 0:
         warnings.warn(
             "`num_workers` is 0. Setting `num_workers` to 1 for single process dataloading.",

@@ -23,6 +23,10 @@ def _check_rank(n: int, rank: int, world_size: int) -> None:
         raise ValueError(f"`world_size` must be greater than zero. Found: {world_size}")
     if not 0 <= rank < world_size:
         raise ValueError(f"`rank` ({rank}) must be within the range [0, {world_size}).")
+    # Beyond SPDL's checks: the module's caps, with its one message.
+    from .. import _native
+
+    _native._check_count("world_size", world_size, 1, _native.ARG_LIMITS["world_size"])
 
 
 def _share(total: int, rank: int, world_size: int, drop_last_round: bool) -> tuple[int, int]:
@@ -172,6 +176,12 @@ class DistributedRandomSampler:
         _check_rank(n, rank, world_size)
         if num_draws is not None and num_draws <= 0:
             raise ValueError(f"`num_draws` must be greater than zero. Found: {num_draws}")
+        # Each iteration draws (and, without replacement, permutes) in memory: sizes within the order cap.
+        from .. import _native
+
+        _native._check_count("n", n, 1, _native.ARG_LIMITS["items"])
+        if num_draws is not None:
+            _native._check_count("num_draws", num_draws, 1, _native.ARG_LIMITS["items"])
         total = n if num_draws is None else num_draws
         if ddp_drop_last_distributed_round and total < world_size:
             raise ValueError(

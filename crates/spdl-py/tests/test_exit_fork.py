@@ -290,6 +290,15 @@ class _Owner:
         return x
 
 
+class _RaisingOwner(_Owner):
+    """The same cycle, and the op raises now and then: the kept exceptions' tracebacks hold ``self`` too."""
+
+    def op(self, x):
+        if x % 5 == 0:
+            raise ValueError(f"item {x}")
+        return x
+
+
 def PipelineBuilderRef():  # noqa: N802 (kept beside _Owner for readability)
     from spdl_rs.pipeline import PipelineBuilder
 
@@ -303,12 +312,36 @@ def _endless():
         i += 1
 
 
-def test_a_running_pipeline_in_a_reference_cycle_is_collected_and_its_threads_end(watchdog):
+@pytest.fixture
+def no_failure_log_records():
+    """pytest's log capture keeps every record, and a failed item's record holds its exception, whose
+    traceback holds the op's frame and ``self``: that would keep the cycle alive from outside."""
+    import logging
+
+    logger = logging.getLogger("spdl_rs.pipeline")
+    logger.disabled = True
+    yield
+    logger.disabled = False
+
+
+def test_a_running_pipeline_in_a_reference_cycle_is_collected_and_its_threads_end(watchdog, no_failure_log_records):
     import gc
 
     gc.collect()
     baseline = os_threads()
-    for _ in range(15):
-        _Owner()
+    for i in range(16):
+        (_Owner if i % 2 else _RaisingOwner)()
         gc.collect()
     wait_for(lambda: (gc.collect(), os_threads())[1] <= baseline + 4, what="the cycles' pipeline threads to end")
+
+
+def test_a_cycle_through_a_raising_op_is_collected(watchdog, no_failure_log_records):
+    import gc
+    import weakref
+
+    owner = _RaisingOwner()
+    for _ in range(8):
+        next(owner.it)
+    ref = weakref.ref(owner)
+    del owner
+    wait_for(lambda: (gc.collect(), ref())[1] is None, what="the owner of a pipeline whose op raised to be collected")

@@ -298,7 +298,7 @@ impl PipelineCore {
         for spec in &self.specs {
             visit.call(spec)?;
         }
-        Ok(())
+        self.failures.traverse(&visit)
     }
 
     /// Stops the pipeline and joins its threads, with the GIL released so that running Python ops finish.

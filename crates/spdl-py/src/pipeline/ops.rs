@@ -5,7 +5,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
-use crossbeam_channel::{Receiver, Sender, unbounded};
 use futures::future::BoxFuture;
 use pyo3::exceptions::{PyBaseException, PyException, PyTypeError};
 use pyo3::prelude::*;
@@ -85,8 +84,10 @@ impl PyNativeOp {
 /// `get_item` stops the pipeline and raises it.
 #[derive(Debug)]
 pub(crate) struct Failures {
-    tx: Sender<(String, Py<PyBaseException>)>,
-    rx: Receiver<(String, Py<PyBaseException>)>,
+    /// The exceptions kept for `PipelineFailure` (the first [`KEPT_EXCEPTIONS`]), oldest first. Their
+    /// tracebacks hold the frames of the ops that raised, and so whatever those refer to (the object that owns
+    /// the pipeline, for a bound-method op): [`Failures::traverse`] shows them to the garbage collector.
+    kept_list: std::sync::Mutex<Vec<(String, Py<PyBaseException>)>>,
     kept: AtomicUsize,
     logger: Py<PyAny>,
     /// `asyncio.CancelledError`: a `BaseException` that is not fatal (an op's own cancellation).
@@ -105,10 +106,8 @@ impl Failures {
     pub(crate) fn new(py: Python<'_>) -> PyResult<Self> {
         let logger = py.import("logging")?.call_method1("getLogger", ("spdl_rs.pipeline",))?.unbind();
         let cancelled = py.import("asyncio")?.getattr("CancelledError")?.unbind();
-        let (tx, rx) = unbounded();
         Ok(Self {
-            tx,
-            rx,
+            kept_list: std::sync::Mutex::new(Vec::new()),
             kept: AtomicUsize::new(0),
             logger,
             cancelled,
@@ -146,7 +145,7 @@ impl Failures {
             e.write_unraisable(py, None);
         }
         if self.kept.fetch_add(1, Ordering::Relaxed) < KEPT_EXCEPTIONS {
-            let _ = self.tx.send((stage.to_owned(), exc));
+            self.kept_list.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((stage.to_owned(), exc));
         }
         Error::Python { stage: stage.to_owned(), message }
     }
@@ -185,6 +184,21 @@ impl Failures {
         self.source_failures.load(Ordering::Relaxed)
     }
 
+    /// Visits the Python objects this holds (the kept exceptions and the fatal one), for the pipeline's
+    /// `__traverse__`. Skips the kept ones while another thread is adding one (the collector then sees them
+    /// as referenced from outside, which only delays collection).
+    pub(crate) fn traverse(&self, visit: &pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
+        if let Ok(kept) = self.kept_list.try_lock() {
+            for (_, exc) in kept.iter() {
+                visit.call(exc)?;
+            }
+        }
+        if let Some((_, exc)) = self.fatal.get() {
+            visit.call(exc)?;
+        }
+        Ok(())
+    }
+
     /// The fatal exception and its stage, if one was raised.
     pub(crate) fn fatal(&self) -> Option<&(String, Py<PyBaseException>)> {
         self.fatal.get()
@@ -206,7 +220,7 @@ impl Failures {
 
     /// The kept exceptions, oldest first.
     pub(crate) fn take(&self) -> Vec<(String, Py<PyBaseException>)> {
-        self.rx.try_iter().collect()
+        std::mem::take(&mut *self.kept_list.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
     }
 }
 

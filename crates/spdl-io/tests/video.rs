@@ -323,9 +323,7 @@ fn retimed(name: &str, pts_expr: &str) -> PathBuf {
 #[test]
 fn frames_with_backward_or_zigzag_timestamps_all_come_out() {
     // 1900, 1800, ..., 0; and 100, 1, 300, 201, ...: each used to give 1-2 of 20 frames, with no error.
-    for (name, expr) in
-        [("backwards.mkv", "(19-N)*100"), ("zigzag.mkv", "if(mod(N\\,2)\\,PTS-100\\,PTS+100)")]
-    {
+    for (name, expr) in [("backwards.mkv", "(19-N)*100"), ("zigzag.mkv", "if(mod(N\\,2)\\,PTS-100\\,PTS+100)")] {
         let path = retimed(name, expr);
         let frames = decode_video(path.as_path(), &VideoOptions::default(), &system_allocator())
             .unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -346,15 +344,15 @@ fn frames_with_backward_or_zigzag_timestamps_all_come_out() {
     }
     // Reversed timestamps: frames come out in presentation order, not decode order.
     let back = retimed("backwards.mkv", "(19-N)*100");
-    let frames = decode_video(back.as_path(), &VideoOptions::default(), &system_allocator())
-        .unwrap_or_else(|e| panic!("{e}"));
+    let frames =
+        decode_video(back.as_path(), &VideoOptions::default(), &system_allocator()).unwrap_or_else(|e| panic!("{e}"));
     let plain = generate(
         &dir(),
         "plain20.mkv",
         &["-f", "lavfi", "-i", "testsrc=size=64x48:rate=10", "-frames:v", "20", "-c:v", "mpeg4"],
     );
-    let fwd = decode_video(plain.as_path(), &VideoOptions::default(), &system_allocator())
-        .unwrap_or_else(|e| panic!("{e}"));
+    let fwd =
+        decode_video(plain.as_path(), &VideoOptions::default(), &system_allocator()).unwrap_or_else(|e| panic!("{e}"));
     let fb = 64 * 48 * 3;
     let (got, want) = (frames.buffer.as_bytes(), fwd.buffer.as_bytes());
     let matches: Vec<Option<usize>> =
@@ -371,10 +369,8 @@ fn frames_with_backward_or_zigzag_timestamps_all_come_out() {
 fn huge_frame_counts_are_refused_before_anything_is_allocated() {
     let path = retimed("plain_for_count.mkv", "PTS");
     for sampling in [FrameSampling::Uniform(1_000_000_000), FrameSampling::Fps(1e12)] {
-        let opts = VideoOptions {
-            decode: DecodeOptions { sampling, ..DecodeOptions::default() },
-            ..VideoOptions::default()
-        };
+        let opts =
+            VideoOptions { decode: DecodeOptions { sampling, ..DecodeOptions::default() }, ..VideoOptions::default() };
         let t = std::time::Instant::now();
         let err = decode_video(path.as_path(), &opts, &system_allocator()).err();
         assert!(t.elapsed().as_secs_f64() < 2.0, "{:?}", t.elapsed());

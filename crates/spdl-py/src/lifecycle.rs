@@ -95,25 +95,40 @@ where
         enter_transit();
         out
     });
-    IN_TRANSIT.fetch_sub(1, Ordering::AcqRel);
+    leave_transit();
     out
 }
 
 /// Counts this thread as on its way back into the interpreter, or parks it if the interpreter exits (see
 /// [`IN_TRANSIT`]). The caller decrements [`IN_TRANSIT`] once it holds the interpreter.
 pub(crate) fn enter_transit() {
-    IN_TRANSIT.fetch_add(1, Ordering::AcqRel);
-    if exiting() && EXIT_THREAD.load(Ordering::Acquire) != this_thread() {
-        IN_TRANSIT.fetch_sub(1, Ordering::AcqRel);
+    if !try_enter_transit() {
         loop {
             std::thread::park();
         }
     }
 }
 
+/// [`enter_transit`] that returns `false` instead of parking, for a thread that can simply not enter (a
+/// thread-local destructor that would only delete the thread's state).
+pub(crate) fn try_enter_transit() -> bool {
+    // SeqCst with the `atexit` hook's store of EXITING and its loads of IN_TRANSIT: either the hook sees this
+    // thread in transit and waits for it, or this thread sees EXITING.
+    IN_TRANSIT.fetch_add(1, Ordering::SeqCst);
+    if EXITING.load(Ordering::SeqCst) && EXIT_THREAD.load(Ordering::Acquire) != this_thread() {
+        IN_TRANSIT.fetch_sub(1, Ordering::SeqCst);
+        return false;
+    }
+    if interpreter_finalizing() {
+        IN_TRANSIT.fetch_sub(1, Ordering::SeqCst);
+        return false;
+    }
+    true
+}
+
 /// The other half of [`enter_transit`], once the thread holds the interpreter.
 pub(crate) fn leave_transit() {
-    IN_TRANSIT.fetch_sub(1, Ordering::AcqRel);
+    IN_TRANSIT.fetch_sub(1, Ordering::SeqCst);
 }
 
 /// Counts an engine thread as running Python code while the guard lives (the shutdown hook waits for
@@ -177,9 +192,9 @@ fn after_fork_in_child() {
 #[pyo3(name = "_mark_exiting")]
 fn mark_exiting(py: Python<'_>) {
     EXIT_THREAD.store(this_thread(), Ordering::Release);
-    EXITING.store(true, Ordering::Release);
+    EXITING.store(true, Ordering::SeqCst);
     let deadline = Instant::now() + TRANSIT_WAIT;
-    while IN_TRANSIT.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
+    while IN_TRANSIT.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
         py.detach(|| std::thread::sleep(Duration::from_millis(1)));
     }
 }

@@ -268,7 +268,7 @@ def test_elastic_sampler_state_round_trip():
     assert list(s) == first
     with pytest.raises(ValueError, match="another order"):
         ElasticSampler(11, rank=0, world_size=1, seed=4).load_state_dict(s.state_dict())
-    with pytest.raises(ValueError, match="rank 2 is not in 0..2"):
+    with pytest.raises(ValueError, match="rank must be between 0 and 1, got 2"):
         ElasticSampler(10, rank=2, world_size=2)
 
 

@@ -191,7 +191,14 @@ pub(crate) fn decode(
                 if let Some(stated) = declared_channels.or(stated_channels)
                     && stated != channels
                 {
-                    return Err(channels_differ(item, codec, "the container states", stated, "the decoder gives", channels));
+                    return Err(channels_differ(
+                        item,
+                        codec,
+                        "the container states",
+                        stated,
+                        "the decoder gives",
+                        channels,
+                    ));
                 }
                 let c = collector.insert(WindowCollector::new(item, channels, rate, window, limits));
                 if delay > 0 {

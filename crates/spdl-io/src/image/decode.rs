@@ -564,9 +564,8 @@ mod tests {
     #[test]
     fn scans_are_counted_over_entropy_data() {
         // SOI, SOS + data with a stuffed 0xFF and a restart marker, SOS, EOI, and a third SOS after the EOI.
-        let b = [
-            0xFF, 0xD8, 0xFF, 0xDA, 0, 2, 1, 0xFF, 0x00, 0xFF, 0xD0, 2, 0xFF, 0xDA, 0, 3, 0, 0xFF, 0xD9, 0xFF, 0xDA,
-        ];
+        let b =
+            [0xFF, 0xD8, 0xFF, 0xDA, 0, 2, 1, 0xFF, 0x00, 0xFF, 0xD0, 2, 0xFF, 0xDA, 0, 3, 0, 0xFF, 0xD9, 0xFF, 0xDA];
         assert_eq!(jpeg_scans(&b, u64::MAX), 2);
         assert_eq!(jpeg_scans(&b, 1), 1);
         assert_eq!(jpeg_scans(&b[..5], u64::MAX), 1);

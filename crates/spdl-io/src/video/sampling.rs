@@ -103,7 +103,7 @@ mod tests {
         assert_eq!(select_keys(&keys, t, FrameSampling::Fps(20.0), (0.0, None), M).map(|v| v.len()), Ok(20));
         assert_eq!(select_keys(&keys[2..6], t, FrameSampling::Fps(5.0), (0.2, Some(0.6)), M), Ok(vec![200, 400]));
         assert!(select_keys(&[], t, FrameSampling::All, (0.0, None), M).is_ok_and(|v| v.is_empty()));
-        }
+    }
 
     #[test]
     fn huge_selections_are_refused_before_they_are_built() {

@@ -30,11 +30,20 @@ impl Drop for Kept {
         if lifecycle::exiting() || unsafe { ffi::Py_IsInitialized() } == 0 {
             return; // the interpreter clears its remaining thread states itself
         }
+        // Counted in transit while it waits for the GIL, so that the `atexit` hook lets it through before
+        // finalization starts (CPython would end it mid-destructor, which aborts the process).
+        if !lifecycle::try_enter_transit() {
+            return;
+        }
         // SAFETY: `saved` is this thread's own thread state, detached by `PyEval_SaveThread` in `keep` and
         // not attached since (every `Python::attach` on this thread has been released: the thread is ending).
         // Re-attaching it and releasing the `PyGILState_Ensure` of `keep` deletes it.
         unsafe {
             ffi::PyEval_RestoreThread(self.saved);
+        }
+        lifecycle::leave_transit();
+        // SAFETY: as above: the thread is attached with the state `keep` made.
+        unsafe {
             ffi::PyGILState_Release(self.gstate);
         }
     }

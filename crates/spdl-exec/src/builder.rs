@@ -424,7 +424,7 @@ pub(crate) fn wire_pipe<T: Send + 'static, U: Send + 'static>(
     cap: Option<usize>,
     stage: Stage<T, U>,
 ) -> QueueRx<U> {
-    let Stage { name, func, options, describe, item_size } = stage;
+    let Stage { name, func, options, describe, item_size, fast } = stage;
     if options.concurrency == 0 {
         w.invalid(format!("stage `{name}`: concurrency"), "must be at least 1".into());
     }
@@ -477,6 +477,11 @@ pub(crate) fn wire_pipe<T: Send + 'static, U: Send + 'static>(
             w.task(&name, Concurrent::new(link, launch, options.order, w.pool.clone()).run());
         }
         // Input order at a concurrency that is or may become > 1: results are re-sequenced.
+        // One call at a time, with a fast path: the inputs it takes never reach the pool.
+        StageFn::Blocking(f) if c == 1 && !tuned && fast.is_some() => {
+            let fast = fast.expect("checked");
+            w.task(&name, crate::fast::fast_path_stage(link, fast, f, describe, w.pool.clone()));
+        }
         StageFn::Blocking(f) if options.order == OutputOrder::Input && (c > 1 || tuned) => {
             let launch = driver::pool_launcher(f, describe, cell, w.pool.clone(), shared);
             w.task(&name, Concurrent::new(link, launch, options.order, w.pool.clone()).run());

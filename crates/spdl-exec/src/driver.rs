@@ -34,7 +34,7 @@ pub(crate) struct Link<T, U> {
 
 impl<T, U> Link<T, U> {
     /// The next input message, counting the wait as starved time. `None`: input closed.
-    async fn next_input(&self) -> Option<Msg<T>> {
+    pub(crate) async fn next_input(&self) -> Option<Msg<T>> {
         match self.input.try_pop() {
             Ok(m) => Some(m),
             Err(PopError::Closed) => None,

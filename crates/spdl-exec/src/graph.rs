@@ -468,7 +468,8 @@ impl Tracker {
 /// The same stage over tagged items: outputs carry their input's number, the last one its
 /// guard. The stage keeps input order, so the outputs of one input come out together.
 fn tag_stage<X: Send + 'static, Y: Send + 'static>(stage: Stage<X, Y>) -> Stage<Tag<X>, Tag<Y>> {
-    let Stage { name, func, mut options, describe, item_size } = stage;
+    // The fast path is not tagged: the function handles every input.
+    let Stage { name, func, mut options, describe, item_size, fast: _ } = stage;
     options.order = OutputOrder::Input;
     let func = match func {
         StageFn::Blocking(f) => StageFn::Blocking(Arc::new(move |t: Tag<X>| {
@@ -483,7 +484,7 @@ fn tag_stage<X: Send + 'static, Y: Send + 'static>(stage: Stage<X, Y>) -> Stage<
         })),
     };
     let describe = describe.map(|d| -> Describe<Tag<X>> { Arc::new(move |t: &Tag<X>| d(&t.item)) });
-    Stage { name, func, options, describe, item_size }
+    Stage { name, func, options, describe, item_size, fast: None }
 }
 
 fn tag_outputs<Y: Send + 'static>(o: Outputs<Y>, seq: u64, end: Option<EndGuard>) -> Outputs<Tag<Y>> {

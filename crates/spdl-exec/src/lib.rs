@@ -59,6 +59,7 @@ mod context;
 mod driver;
 mod error;
 mod failure;
+mod fast;
 mod graph;
 mod item_size;
 mod options;

@@ -75,7 +75,7 @@ pub(crate) struct Runs<T, U> {
 }
 
 /// The outcome of [`push_held`].
-enum Pushed<U> {
+pub(crate) enum Pushed<U> {
     Done,
     /// Still full when the run had to give its thread back.
     Full(Msg<U>),
@@ -85,7 +85,7 @@ enum Pushed<U> {
 /// Pushes from a pool thread: waits in slices while the output is full, and gives up after
 /// [`HOLD`], as soon as other jobs wait for a thread, or on cancellation. Counts the wait
 /// as blocked time.
-fn push_held<U>(output: &QueueTx<U>, cell: &StageCell, shared: &Shared, pool: &PoolHandle, msg: Msg<U>) -> Pushed<U> {
+pub(crate) fn push_held<U>(output: &QueueTx<U>, cell: &StageCell, shared: &Shared, pool: &PoolHandle, msg: Msg<U>) -> Pushed<U> {
     let mut msg = match output.try_push(msg) {
         Ok(()) => return Pushed::Done,
         Err(PushError::Closed(_)) => return Pushed::Closed,

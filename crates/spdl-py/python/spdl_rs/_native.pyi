@@ -11,6 +11,11 @@ from typing_extensions import TypedDict, Unpack
 # Every class is final: PyO3 classes without `subclass` cannot be subclassed at run time.
 
 __all__ = [
+    "_check_count",
+    "_check_duration",
+    "_check_size",
+    "_wait_engine_threads",
+    "ARG_LIMITS",
     "Buffer",
     "PipelineCore",
     "StatsSnapshot",
@@ -78,6 +83,18 @@ __all__ = [
     "list_dataset",
     "HAS_SOURCE",
 ]
+
+#: The caps of the boundary checks (``_check_count`` and friends), by kind of argument.
+ARG_LIMITS: dict[str, Any]
+
+def _check_count(name: str, value: int, min: int, max: int) -> int:
+    """Internal: ``value`` if it is an integer in ``min..=max``, else ``ValueError`` (``TypeError`` if not an int)."""
+
+def _check_size(name: str, value: int, min: int, max: int) -> int:
+    """Internal: as ``_check_count``, for byte sizes."""
+
+def _check_duration(name: str, value: float, min: float, max: float) -> float:
+    """Internal: ``value`` (seconds) if it is in ``min..=max`` and not NaN."""
 
 def _wait_engine_threads() -> int:
     """Internal: waits (bounded) for engine threads running Python code to leave it; how many are left."""
@@ -317,6 +334,9 @@ class PipelineCore:
     def get_item(self, timeout: float | None = None) -> tuple[int, Any]:
         """``(0, item)``, ``(1, epoch)`` or ``(2, None)``; raises ``TimeoutError``; ``inf`` waits forever,
         NaN or a negative timeout raises ``ValueError``."""
+    def fatal(self) -> tuple[str, BaseException] | None:
+        """The stage and the ``BaseException`` (not an ``Exception``) that stopped the pipeline, if one did."""
+
     def error(self) -> tuple[str, str | None] | None:
         """Why the pipeline ended early: ``(message, stage)``."""
     def take_exceptions(self) -> list[tuple[str, BaseException]]:
@@ -787,7 +807,7 @@ class ElasticSampler:
         world_size: int,
         seed: int = 0,
         shuffle: bool = True,
-        num_partitions: int = 64,
+        num_partitions: int = ...,
         drop_remainder: bool = False,
     ) -> ElasticSampler: ...
     def __iter__(self) -> Iterator[int]:
@@ -824,7 +844,7 @@ class Store:
         connect_timeout: float = 10.0,
         read_timeout: float = 30.0,
         max_attempts: int | None = None,
-        max_in_flight: int = 64,
+        max_in_flight: int = ...,
         endpoint: str | None = None,
         region: str | None = None,
         access_key: str | None = None,
@@ -851,7 +871,7 @@ class Store:
         """The size of ``key`` in bytes, without reading it."""
     def list(self, prefix: str = "") -> list[tuple[str, int]]:
         """``(key, size)`` of every object under ``prefix``, in key order."""
-    def get_many(self, keys: Sequence[str], *, concurrency: int = 16) -> builtins.list[bytes]:
+    def get_many(self, keys: Sequence[str], *, concurrency: int = ...) -> builtins.list[bytes]:
         """The objects ``keys``, fetched ``concurrency`` at a time, in the order of ``keys``."""
     def get_op(self) -> NativeOp:
         """A native pipeline op: each item (a key) becomes the object's ``bytes``, awaited in Rust without the

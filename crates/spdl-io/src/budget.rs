@@ -10,10 +10,15 @@
 //!
 //! The default budget is a quarter of the memory this process may use (the smaller of the machine's RAM
 //! and the cgroup's limit); [`set_decode_memory_budget`] changes it.
+//!
+//! A child forked while decodes run gets a budget of its own on first use (same capacity, nothing
+//! reserved): the parent's reservations belong to threads that do not exist in the child, and its lock may
+//! have been held by one of them at the fork.
 // Image decodes reserve from the budget; audio only checks batch sizes against it.
 #![cfg_attr(not(feature = "image"), allow(dead_code))]
 
-use std::sync::{Condvar, Mutex, OnceLock, PoisonError};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, PoisonError};
 
 use crate::{Error, Result};
 
@@ -25,6 +30,8 @@ const FALLBACK_BUDGET: u64 = 4 << 30;
 
 #[derive(Debug)]
 struct Budget {
+    /// The process this budget belongs to.
+    pid: u32,
     state: Mutex<State>,
     freed: Condvar,
 }
@@ -35,12 +42,36 @@ struct State {
     used: u64,
 }
 
+/// This process's budget (see the module doc); made on first use, and again in a forked child.
+static CURRENT: AtomicPtr<Budget> = AtomicPtr::new(std::ptr::null_mut());
+/// The capacity [`set_decode_memory_budget`] set (0: the default), carried into forked children.
+static CAPACITY: AtomicU64 = AtomicU64::new(0);
+
 fn budget() -> &'static Budget {
-    static BUDGET: OnceLock<Budget> = OnceLock::new();
-    BUDGET.get_or_init(|| Budget {
-        state: Mutex::new(State { capacity: default_decode_memory_budget(), used: 0 }),
-        freed: Condvar::new(),
-    })
+    let pid = std::process::id();
+    loop {
+        let current = CURRENT.load(Ordering::Acquire);
+        // SAFETY: a non-null CURRENT always points to a leaked, never freed `Budget`.
+        if let Some(b) = unsafe { current.as_ref() }
+            && b.pid == pid
+        {
+            return b;
+        }
+        let capacity = match CAPACITY.load(Ordering::Acquire) {
+            0 => default_decode_memory_budget(),
+            c => c,
+        };
+        // One small allocation per process (and per fork), never freed: reservations refer to it.
+        let fresh: &'static mut Budget = Box::leak(Box::new(Budget {
+            pid,
+            state: Mutex::new(State { capacity, used: 0 }),
+            freed: Condvar::new(),
+        }));
+        if CURRENT.compare_exchange(current, fresh, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            return fresh;
+        }
+        // Another thread installed one first: use that (the loop re-reads it).
+    }
 }
 
 /// A quarter of the memory available to this process: the smaller of `MemTotal` and the cgroup v2
@@ -83,6 +114,7 @@ pub fn set_decode_memory_budget(bytes: u64) -> Result<()> {
             "the decode memory budget must be at least {UNMETERED_BYTES} bytes, got {bytes}"
         )));
     }
+    CAPACITY.store(bytes, Ordering::Release);
     let b = budget();
     b.state.lock().unwrap_or_else(PoisonError::into_inner).capacity = bytes;
     b.freed.notify_all();
@@ -94,14 +126,16 @@ pub fn set_decode_memory_budget(bytes: u64) -> Result<()> {
 #[must_use = "the reservation is released when dropped"]
 pub(crate) struct Reservation {
     bytes: u64,
+    /// The budget it was taken from (`None`: not metered).
+    from: Option<&'static Budget>,
 }
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        if self.bytes == 0 {
-            return;
+        let Some(b) = self.from else { return };
+        if b.pid != std::process::id() {
+            return; // taken in the parent before a fork: this process's budget never counted it
         }
-        let b = budget();
         let mut s = b.state.lock().unwrap_or_else(PoisonError::into_inner);
         s.used = s.used.saturating_sub(self.bytes);
         drop(s);
@@ -113,7 +147,7 @@ impl Drop for Reservation {
 /// are not metered; one larger than the whole budget is an error.
 pub(crate) fn reserve(item: &str, bytes: u64) -> Result<Reservation> {
     if bytes < UNMETERED_BYTES {
-        return Ok(Reservation { bytes: 0 });
+        return Ok(Reservation { bytes: 0, from: None });
     }
     let b = budget();
     let mut s = b.state.lock().unwrap_or_else(PoisonError::into_inner);
@@ -128,7 +162,7 @@ pub(crate) fn reserve(item: &str, bytes: u64) -> Result<Reservation> {
         }
         if s.used.saturating_add(bytes) <= s.capacity {
             s.used += bytes;
-            return Ok(Reservation { bytes });
+            return Ok(Reservation { bytes, from: Some(b) });
         }
         s = b.freed.wait(s).unwrap_or_else(PoisonError::into_inner);
     }
@@ -156,6 +190,26 @@ mod tests {
     fn default_is_a_fraction_of_ram() {
         let d = default_decode_memory_budget();
         assert!(d >= 64 << 20, "{d}");
+    }
+
+    #[test]
+    fn a_forked_child_gets_a_budget_of_its_own() {
+        // The parent holds most of the budget when it forks: the child must not wait for it.
+        let capacity = decode_memory_budget();
+        let held = reserve("parent.png", capacity - UNMETERED_BYTES).expect("reserve in the parent");
+        // SAFETY: the child only reserves and releases memory from the budget, then ends with `_exit`.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let ok = reserve("child.png", capacity - UNMETERED_BYTES).is_ok() && decode_memory_budget() == capacity;
+            // SAFETY: ends the child without the parent's test harness.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child just forked.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child status {status}");
+        drop(held);
     }
 
     #[test]

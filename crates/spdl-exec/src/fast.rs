@@ -5,8 +5,8 @@
 //! with no pool job and no thread of the pool held, so a stage that mostly splits batches does
 //! not compete with the stages around it for the pool's threads. Any other input goes to the
 //! stage's function in one pool job, which then pushes the call's outputs, and advances a lazy
-//! call's iterator, while the output has room (waiting for it as a run does, for at most
-//! [`crate::runs`]' hold); if the output stays full, the job hands the message it holds back,
+//! call's iterator, while the output has room (waiting for it briefly, as a run of a plain
+//! blocking stage does); if the output stays full, the job hands the message it holds back,
 //! the driver waits for room without a thread, and a new job goes on with the iterator. So at
 //! most one output waits outside the queues, and inputs are handled strictly in order.
 
@@ -147,7 +147,7 @@ pub(crate) async fn fast_path_stage<T: Send + 'static, U: Send + 'static>(
 ) {
     let ctx = Arc::new(Ctx { link, func, pool });
     let Link { output, cell, shared, .. } = &ctx.link;
-    'inputs: loop {
+    loop {
         if shared.cancelled() || cell.feeding_stopped() {
             return;
         }
@@ -164,51 +164,60 @@ pub(crate) async fn fast_path_stage<T: Send + 'static, U: Send + 'static>(
         let index = cell.items_in.fetch_add(1, Relaxed);
         let described = describe.as_ref().map(|d| d(&item));
         let t0 = Instant::now();
-        let item = match catch_unwind(AssertUnwindSafe(|| fast(item))) {
-            Ok(Err(item)) => item,
-            taken => {
-                let result = match taken {
-                    Ok(Ok(outputs)) => Ok(outputs),
-                    Err(p) => Err(panicked(&*p)),
-                    Ok(Err(_)) => unreachable!("matched above"),
-                };
-                let done = Done { index, item: described, elapsed: t0.elapsed(), result, parts: None };
-                for out in shared.settle(cell, done).into_iter().flatten() {
-                    if !emit(output, cell, Msg::Item(out)).await {
-                        return;
-                    }
+        let result = match catch_unwind(AssertUnwindSafe(|| fast(item))) {
+            Ok(Ok(outputs)) => Ok(outputs),
+            Err(p) => Err(panicked(&*p)),
+            Ok(Err(item)) => {
+                if on_pool(&ctx, item, index, described).await {
+                    continue;
                 }
-                continue;
+                return;
             }
         };
-        // The stage's function, on the pool; then its lazy outputs, job after job while the output fills.
-        let mut job: Job<T, U> = Box::new(move |ctx: &Ctx<T, U>| ctx.call(item, index, described));
-        loop {
-            output.flush();
-            let (tx, rx) = futures::channel::oneshot::channel();
-            let c = Arc::clone(&ctx);
-            ctx.pool.spawn(move || {
-                let exit = job(&c);
-                c.link.output.flush();
-                let _ = tx.send(exit);
-            });
-            // An error: the pool dropped the job without running it (the pipeline is stopping).
-            let Ok(exit) = rx.await else { return };
-            match exit {
-                JobExit::Done => continue 'inputs,
-                JobExit::Closed | JobExit::Stopped => return,
-                JobExit::Full(msgs, cont) => {
-                    for m in msgs {
-                        if !emit(output, cell, m).await {
-                            return;
-                        }
+        let done = Done { index, item: described, elapsed: t0.elapsed(), result, parts: None };
+        for out in shared.settle(cell, done).into_iter().flatten() {
+            if !emit(output, cell, Msg::Item(out)).await {
+                return;
+            }
+        }
+    }
+}
+
+/// The stage's function on the pool, then its lazy outputs, job after job while the output fills.
+/// `false`: the stage must end (output closed, or the pipeline stopping).
+async fn on_pool<T: Send + 'static, U: Send + 'static>(
+    ctx: &Arc<Ctx<T, U>>,
+    item: T,
+    index: u64,
+    described: Option<String>,
+) -> bool {
+    let Link { output, cell, shared, .. } = &ctx.link;
+    let mut job: Job<T, U> = Box::new(move |ctx: &Ctx<T, U>| ctx.call(item, index, described));
+    loop {
+        output.flush();
+        let (tx, rx) = futures::channel::oneshot::channel();
+        let c = Arc::clone(ctx);
+        ctx.pool.spawn(move || {
+            let exit = job(&c);
+            c.link.output.flush();
+            let _ = tx.send(exit);
+        });
+        // An error: the pool dropped the job without running it (the pipeline is stopping).
+        let Ok(exit) = rx.await else { return false };
+        match exit {
+            JobExit::Done => return true,
+            JobExit::Closed | JobExit::Stopped => return false,
+            JobExit::Full(msgs, cont) => {
+                for m in msgs {
+                    if !emit(output, cell, m).await {
+                        return false;
                     }
-                    let Some(cont) = cont else { continue 'inputs };
-                    if shared.cancelled() {
-                        return;
-                    }
-                    job = Box::new(move |ctx: &Ctx<T, U>| ctx.drain(cont));
                 }
+                let Some(cont) = cont else { return true };
+                if shared.cancelled() {
+                    return false;
+                }
+                job = Box::new(move |ctx: &Ctx<T, U>| ctx.drain(cont));
             }
         }
     }

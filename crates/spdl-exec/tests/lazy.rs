@@ -216,3 +216,87 @@ fn lazy_speed() {
         });
     }
 }
+
+/// Inputs of a stage with a fast path: batches it takes, and lazy calls it leaves to the function.
+enum Work {
+    Ready(Vec<u64>),
+    /// `n` outputs made lazily, failing (an `Err`) at `fail_at` if set; `u64::MAX`: endless.
+    Lazy { base: u64, n: u64, fail_at: Option<u64> },
+    /// Panics in the fast path.
+    Poison,
+}
+
+fn fast_stage(made: Arc<AtomicU64>, capacity: usize) -> Stage<Work, u64> {
+    Stage::flat_map_lazy("split", move |w: Work| {
+        let made = Arc::clone(&made);
+        let items: Box<dyn Iterator<Item = Result<u64, String>> + Send> = match w {
+            Work::Ready(v) => Box::new(v.into_iter().map(Ok)),
+            Work::Lazy { base, n, fail_at } => Box::new((0..n).map(move |i| {
+                made.fetch_add(1, Ordering::SeqCst);
+                if Some(i) == fail_at { Err(format!("{base} broke at {i}")) } else { Ok(base + i) }
+            })),
+            Work::Poison => Box::new(std::iter::empty()),
+        };
+        Ok::<_, Infallible>(items)
+    })
+    .concurrency(1)
+    .output_capacity(capacity)
+    .fast_path(|w: Work| match w {
+        Work::Ready(v) => Ok(v),
+        Work::Poison => panic!("poisoned input"),
+        other => Err(other),
+    })
+}
+
+#[test]
+fn a_fast_path_keeps_order_and_counts_failures_once() {
+    watchdog(60, || {
+        let _serial = serial();
+        for capacity in [1, 3, 64] {
+            let inputs = vec![
+                Work::Ready((0..50).collect()),
+                Work::Lazy { base: 100, n: 40, fail_at: None },
+                Work::Ready(vec![]),
+                Work::Poison,
+                Work::Lazy { base: 200, n: 90, fail_at: Some(70) },
+                Work::Ready((300..310).collect()),
+                Work::Lazy { base: 400, n: 5, fail_at: None },
+            ];
+            let pipeline = PipelineBuilder::new()
+                .source(inputs)
+                .pipe(fast_stage(Arc::new(AtomicU64::new(0)), capacity))
+                .sink(2)
+                .build(BuildOptions { num_threads: 1, ..BuildOptions::default() })
+                .expect("build");
+            let got: Vec<u64> = pipeline.iter().map(|r| r.expect("item")).collect();
+            let want: Vec<u64> = (0..50).chain(100..140).chain(200..270).chain(300..310).chain(400..405).collect();
+            assert_eq!(got, want, "capacity {capacity}");
+            let stats = pipeline.stats();
+            let stage = stats.stage("split").expect("stage");
+            assert_eq!(stage.items_in, 7);
+            assert_eq!(stage.items_failed, 2, "the panic and the Err, once each");
+            assert_eq!(stage.items_out, want.len() as u64);
+        }
+    });
+}
+
+#[test]
+fn a_fast_path_keeps_an_endless_lazy_call_bounded() {
+    watchdog(60, || {
+        let _serial = serial();
+        let made = Arc::new(AtomicU64::new(0));
+        let inputs = vec![Work::Ready(vec![1, 2, 3]), Work::Lazy { base: 1000, n: u64::MAX, fail_at: None }];
+        let pipeline = PipelineBuilder::new()
+            .source(inputs)
+            .pipe(fast_stage(Arc::clone(&made), 4))
+            .sink(2)
+            .build(BuildOptions { num_threads: 1, ..BuildOptions::default() })
+            .expect("build");
+        let first: Vec<u64> = pipeline.iter().take(10).map(|r| r.expect("item")).collect();
+        assert_eq!(first, [1, 2, 3, 1000, 1001, 1002, 1003, 1004, 1005, 1006]);
+        let made_now = settle(Duration::from_secs(2), 5, || made.load(Ordering::SeqCst));
+        // 7 lazy outputs read + sink (2) + output queue (4) + one held.
+        assert!(made_now <= 7 + 2 + 4 + 1, "{made_now} lazy outputs made for 7 read");
+        pipeline.stop();
+    });
+}

@@ -49,6 +49,9 @@ pub(crate) enum JobKind {
     /// `await op.__anext__()` for a stage's async generator: its value is an output (`None`: none), an
     /// exception fails the stage's item.
     GenNext,
+    /// `await op.aclose()` for a stage's async generator whose stream was dropped before its end, so that
+    /// the generator is finalized, and its last reference dropped, on the loop thread.
+    Close,
 }
 
 /// One coroutine to start on the loop.
@@ -86,8 +89,20 @@ impl Submitter {
         arg: Value,
         context: &Arc<JobContext>,
     ) -> Option<oneshot::Receiver<Outcome>> {
+        self.submit_owned(kind, Arc::clone(op), arg, context)
+    }
+
+    /// [`Submitter::submit`], handing the caller's reference to `op` to the job: when it was the last one,
+    /// the object is then released on the loop thread (with the GIL), not wherever the caller drops it.
+    pub(crate) fn submit_owned(
+        &self,
+        kind: JobKind,
+        op: Arc<Py<PyAny>>,
+        arg: Value,
+        context: &Arc<JobContext>,
+    ) -> Option<oneshot::Receiver<Outcome>> {
         let (reply, rx) = oneshot::channel();
-        let job = Job { kind, op: Arc::clone(op), arg, reply, context: Arc::clone(context) };
+        let job = Job { kind, op, arg, reply, context: Arc::clone(context) };
         self.jobs.send(job).ok()?;
         // One byte per job; a full socket buffer means the loop has plenty of wake-ups pending already.
         match (&*self.wake).write(&[1]) {
@@ -156,6 +171,7 @@ impl AsyncBridge {
                 JobKind::CollectGen => "gen",
                 JobKind::Next | JobKind::GenNext => "next",
                 JobKind::Start => "start",
+                JobKind::Close => "close",
             };
             let arg = job.arg.into_py(py)?;
             let reply = Reply { kind: job.kind, context: job.context, tx: Mutex::new(Some(job.reply)) };
@@ -221,6 +237,10 @@ impl Reply {
             (JobKind::Next | JobKind::GenNext, Err(e)) if e.is_instance_of::<PyStopAsyncIteration>(py) => {
                 Ok(Produced::End)
             }
+            // An abandoned generator's `aclose()`: its outcome has no item to fail; only a fatal exception
+            // (Ctrl-C while it closes) still stops the pipeline.
+            (JobKind::Close, Ok(_)) => Ok(Produced::End),
+            (JobKind::Close, Err(e)) if !ctx.failures.is_fatal(py, &e) => Ok(Produced::End),
             (JobKind::Next, Err(e)) => {
                 ctx.failures.record_source(py, e);
                 Ok(Produced::End)

@@ -518,9 +518,10 @@ impl Iterator for PyGen {
 /// The name of the engine stage of a `disaggregate` of single items (and its failures' stage).
 const DISAGGREGATE: &str = "disaggregate";
 
-/// The `disaggregate` of single items (the outputs of a Python op or aggregator): a lazy stage on the pool
-/// (one call at a time, so the order is kept, and never tuned). A batch split on the way
-/// ([`Value::List`], what a `list`/`tuple` result becomes) is handed out natively, without the GIL; any
+/// The `disaggregate` of single items (the outputs of a Python op or aggregator): a lazy stage (one call at
+/// a time, so the order is kept, and never tuned). A batch split on the way ([`Value::List`], what a
+/// `list`/`tuple` result becomes) is handed out natively by the scheduler ([`Stage::fast_path`]), without
+/// the GIL or a pool job; any
 /// other Python iterable is iterated one `__next__` per GIL acquisition, and only while the output queue
 /// has room, so an endless iterator is fine; an exception of its `__iter__`/`__next__` fails the item
 /// (logged, kept for `PipelineFailure`) and ends that iterable. A value that is not iterable is a
@@ -542,6 +543,13 @@ pub(crate) fn disaggregate_stage(failures: &Arc<Failures>) -> Stage<Value, Value
         }
     })
     .concurrency(1)
+    // A batch split on the way, or a native value, is handed out by the scheduler itself: no pool job, no
+    // pool thread held (the same cost as `disaggregate` after `aggregate`). Only Python objects need the pool.
+    .fast_path(|v: Value| match v {
+        Value::List(items) => Ok(items),
+        Value::Py(_) => Err(v),
+        other => Ok(vec![other]),
+    })
 }
 
 /// Whether `iter(obj)` failed with `err` because `obj` is not iterable at all (its type has neither
@@ -643,30 +651,53 @@ fn agen_stream(
     submitter: Submitter,
     context: Arc<JobContext>,
 ) -> impl futures::Stream<Item = Result<Value, Error>> + Send + 'static {
-    futures::stream::unfold(Some(agen), move |state| {
-        let (submitter, context) = (submitter.clone(), Arc::clone(&context));
-        async move {
-            let agen = state?;
-            let gone = || Error::LoopGone { stage: context.stage.clone() };
-            loop {
-                let Some(rx) = submitter.submit(JobKind::GenNext, &agen, Value::Int(0), &context) else {
-                    return Some((Err(gone()), None));
-                };
-                match rx.await {
-                    Err(_) => return Some((Err(gone()), None)),
-                    Ok(Err(e)) => return Some((Err(e), None)),
-                    Ok(Ok(Produced::End)) => return None,
-                    Ok(Ok(Produced::Items(mut v))) => {
-                        if let Some(value) = v.pop() {
-                            return Some((Ok(value), Some(agen)));
-                        }
-                        // The generator yielded `None`: nothing to emit, ask for the next one.
+    let guard = AgenGuard { agen: Some(agen), submitter, context };
+    futures::stream::unfold(Some(guard), move |state| async move {
+        let guard = state?;
+        let gone = || Error::LoopGone { stage: guard.context.stage.clone() };
+        loop {
+            let Some(agen) = guard.agen.as_ref() else { return None };
+            let Some(rx) = guard.submitter.submit(JobKind::GenNext, agen, Value::Int(0), &guard.context) else {
+                return Some((Err(gone()), None));
+            };
+            match rx.await {
+                Err(_) => return Some((Err(gone()), None)),
+                Ok(Err(e)) => return Some((Err(e), None)),
+                Ok(Ok(Produced::End)) => return None,
+                Ok(Ok(Produced::Items(mut v))) => {
+                    if let Some(value) = v.pop() {
+                        return Some((Ok(value), Some(guard)));
                     }
-                    Ok(Ok(Produced::Object(_))) => return Some((Err(gone()), None)),
+                    // The generator yielded `None`: nothing to emit, ask for the next one.
                 }
+                Ok(Ok(Produced::Object(_))) => return Some((Err(gone()), None)),
             }
         }
     })
+}
+
+/// A stage's async generator while its stream lives. When the stream is dropped (the generator ended, the
+/// pipeline stopped, the item failed), the generator is closed and released on the loop thread
+/// (`JobKind::Close`): released on another thread, its finalizer hook and asyncio's bookkeeping run there,
+/// on whichever thread takes the GIL next (often the consumer's), where a Ctrl-C arriving at that moment
+/// would be lost as an "ignored" exception.
+struct AgenGuard {
+    /// Always `Some` until dropped.
+    agen: Option<Arc<Py<PyAny>>>,
+    submitter: Submitter,
+    context: Arc<JobContext>,
+}
+
+impl Drop for AgenGuard {
+    fn drop(&mut self) {
+        // Finished or not, the last reference goes with a job to the loop thread: asyncio keeps every async
+        // generator it started in a weak set whose removal callback runs wherever the generator is freed, and
+        // a reference dropped here, without the GIL, is released later by whichever thread takes the GIL next.
+        // The loop may be gone already: then the generator is dropped with the job, as before.
+        if let Some(agen) = self.agen.take() {
+            let _ = self.submitter.submit_owned(JobKind::Close, agen, Value::Int(0), &self.context);
+        }
+    }
 }
 
 /// A Python aggregator (SPDL's `spdl.pipeline.defs.Aggregator`: an object with `accumulate(item)` and

@@ -113,6 +113,9 @@ class _EventLoop:
                     awaitable = _collect(op(arg))
                 elif kind == "start":
                     awaitable = _call(op, arg)
+                elif kind == "close":
+                    # A stage's async generator whose stream was dropped early: finalized here, on the loop.
+                    awaitable = op.aclose()
                 else:
                     awaitable = op.__anext__()
                 task = loop.create_task(_guard(awaitable, reply))

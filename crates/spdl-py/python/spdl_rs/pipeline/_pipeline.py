@@ -77,18 +77,27 @@ class _EventLoop:
         # Made on start: a pipeline that is built but never started holds no loop (and no file descriptors).
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ready = threading.Event()
+        self._start_error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="spdl_rs-asyncio", daemon=True)
 
     def start(self) -> None:
-        self._loop = asyncio.new_event_loop()
+        # The loop is made on its own thread: made here, a Ctrl-C landing inside its constructor would leave a
+        # half-made loop whose destructor fails later.
         self._thread.start()
         self._ready.wait()
+        if self._start_error is not None:
+            raise RuntimeError("could not start the pipeline's event loop") from self._start_error
 
     def _run(self) -> None:
-        loop = self._loop
-        assert loop is not None
-        asyncio.set_event_loop(loop)
-        loop.add_reader(self.bridge.fileno(), self._drain)
+        try:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            asyncio.set_event_loop(loop)
+            loop.add_reader(self.bridge.fileno(), self._drain)
+        except BaseException as e:  # noqa: BLE001 (reported by `start`)
+            self._start_error = e
+            self._ready.set()
+            return
         self._ready.set()
         try:
             loop.run_forever()
@@ -127,6 +136,9 @@ class _EventLoop:
     def stop(self, timeout: float | None) -> bool:
         """Stops the loop; ``False`` if its thread is still running after ``timeout`` (an async op that
         blocks the loop)."""
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            # Started, maybe still making its loop (a Ctrl-C can end `start` before the loop is ready).
+            self._ready.wait(timeout)
         loop = self._loop
         if loop is None or not self._thread.is_alive():
             return True

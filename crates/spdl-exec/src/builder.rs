@@ -478,7 +478,11 @@ pub(crate) fn wire_pipe<T: Send + 'static, U: Send + 'static>(
         }
         // Input order at a concurrency that is or may become > 1: results are re-sequenced.
         // One call at a time, with a fast path: the inputs it takes never reach the pool.
-        StageFn::Blocking(f) if c == 1 && !tuned && let Some(fast) = fast => {
+        StageFn::Blocking(f)
+            if c == 1
+                && !tuned
+                && let Some(fast) = fast =>
+        {
             w.task(&name, crate::fast::fast_path_stage(link, fast, f, describe, w.pool.clone()));
         }
         StageFn::Blocking(f) if options.order == OutputOrder::Input && (c > 1 || tuned) => {

@@ -85,7 +85,13 @@ pub(crate) enum Pushed<U> {
 /// Pushes from a pool thread: waits in slices while the output is full, and gives up after
 /// [`HOLD`], as soon as other jobs wait for a thread, or on cancellation. Counts the wait
 /// as blocked time.
-pub(crate) fn push_held<U>(output: &QueueTx<U>, cell: &StageCell, shared: &Shared, pool: &PoolHandle, msg: Msg<U>) -> Pushed<U> {
+pub(crate) fn push_held<U>(
+    output: &QueueTx<U>,
+    cell: &StageCell,
+    shared: &Shared,
+    pool: &PoolHandle,
+    msg: Msg<U>,
+) -> Pushed<U> {
     let mut msg = match output.try_push(msg) {
         Ok(()) => return Pushed::Done,
         Err(PushError::Closed(_)) => return Pushed::Closed,

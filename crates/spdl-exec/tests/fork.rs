@@ -50,8 +50,7 @@ fn a_pipeline_running_at_fork_is_refused_in_the_child_and_goes_on_in_the_parent(
     watchdog(240, || {
         for round in 0..20 {
             let pipeline = running();
-            let mut it = pipeline.iter();
-            assert!(matches!(it.next(), Some(Ok(_))));
+            assert!(matches!(pipeline.iter().next(), Some(Ok(_))));
             // SAFETY: the child only runs Rust code of this test and ends with `_exit`; glibc's fork resets
             // the allocator's locks in the child.
             let pid = unsafe { libc::fork() };
@@ -71,9 +70,8 @@ fn a_pipeline_running_at_fork_is_refused_in_the_child_and_goes_on_in_the_parent(
                 libc::WEXITSTATUS(status)
             );
             for _ in 0..5 {
-                assert!(matches!(it.next(), Some(Ok(_))), "round {round}: the parent's pipeline stopped");
+                assert!(matches!(pipeline.iter().next(), Some(Ok(_))), "round {round}: the parent's pipeline stopped");
             }
-            drop(it);
             pipeline.stop();
         }
     });

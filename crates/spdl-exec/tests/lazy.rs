@@ -192,7 +192,9 @@ fn lazy_speed() {
             count(
                 PipelineBuilder::new()
                     .source(0..2000u64)
-                    .pipe(Stage::flat_map_lazy("gen", |x: u64| Ok::<_, Infallible>((0..100).map(move |i| Ok::<_, Infallible>(x + i)))))
+                    .pipe(Stage::flat_map_lazy("gen", |x: u64| {
+                        Ok::<_, Infallible>((0..100).map(move |i| Ok::<_, Infallible>(x + i)))
+                    }))
                     .sink(64)
                     .build(opts())
                     .expect("build"),
@@ -221,7 +223,11 @@ fn lazy_speed() {
 enum Work {
     Ready(Vec<u64>),
     /// `n` outputs made lazily, failing (an `Err`) at `fail_at` if set; `u64::MAX`: endless.
-    Lazy { base: u64, n: u64, fail_at: Option<u64> },
+    Lazy {
+        base: u64,
+        n: u64,
+        fail_at: Option<u64>,
+    },
     /// Panics in the fast path.
     Poison,
 }

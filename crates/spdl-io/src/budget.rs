@@ -62,11 +62,8 @@ fn budget() -> &'static Budget {
             c => c,
         };
         // One small allocation per process (and per fork), never freed: reservations refer to it.
-        let fresh: &'static mut Budget = Box::leak(Box::new(Budget {
-            pid,
-            state: Mutex::new(State { capacity, used: 0 }),
-            freed: Condvar::new(),
-        }));
+        let fresh: &'static mut Budget =
+            Box::leak(Box::new(Budget { pid, state: Mutex::new(State { capacity, used: 0 }), freed: Condvar::new() }));
         if CURRENT.compare_exchange(current, fresh, Ordering::AcqRel, Ordering::Acquire).is_ok() {
             return fresh;
         }

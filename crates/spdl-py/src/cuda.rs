@@ -332,7 +332,9 @@ fn cuda_device_count(py: Python<'_>) -> usize {
 fn cuda_open(py: Python<'_>, device_index: i64) -> PyResult<()> {
     fork_guard()?;
     let index = non_negative("device_index", device_index)?;
-    crate::lifecycle::detach(py, || device(index)).map(drop).map_err(|e| to_py(&format!("opening CUDA device {index}"), e))
+    crate::lifecycle::detach(py, || device(index))
+        .map(drop)
+        .map_err(|e| to_py(&format!("opening CUDA device {index}"), e))
 }
 
 /// `cpu_storage(size, pin_memory)`: `size` bytes, zeroed, from device 0's pinned pool or the system allocator.

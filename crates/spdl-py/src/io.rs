@@ -342,7 +342,11 @@ fn decode_image(
         }
     };
     let inline = matches!(&src, Src::Bytes(_, b) if b.len() < INLINE_BYTES);
-    let out = if inline { crate::lifecycle::detach(py, || spec.decode(&src)) } else { interruptible(py, move || spec.decode(&src))? };
+    let out = if inline {
+        crate::lifecycle::detach(py, || spec.decode(&src))
+    } else {
+        interruptible(py, move || spec.decode(&src))?
+    };
     out.map(PyBuffer::new).map_err(io_err)
 }
 
@@ -394,7 +398,8 @@ impl BatchSpec {
             layout: layout(&args.layout)?,
             normalize: normalize(args.normalize.as_ref().map(|n| n.bind(py)))?,
             strict: args.strict,
-            threads: args::opt_count("num_threads", args.num_threads.as_ref(), 1, args::MAX_THREADS)?.or(default_threads),
+            threads: args::opt_count("num_threads", args.num_threads.as_ref(), 1, args::MAX_THREADS)?
+                .or(default_threads),
             image: ImageOptions { format: pixel_format(&args.pixel_format)?, ..ImageOptions::default() },
         };
         let decoder = BatchDecoder::new(opts, system_allocator()).map_err(io_err)?;
@@ -503,11 +508,7 @@ fn load_image_batch(
     }
     // Items are taken one at a time from the sequence (no intermediate list of Python objects) and held
     // borrowed: a list of references to one `bytes` costs a few dozen bytes per item, not a copy each.
-    let srcs = srcs
-        .try_iter()?
-        .enumerate()
-        .map(|(i, s)| src_from_py(&s?, i))
-        .collect::<PyResult<Vec<_>>>()?;
+    let srcs = srcs.try_iter()?.enumerate().map(|(i, s)| src_from_py(&s?, i)).collect::<PyResult<Vec<_>>>()?;
 
     let (buffer, failures) = interruptible(py, move || spec.run(srcs, keys.as_deref()))?.map_err(io_err)?;
     log_failures(py, "load_image_batch", &failures);

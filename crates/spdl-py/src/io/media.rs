@@ -39,7 +39,9 @@ pub(super) fn limits_from(spec: Option<&Bound<'_, PyDict>>) -> PyResult<VideoLim
     for (key, value) in spec.iter() {
         let key: String = key.extract()?;
         // Caps, checked as they are reached: never allocated from.
-        let cap = |max: u64| -> PyResult<u64> { args::size_bytes(&format!("limits[{key:?}]"), &value.extract::<Int>()?, 0, max) };
+        let cap = |max: u64| -> PyResult<u64> {
+            args::size_bytes(&format!("limits[{key:?}]"), &value.extract::<Int>()?, 0, max)
+        };
         match key.as_str() {
             "max_packets" => l.max_packets = cap(u64::MAX)?,
             "max_packet_bytes" => l.max_packet_bytes = cap(u64::MAX)?,
@@ -802,7 +804,8 @@ impl PyMediaDecoder {
         let config = DecodeConfig { decoder, options: decoder_options.unwrap_or_default().into_iter().collect() };
         let limits = limits_from(limits)?;
         let item = format!("<{} decoder>", codec.name);
-        let d = crate::lifecycle::detach(py, || Decoder::new(&codec, &config, filter_desc.as_deref(), &item, limits)).map_err(io_err)?;
+        let d = crate::lifecycle::detach(py, || Decoder::new(&codec, &config, filter_desc.as_deref(), &item, limits))
+            .map_err(io_err)?;
         Ok(Self { inner: Mutex::new(d) })
     }
 
@@ -858,7 +861,8 @@ impl PyFilterGraph {
     /// The frames ready at output ``key`` (needed when the graph has several outputs), or ``None``.
     #[pyo3(signature = (*, key=None))]
     fn get_frames(&self, py: Python<'_>, key: Option<String>) -> PyResult<Option<Py<PyAny>>> {
-        let f = crate::lifecycle::detach(py, || lock(&self.inner).get_frames(key.as_deref(), "<filter graph>")).map_err(io_err)?;
+        let f = crate::lifecycle::detach(py, || lock(&self.inner).get_frames(key.as_deref(), "<filter graph>"))
+            .map_err(io_err)?;
         f.map(|f| frames_object(py, f)).transpose()
     }
 

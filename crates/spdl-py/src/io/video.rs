@@ -209,7 +209,8 @@ fn decode_packets(
 ) -> PyResult<Py<PyAny>> {
     let decode = DecodeArgs::from_kwargs("decode_packets", options)?.options()?;
     let packets = packets.state.take()?.into_video_packets();
-    let frames = crate::lifecycle::detach(py, || decode_packets_rs(packets, &decode, &system_allocator())).map_err(io_err)?;
+    let frames =
+        crate::lifecycle::detach(py, || decode_packets_rs(packets, &decode, &system_allocator())).map_err(io_err)?;
     frames_result(py, frames, return_info)
 }
 

@@ -290,7 +290,9 @@ impl PipelineCore {
     /// Starts the scheduler and the thread pool.
     fn start(&self, py: Python<'_>) -> PyResult<()> {
         crate::lifecycle::check_not_forked(self.generation, "pipeline")?;
-        no_panic("Pipeline.start", || crate::lifecycle::detach(py, || self.sink.start()).map_err(|e| Error::from(e).into()))
+        no_panic("Pipeline.start", || {
+            crate::lifecycle::detach(py, || self.sink.start()).map_err(|e| Error::from(e).into())
+        })
     }
 
     /// The Python objects the pipeline holds (its step descriptions), for the garbage collector.

@@ -535,7 +535,9 @@ pub(crate) fn disaggregate_stage(failures: &Arc<Failures>) -> Stage<Value, Value
                 let bound = obj.bind(py);
                 match bound.try_iter() {
                     Ok(it) => Ok(Elements::Py(PyElements { it: Some(it.unbind()), failures: Arc::clone(&failures) })),
-                    Err(e) if not_iterable(bound, &e) => Ok(Elements::Native(vec![Value::Py(obj.clone_ref(py))].into_iter())),
+                    Err(e) if not_iterable(bound, &e) => {
+                        Ok(Elements::Native(vec![Value::Py(obj.clone_ref(py))].into_iter()))
+                    }
                     Err(e) => Err(failures.record(py, DISAGGREGATE, e)),
                 }
             }),
@@ -656,7 +658,7 @@ fn agen_stream(
         let guard = state?;
         let gone = || Error::LoopGone { stage: guard.context.stage.clone() };
         loop {
-            let Some(agen) = guard.agen.as_ref() else { return None };
+            let agen = guard.agen.as_ref()?;
             let Some(rx) = guard.submitter.submit(JobKind::GenNext, agen, Value::Int(0), &guard.context) else {
                 return Some((Err(gone()), None));
             };

@@ -11,7 +11,8 @@ use spdl_exec::{Branch, Inputs, MergeOptions, MergePolicy, MergeStop, OutputOrde
 
 use super::bridge::{JobContext, JobKind, Produced, Submitter};
 use super::ops::{
-    Failures, OpImpl, PipeSpec, PyAggregator, PyIter, PyIterable, RangeIter, collect_items, disaggregate_stage, make_stage,
+    Failures, OpImpl, PipeSpec, PyAggregator, PyIter, PyIterable, RangeIter, collect_items, disaggregate_stage,
+    make_stage,
 };
 use super::spec::{
     AggregateStep, AggregatorStep, AsyncSource, DisaggregateStep, IterSource, ListSource, MergeSource,

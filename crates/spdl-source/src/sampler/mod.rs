@@ -31,7 +31,9 @@ mod elastic;
 mod shard;
 
 pub use basic::{SequentialSampler, ShuffledSampler, WeightedSampler};
-pub use elastic::{CanonicalOrder, ElasticShard, EpochProgress, MAX_PARTITIONS_FLOOR, Spans, batches_per_rank, per_rank};
+pub use elastic::{
+    CanonicalOrder, ElasticShard, EpochProgress, MAX_PARTITIONS_FLOOR, Spans, batches_per_rank, per_rank,
+};
 pub use shard::{Remainder, Shard, ShardedSampler};
 
 /// The largest number of indices any sampler computes or allocates at once: an epoch's order, the permutation a

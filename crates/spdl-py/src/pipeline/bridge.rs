@@ -174,7 +174,7 @@ impl AsyncBridge {
                 JobKind::Close => "close",
             };
             let arg = job.arg.into_py(py)?;
-            let reply = Reply { kind: job.kind, context: job.context, tx: Mutex::new(Some(job.reply)) };
+            let reply = Reply { kind: job.kind, slot: Mutex::new(Some((job.reply, job.context))) };
             out.push((kind, job.op.clone_ref(py), arg, reply));
         }
         Ok(out)
@@ -189,8 +189,11 @@ type JobTuple = (&'static str, Py<PyAny>, Py<PyAny>, Reply);
 #[derive(Debug)]
 pub struct Reply {
     kind: JobKind,
-    context: Arc<JobContext>,
-    tx: Mutex<Option<oneshot::Sender<Outcome>>>,
+    /// Taken by the first outcome (the others are ignored). Nothing of the job is kept after it: a traceback
+    /// kept for `PipelineFailure` may hold the frame that holds this reply, and a context kept here would
+    /// close a cycle through native objects (reply, context, failure record, exception) that the garbage
+    /// collector cannot see.
+    slot: Mutex<Option<(oneshot::Sender<Outcome>, Arc<JobContext>)>>,
 }
 
 #[pymethods]
@@ -201,7 +204,7 @@ impl Reply {
     fn done(&self, task: Bound<'_, PyAny>) -> PyResult<()> {
         super::no_panic("the async bridge", || {
             if task.call_method0("cancelled").and_then(|c| c.is_truthy()).unwrap_or(false) {
-                drop(self.tx.lock().ok().and_then(|mut g| g.take()));
+                drop(self.take());
                 return Ok(());
             }
             let result = task.call_method0("result");
@@ -223,7 +226,9 @@ impl Reply {
 impl Reply {
     /// Converts the task's result (with the GIL, on the loop thread) and sends it.
     fn finish(&self, py: Python<'_>, result: PyResult<Bound<'_, PyAny>>) {
-        let ctx = &self.context;
+        let Some((tx, ctx)) = self.take() else {
+            return; // the job's outcome was given already (`fail` from the guard, then `done`)
+        };
         let outcome = match (self.kind, result) {
             (JobKind::Call, Ok(obj)) if obj.is_none() => Ok(Produced::Items(Vec::new())),
             (JobKind::Call, Ok(obj)) => Ok(Produced::Items(vec![convert(obj, ctx.split)])),
@@ -247,15 +252,12 @@ impl Reply {
             }
             (_, Err(e)) => Err(ctx.failures.record(py, &ctx.stage, e)),
         };
-        self.send(outcome);
+        // The stage may have been cancelled (pipeline stopped): then nobody waits, and that is fine.
+        let _ = tx.send(outcome);
     }
 
-    fn send(&self, outcome: Outcome) {
-        let tx = self.tx.lock().ok().and_then(|mut g| g.take());
-        if let Some(tx) = tx {
-            // The stage may have been cancelled (pipeline stopped): then nobody waits, and that is fine.
-            let _ = tx.send(outcome);
-        }
+    fn take(&self) -> Option<(oneshot::Sender<Outcome>, Arc<JobContext>)> {
+        self.slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()
     }
 }
 

@@ -32,27 +32,40 @@ async def _call(op: Any, arg: Any) -> Any:
     return op(arg)
 
 
+def _task_is_cancelling() -> bool:
+    """Whether the running task is being cancelled (a ``CancelledError`` it did not raise itself)."""
+    cancelling = getattr(asyncio.current_task(), "cancelling", None)  # Python 3.11+
+    return cancelling is None or bool(cancelling())
+
+
+def _fail(reply: Any, e: BaseException) -> None:
+    """Hands ``e`` to ``reply`` without ``_guard``'s own frame in its traceback: the engine may keep the
+    exception (for ``PipelineFailure``), and that frame holds ``reply``, which holds the engine's failure
+    record: a cycle through native objects that the garbage collector cannot see (it kept every stopped
+    pipeline's event loop and its sockets alive)."""
+    if e.__traceback__ is not None:
+        e.__traceback__ = e.__traceback__.tb_next
+    reply.fail(e)
+
+
 async def _guard(awaitable: Any, reply: Any) -> Any:
-    """Awaits one job's awaitable so that no exception escapes its task but an ordinary ``Exception`` (the
-    task's result, reported by ``reply.done``) and the cancellation of the task itself.
+    """Awaits one job's awaitable so that no exception escapes its task but the cancellation of the task
+    itself; the outcome goes to ``reply`` (a result through the task's ``reply.done``, an exception through
+    ``reply.fail``).
 
     asyncio re-raises a ``KeyboardInterrupt`` or ``SystemExit`` that escapes a task out of ``run_forever``,
-    which would end the loop thread with every other job still waiting; any other ``BaseException`` would
-    be left in the task. Those are handed to ``reply.fail`` instead: the engine keeps them as the pipeline's
-    fatal exception, which stops it and is raised in the consumer. A ``CancelledError`` the op raised
-    itself (the task was not cancelled) is the item's failure."""
+    which would end the loop thread with every other job still waiting. Handed to ``reply.fail`` instead, an
+    ordinary ``Exception`` fails the item, and any other ``BaseException`` becomes the pipeline's fatal
+    exception, which stops it and is raised in the consumer. A ``CancelledError`` the op raised itself (the
+    task was not cancelled) is the item's failure."""
     try:
         return await awaitable
-    except Exception:
-        raise
     except asyncio.CancelledError as e:
-        task = asyncio.current_task()
-        cancelling = getattr(task, "cancelling", None)  # Python 3.11+
-        if cancelling is None or cancelling():
+        if _task_is_cancelling():
             raise
-        reply.fail(e)
+        _fail(reply, e)
     except BaseException as e:  # noqa: BLE001 (KeyboardInterrupt, SystemExit, ...: the pipeline's fatal exception)
-        reply.fail(e)
+        _fail(reply, e)
     return None
 
 

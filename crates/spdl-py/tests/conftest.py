@@ -1,5 +1,7 @@
 import os
+import subprocess
 import sys
+import textwrap
 import threading
 import time
 
@@ -18,6 +20,27 @@ def wait_for(cond, timeout: float = 30.0, what: str = "condition") -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(0.01)
+
+
+def run_child(code: str, *, timeout: float = 60, address_space: int | None = None) -> subprocess.CompletedProcess:
+    """Runs ``code`` in a fresh interpreter; fails the test if it does not end within ``timeout``."""
+
+    def limit() -> None:
+        if address_space is not None:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+
+    try:
+        return subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(code)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            preexec_fn=limit,
+        )
+    except subprocess.TimeoutExpired as e:
+        raise AssertionError(f"the child process hung (killed after {timeout} s); output so far: {e.stdout!r} {e.stderr!r}")
 
 
 @pytest.fixture

@@ -11,13 +11,11 @@ import asyncio
 import contextlib
 import itertools
 import os
-import subprocess
 import sys
-import textwrap
 import time
 
 import pytest
-from conftest import wait_for
+from conftest import run_child, wait_for
 
 from spdl_rs.pipeline import PipelineBuilder, PipelineFailure
 from spdl_rs.pipeline.defs import Aggregator, Pipe
@@ -38,27 +36,6 @@ def engine_threads() -> int:
         except OSError:
             pass
     return n
-
-
-def run_child(code: str, *, timeout: float = 60, address_space: int | None = None) -> subprocess.CompletedProcess:
-    """Runs ``code`` in a fresh interpreter; fails the test if it does not end within ``timeout``."""
-
-    def limit() -> None:
-        if address_space is not None:
-            import resource
-
-            resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
-
-    try:
-        return subprocess.run(
-            [sys.executable, "-c", textwrap.dedent(code)],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            preexec_fn=limit,
-        )
-    except subprocess.TimeoutExpired as e:
-        raise AssertionError(f"the child process hung (killed after {timeout} s): {e.stdout!r} {e.stderr!r}")
 
 
 # 1. BaseExceptions on every thread that runs Python.

@@ -1,4 +1,5 @@
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -123,3 +124,60 @@ def media(tmp_path_factory):
     _ffmpeg("-f", "lavfi", "-i", "testsrc=size=160x120:rate=25:duration=4", "-c:v", "libx264",
             "-pix_fmt", "yuv420p", "-g", "25", str(files["mp4"]))
     return {k: str(v) for k, v in files.items()}
+
+
+class HostileServer:
+    """A raw HTTP/1.1 server on 127.0.0.1; the path after the last ``/`` picks the behaviour."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.stop = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.port}/data"
+
+    def _accept(self):
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        conn.settimeout(10)
+        try:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    return
+                head += chunk
+            name = head.split(b" ")[1].rsplit(b"/", 1)[-1]
+            if name == b"drip":
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
+                while not self.stop.is_set():
+                    conn.sendall(b"x")
+                    time.sleep(0.1)
+            elif name == b"endless":
+                conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                frame = b"10000\r\n" + b"x" * 0x10000 + b"\r\n"
+                while not self.stop.is_set():
+                    conn.sendall(frame)
+            elif name == b"stall":
+                self.stop.wait(30)
+            else:
+                conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def close(self):
+        self.stop.set()
+        self.sock.close()

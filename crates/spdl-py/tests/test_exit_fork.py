@@ -8,15 +8,13 @@ from a server, a fork while a pipeline runs, a pipeline dropped inside a referen
 """
 
 import os
-import socket
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 
 import pytest
-from conftest import os_threads, wait_for
+from conftest import HostileServer, os_threads, wait_for
 
 RUNS = int(os.environ.get("SPDL_RS_EXIT_RUNS", "12"))
 BAD = ("FATAL", "Fatal Python error", "PyThreadState_Get", "panicked", "Aborted", "Segmentation fault")
@@ -149,36 +147,6 @@ def test_exit_while_pipelines_run_with_async_ops_and_no_stop():
     )
 
 
-class _DripServer:
-    def __init__(self):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
-        self.stop = threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._drip, args=(conn,), daemon=True).start()
-
-    def _drip(self, conn):
-        try:
-            conn.recv(4096)
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
-            while not self.stop.is_set():
-                conn.sendall(b"x")
-                time.sleep(0.05)
-        except OSError:
-            pass
-        finally:
-            conn.close()
-
-
 def test_exit_while_an_http_read_still_drips():
     from spdl_rs.source import Store
 
@@ -187,7 +155,7 @@ def test_exit_while_an_http_read_still_drips():
     except Exception as e:  # noqa: BLE001
         if "http" in str(e) and "feature" in str(e):
             pytest.skip(f"built without the http feature: {e}")
-    server = _DripServer()
+    server = HostileServer()
     try:
         run_script(
             f"""
@@ -205,8 +173,7 @@ def test_exit_while_an_http_read_still_drips():
             runs=max(4, RUNS // 2),
         )
     finally:
-        server.stop.set()
-        server.sock.close()
+        server.close()
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")

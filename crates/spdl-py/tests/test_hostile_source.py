@@ -4,11 +4,11 @@ bounded time with a result or a typed Python exception (never a PanicException, 
 
 import os
 import signal
-import socket
 import threading
 import time
 
 import pytest
+from conftest import HostileServer
 
 import spdl_rs
 
@@ -124,66 +124,9 @@ def test_huge_sampler_arguments_raise_instead_of_aborting(watchdog):
     assert sorted(Sampler.shuffled(1000, 3).order(2)) == list(range(1000))
 
 
-class _HostileServer:
-    """A raw HTTP/1.1 server on 127.0.0.1; the path after the last ``/`` picks the behaviour."""
-
-    def __init__(self):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
-        self.stop = threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    @property
-    def url(self):
-        return f"http://127.0.0.1:{self.port}/data"
-
-    def _accept(self):
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn):
-        conn.settimeout(10)
-        try:
-            head = b""
-            while b"\r\n\r\n" not in head:
-                chunk = conn.recv(4096)
-                if not chunk:
-                    return
-                head += chunk
-            name = head.split(b" ")[1].rsplit(b"/", 1)[-1]
-            if name == b"drip":
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
-                while not self.stop.is_set():
-                    conn.sendall(b"x")
-                    time.sleep(0.1)
-            elif name == b"endless":
-                conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
-                frame = b"10000\r\n" + b"x" * 0x10000 + b"\r\n"
-                while not self.stop.is_set():
-                    conn.sendall(frame)
-            elif name == b"stall":
-                self.stop.wait(30)
-            else:
-                conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
-        except OSError:
-            pass
-        finally:
-            conn.close()
-
-    def close(self):
-        self.stop.set()
-        self.sock.close()
-
-
 @pytest.fixture
 def hostile_server():
-    server = _HostileServer()
+    server = HostileServer()
     yield server
     server.close()
 

@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import itertools
 import os
-import sys
 import time
 
 import pytest

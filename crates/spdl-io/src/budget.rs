@@ -42,29 +42,53 @@ struct State {
     used: u64,
 }
 
-/// This process's budget (see the module doc); made on first use, and again in a forked child.
-static CURRENT: AtomicPtr<Budget> = AtomicPtr::new(std::ptr::null_mut());
-/// The capacity [`set_decode_memory_budget`] set (0: the default), carried into forked children.
-static CAPACITY: AtomicU64 = AtomicU64::new(0);
+/// Where a budget lives: this process's budget (see the module doc), made on first use and again in a
+/// forked child, and the capacity [`set_decode_memory_budget`] set (0: the default), carried into forked
+/// children. A run-time-loaded FFmpeg backend (crate::media) holds a copy of this crate: it uses the
+/// loader's `Shared` instead of its own, so that the process has one budget.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    current: AtomicPtr<Budget>,
+    capacity: AtomicU64,
+}
+
+static OWN: Shared = Shared { current: AtomicPtr::new(std::ptr::null_mut()), capacity: AtomicU64::new(0) };
+/// The loader's `Shared`, in a backend (null: this copy's own).
+static HOST: AtomicPtr<Shared> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The `Shared` this copy of the crate uses.
+pub(crate) fn shared() -> &'static Shared {
+    // SAFETY: a non-null HOST points at the loader's `OWN`, a static of a library that is never unloaded.
+    unsafe { HOST.load(Ordering::Acquire).as_ref() }.unwrap_or(&OWN)
+}
+
+/// Makes this copy of the crate use `host` (a backend, told by its loader).
+#[cfg_attr(not(feature = "ffmpeg-linked"), allow(dead_code))]
+pub(crate) fn use_host(host: &'static Shared) {
+    if !std::ptr::eq(host, &OWN) {
+        HOST.store(std::ptr::from_ref(host).cast_mut(), Ordering::Release);
+    }
+}
 
 fn budget() -> &'static Budget {
     let pid = std::process::id();
+    let shared = shared();
     loop {
-        let current = CURRENT.load(Ordering::Acquire);
-        // SAFETY: a non-null CURRENT always points to a leaked, never freed `Budget`.
+        let current = shared.current.load(Ordering::Acquire);
+        // SAFETY: a non-null `current` always points to a leaked, never freed `Budget`.
         if let Some(b) = unsafe { current.as_ref() }
             && b.pid == pid
         {
             return b;
         }
-        let capacity = match CAPACITY.load(Ordering::Acquire) {
+        let capacity = match shared.capacity.load(Ordering::Acquire) {
             0 => default_decode_memory_budget(),
             c => c,
         };
         // One small allocation per process (and per fork), never freed: reservations refer to it.
         let fresh: &'static mut Budget =
             Box::leak(Box::new(Budget { pid, state: Mutex::new(State { capacity, used: 0 }), freed: Condvar::new() }));
-        if CURRENT.compare_exchange(current, fresh, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+        if shared.current.compare_exchange(current, fresh, Ordering::AcqRel, Ordering::Acquire).is_ok() {
             return fresh;
         }
         // Another thread installed one first: use that (the loop re-reads it).
@@ -111,7 +135,7 @@ pub fn set_decode_memory_budget(bytes: u64) -> Result<()> {
             "the decode memory budget must be at least {UNMETERED_BYTES} bytes, got {bytes}"
         )));
     }
-    CAPACITY.store(bytes, Ordering::Release);
+    shared().capacity.store(bytes, Ordering::Release);
     let b = budget();
     b.state.lock().unwrap_or_else(PoisonError::into_inner).capacity = bytes;
     b.freed.notify_all();

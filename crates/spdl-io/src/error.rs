@@ -77,6 +77,15 @@ pub enum Error {
         #[source]
         source: Box<Error>,
     },
+    /// A capability this process cannot use: FFmpeg's libraries were not found, or no backend of this
+    /// build loads them (the detail says what was looked for, what was found, and how to install it).
+    #[error("{what} is not available: {detail}")]
+    Unavailable {
+        /// What is missing ("FFmpeg").
+        what: String,
+        /// What was looked for and found, and how to get it.
+        detail: String,
+    },
     /// Allocating or shaping the output buffer failed.
     #[error("output buffer: {0}")]
     Buffer(#[from] spdl_buffer::BufferError),

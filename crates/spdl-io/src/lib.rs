@@ -23,8 +23,10 @@
 //!   in-memory bytes with a name for errors.
 //!
 //! Features: `image` and `audio` (default, pure Rust); `ffmpeg` (video, and audio symphonia cannot read,
-//! through the system FFmpeg 5.1+ libraries with ffmpeg-next: needs the FFmpeg development packages and
-//! libclang); `synth` (synthetic photo-like test images, for tests, demos and `cargo xtask gen-data`);
+//! through the system's FFmpeg libraries, found at run time: the first call that needs FFmpeg loads a
+//! backend built for the FFmpeg major the machine has, see [`media::ffmpeg_status`]); `ffmpeg-linked` (the
+//! same, with FFmpeg linked at build time through ffmpeg-next: needs the FFmpeg development packages and
+//! libclang; it is how the backends themselves are built); `synth` (synthetic photo-like test images, for tests, demos and `cargo xtask gen-data`);
 //! `corrupt` (a corpus of broken media for reliability tests, `corrupt::write_corpus`).
 //!
 //! # Example
@@ -65,18 +67,12 @@ pub mod input;
 pub mod audio;
 #[cfg(feature = "corrupt")]
 pub mod corrupt;
-#[cfg(feature = "ffmpeg")]
+#[cfg(feature = "ffmpeg-linked")]
 mod ffmpeg;
-/// SPDL's demuxing and decoding objects (feature `ffmpeg`): a [`media::Demuxer`] kept open over one source
-/// (demux audio, video or an image, or stream packets in bounded chunks), owned [`media::MediaPackets`] and
-/// [`media::MediaFrames`], a streaming [`media::Decoder`] with an optional [`media::FilterGraph`], and
-/// [`media::convert_frames`] into one buffer in SPDL's shapes.
-#[cfg(feature = "ffmpeg")]
-pub mod media {
-    pub use crate::ffmpeg::objects::*;
-}
 #[cfg(feature = "image")]
 pub mod image;
+#[cfg(feature = "ffmpeg")]
+pub mod media;
 #[cfg(feature = "audio")]
 mod probe;
 #[cfg(feature = "synth")]

@@ -143,9 +143,12 @@ pub fn probe<'a>(input: impl Into<MediaInput<'a>>) -> Result<MediaInfo> {
     }
     #[cfg(feature = "ffmpeg")]
     {
-        match guarded(&item, "ffmpeg", || crate::ffmpeg::probe_ffmpeg(&input, &item, size_bytes)) {
+        let found = crate::media::backend()
+            .and_then(|backend| guarded(&item, "ffmpeg", || backend.probe(&input, &item, size_bytes)));
+        match found {
             Ok(info) => return Ok(info),
-            Err(Error::UnknownFormat { .. }) => {}
+            // Not a container FFmpeg reads, or no FFmpeg on this machine: symphonia may still read it.
+            Err(Error::UnknownFormat { .. } | Error::Unavailable { .. }) => {}
             Err(e) => return Err(e),
         }
     }

@@ -191,7 +191,7 @@ impl WindowCollector {
     /// Appends `len` frames that start at frame `at`: `push(channel, plane)` appends that channel's
     /// samples to `plane` (after any silence for a gap); a plane left short is padded with silence, a long
     /// one cut, so every plane ends `len` frames longer. Nothing is zeroed first. (The FFmpeg path's.)
-    #[cfg(feature = "ffmpeg")]
+    #[cfg(feature = "ffmpeg-linked")]
     pub fn append(&mut self, at: i64, len: usize, mut push: impl FnMut(usize, &mut Vec<f32>)) -> Result<()> {
         let have = self.planes.first().map_or(0, Vec::len);
         let (gap, new_len) = self.grow(at, len)?;
@@ -248,7 +248,7 @@ mod tests {
     }
 
     #[test]
-    #[cfg(feature = "ffmpeg")]
+    #[cfg(feature = "ffmpeg-linked")]
     fn append_pads_cuts_and_fills_gaps_and_reserve_is_bounded() {
         let mut c = WindowCollector::new("x", 2, 100, None, &AudioLimits::default());
         // A header claiming years reserves no more than MAX_RESERVE (+ slack).

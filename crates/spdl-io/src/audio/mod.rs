@@ -66,7 +66,7 @@ pub use batch::{AudioBatch, AudioBatchOptions, decode_audio_batch};
 pub use options::{AudioBackend, AudioLayout, AudioLimits, AudioOptions, ChannelSelect, SampleType};
 pub use wav::encode_wav_i16;
 
-#[cfg_attr(not(feature = "ffmpeg"), allow(unused_imports))]
+#[cfg_attr(not(feature = "ffmpeg-linked"), allow(unused_imports))]
 pub(crate) use decoded::{Decoded, WindowCollector, check_channels, check_rate};
 pub(crate) use symph::open_reader as symphonia_reader;
 
@@ -160,7 +160,8 @@ impl Clip<'_> {
 
 #[cfg(feature = "ffmpeg")]
 fn ffmpeg_decode(input: &MediaInput<'_>, item: &str, opts: &AudioOptions) -> Result<Decoded> {
-    guarded(item, "ffmpeg", || crate::ffmpeg::decode_audio_track(input, item, opts.window.as_ref(), &opts.limits))
+    let backend = crate::media::backend()?;
+    guarded(item, "ffmpeg", || backend.decode_audio_track(input, item, opts.window.as_ref(), &opts.limits))
 }
 
 /// True when `head` (the first bytes of an input) starts a stream that FFmpeg decodes faster than
@@ -228,6 +229,11 @@ pub(crate) fn open_clip<'a>(input: &MediaInput<'a>, opts: &AudioOptions) -> Resu
                 drop(file);
                 return match ffmpeg_decode(input, &item, opts) {
                     Ok(d) => Ok(Clip::Decoded(d)),
+                    // Without FFmpeg on this machine, symphonia reads these as well.
+                    Err(Error::Unavailable { .. }) => {
+                        guarded(&item, "audio", || symph::decode(input, &item, opts.window.as_ref(), &opts.limits))
+                            .map(Clip::Decoded)
+                    }
                     Err(first @ (Error::UnknownFormat { .. } | Error::Decode { .. })) => {
                         guarded(&item, "audio", || symph::decode(input, &item, opts.window.as_ref(), &opts.limits))
                             .map(Clip::Decoded)

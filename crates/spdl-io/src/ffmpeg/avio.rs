@@ -31,6 +31,30 @@ pub(crate) fn init() {
     });
 }
 
+/// `(library, version)` of the FFmpeg libraries this process runs, and FFmpeg's own version (`"ffmpeg"`).
+pub(crate) fn versions() -> Vec<(String, String)> {
+    fn v(n: std::ffi::c_uint) -> String {
+        format!("{}.{}.{}", n >> 16, (n >> 8) & 0xff, n & 0xff)
+    }
+    use ff::ffi;
+    // SAFETY: the version queries take no arguments and return a number; av_version_info returns a
+    // static C string (or null).
+    unsafe {
+        let info = ffi::av_version_info();
+        let ffmpeg =
+            if info.is_null() { String::new() } else { std::ffi::CStr::from_ptr(info).to_string_lossy().into_owned() };
+        vec![
+            ("ffmpeg".into(), ffmpeg),
+            ("libavutil".into(), v(ffi::avutil_version())),
+            ("libavcodec".into(), v(ffi::avcodec_version())),
+            ("libavformat".into(), v(ffi::avformat_version())),
+            ("libavfilter".into(), v(ffi::avfilter_version())),
+            ("libswscale".into(), v(ffi::swscale_version())),
+            ("libswresample".into(), v(ffi::swresample_version())),
+        ]
+    }
+}
+
 /// An FFmpeg error as a decode error of `item`.
 pub(crate) fn ff_error(item: &str, what: &str, e: ff::Error) -> Error {
     Error::Decode { item: item.to_owned(), format: what.to_owned(), cause: Box::new(e) }
@@ -115,16 +139,13 @@ fn recognised_format(head: &[u8]) -> Option<String> {
 
 /// Seconds of `ts` in time base `tb`.
 pub(crate) fn ts_seconds(ts: i64, tb: ff::Rational) -> f64 {
-    if tb.denominator() == 0 { 0.0 } else { ts as f64 * f64::from(tb.numerator()) / f64::from(tb.denominator()) }
+    crate::media::ts_seconds(ts, (tb.numerator(), tb.denominator()))
 }
 
 /// The first timestamp in time base `tb` at or after `seconds` (float noise of a millionth of a tick is
 /// ignored, so `1.0` s in 1/12800 is 12800, not 12801).
 pub(crate) fn seconds_ts(seconds: f64, tb: ff::Rational) -> i64 {
-    if tb.numerator() == 0 {
-        return 0;
-    }
-    (seconds * f64::from(tb.denominator()) / f64::from(tb.numerator()) - 1e-6).ceil() as i64
+    crate::media::seconds_ts(seconds, (tb.numerator(), tb.denominator()))
 }
 
 /// A rational as `f64`, `None` when it is 0/x or x/0.

@@ -9,24 +9,13 @@ use ff::packet::Mut as _;
 use ffmpeg_next as ff;
 
 use super::avio::ff_error;
-use super::media::{Codec, MediaPackets, Params};
+use super::media::{Params, codec_from_params, ff_packet, params_of, wrap_packet};
+use crate::media::{Codec, MediaPackets, Packet};
 use crate::video::VideoLimits;
 use crate::{Error, Result};
 
-/// A bitstream filter chain (`"h264_mp4toannexb"`, `"filter1,filter2=opt=value"`) for packets of one codec.
-///
-/// ```no_run
-/// use spdl_io::media::{Bsf, DemuxConfig, Demuxer};
-/// use std::path::Path;
-///
-/// let mut demuxer = Demuxer::open(Path::new("clip.mp4"), &DemuxConfig::default())?;
-/// let packets = demuxer.demux_video(None)?;
-/// let mut bsf = Bsf::new(&packets.codec, "h264_mp4toannexb")?;
-/// let annexb = bsf.filter(&packets, true)?;
-/// assert!(annexb.is_some());
-/// # Ok::<(), spdl_io::Error>(())
-/// ```
-pub struct Bsf {
+/// A bitstream filter chain (crate::media::Bsf's backend).
+pub(crate) struct FfBsf {
     ctx: *mut ffi::AVBSFContext,
     desc: String,
     codec: Codec,
@@ -35,15 +24,9 @@ pub struct Bsf {
 }
 
 // SAFETY: the context is owned by this value alone and used only through `&mut self`.
-unsafe impl Send for Bsf {}
+unsafe impl Send for FfBsf {}
 
-impl std::fmt::Debug for Bsf {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Bsf").field("desc", &self.desc).finish_non_exhaustive()
-    }
-}
-
-impl Drop for Bsf {
+impl Drop for FfBsf {
     fn drop(&mut self) {
         // SAFETY: `ctx` was allocated by av_bsf_list_parse_str (or is null); freed once.
         unsafe { ffi::av_bsf_free(&mut self.ctx) };
@@ -54,11 +37,16 @@ fn bsf_error(desc: &str, code: c_int) -> Error {
     Error::InvalidOptions(format!("bitstream filter {desc:?}: {}", ff::Error::from(code)))
 }
 
-impl Bsf {
+impl FfBsf {
+    /// The description it was made from.
+    pub(crate) fn desc(&self) -> &str {
+        &self.desc
+    }
+
     /// The filter chain `desc` for packets of `codec`.
     ///
     /// Errors: [`Error::InvalidOptions`] for an unknown filter or one that does not take this codec.
-    pub fn new(codec: &Codec, desc: &str) -> Result<Bsf> {
+    pub(crate) fn new(codec: &Codec, desc: &str) -> Result<FfBsf> {
         super::avio::init();
         let c = CString::new(desc)
             .map_err(|_| Error::InvalidOptions(format!("bitstream filter {desc:?}: contains a NUL character")))?;
@@ -68,11 +56,12 @@ impl Bsf {
         if r < 0 || ctx.is_null() {
             return Err(bsf_error(desc, r));
         }
+        let params = params_of(codec)?;
         let mut bsf =
-            Bsf { ctx, desc: desc.to_owned(), codec: codec.clone(), limits: VideoLimits::default(), flushed: false };
+            FfBsf { ctx, desc: desc.to_owned(), codec: codec.clone(), limits: VideoLimits::default(), flushed: false };
         // SAFETY: `ctx` is a valid, not yet initialised context; `par_in` was allocated with it.
         let r = unsafe {
-            let r = ffi::avcodec_parameters_copy((*ctx).par_in, codec.params.0.as_ptr());
+            let r = ffi::avcodec_parameters_copy((*ctx).par_in, params.0.as_ptr());
             if r < 0 {
                 r
             } else {
@@ -91,18 +80,18 @@ impl Bsf {
                 return Err(bsf_error(desc, r));
             }
             let tb = (*ctx).time_base_out;
-            Codec::from_params(Params(p), codec.kind, (tb.num, tb.den), codec.frame_rate)
+            codec_from_params(Params(p), codec.kind, (tb.num, tb.den), codec.frame_rate)
         };
         bsf.codec = out;
         Ok(bsf)
     }
 
     /// The codec of the filtered packets.
-    pub fn output_codec(&self) -> &Codec {
+    pub(crate) fn output_codec(&self) -> &Codec {
         &self.codec
     }
 
-    fn receive(&mut self, item: &str, out: &mut Vec<ff::Packet>, bytes: &mut u64) -> Result<()> {
+    fn receive(&mut self, item: &str, out: &mut Vec<Packet>, bytes: &mut u64) -> Result<()> {
         loop {
             let mut p = ff::Packet::empty();
             // SAFETY: `ctx` is initialised; `p` an owned empty packet that receives a reference.
@@ -122,19 +111,19 @@ impl Bsf {
                     limit: self.limits.max_packet_bytes,
                 });
             }
-            out.push(p);
+            out.push(wrap_packet(p));
         }
     }
 
     /// Filters `packets` (ending the stream when `flush`): the packets ready, or `None`.
-    pub fn filter(&mut self, packets: &MediaPackets, flush: bool) -> Result<Option<MediaPackets>> {
+    pub(crate) fn filter(&mut self, packets: &MediaPackets, flush: bool) -> Result<Option<MediaPackets>> {
         if self.flushed {
             return Err(Error::InvalidOptions(format!("bitstream filter {:?} was flushed; make a new one", self.desc)));
         }
         self.limits = packets.limits;
         let (mut out, mut bytes) = (Vec::new(), 0u64);
         for p in &packets.packets {
-            let mut copy = p.clone();
+            let mut copy = ff_packet(p, &packets.item)?.clone();
             // SAFETY: `ctx` is initialised; `copy` is an owned packet whose reference FFmpeg takes over.
             let r = unsafe { ffi::av_bsf_send_packet(self.ctx, copy.as_mut_ptr()) };
             if r < 0 {
@@ -160,7 +149,7 @@ impl Bsf {
     }
 
     /// Ends the stream: the packets the filter still held, or `None`.
-    pub fn flush(&mut self, item: &str) -> Result<Option<MediaPackets>> {
+    pub(crate) fn flush(&mut self, item: &str) -> Result<Option<MediaPackets>> {
         if self.flushed {
             return Ok(None);
         }

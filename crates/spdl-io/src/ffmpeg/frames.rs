@@ -1,5 +1,5 @@
-//! SPDL's decoding objects: decoded [`MediaFrames`] (FFmpeg frames, owned and `Send + Sync`), a streaming
-//! [`Decoder`] with an optional [`FilterGraph`] after it, [`convert_frames`] into one
+//! SPDL's decoding objects over FFmpeg: decoded frames ([`crate::media::MediaFrames`] holding FFmpeg
+//! frames), a streaming decoder with an optional filter graph after it, [`convert_frames`] into one
 //! [`spdl_buffer::Buffer`] (SPDL's shapes and dtypes), and frames made from arrays
 //! ([`reference_video_frames`], [`reference_audio_frame`]).
 
@@ -11,7 +11,8 @@ use ffmpeg_next as ff;
 use spdl_buffer::{Buffer, DType, Layout, SharedAllocator};
 
 use super::avio::ff_error;
-use super::media::{Codec, Fraction, MediaPackets, MediaType, pix_fmt, pix_fmt_name, sample_fmt, sample_fmt_name};
+use super::media::{ff_packet, foreign, params_of, pix_fmt, pix_fmt_name, sample_fmt, sample_fmt_name};
+use crate::media::{Codec, DecodeConfig, Fraction, Frame, FrameInfo, MediaFrames, MediaPackets, MediaType};
 use crate::video::VideoLimits;
 use crate::{Error, Result};
 
@@ -27,7 +28,7 @@ fn alloc_frame(item: &str) -> Result<ff::Frame> {
 }
 
 /// A new reference to the data of `f`.
-fn clone_frame(f: &ff::Frame, item: &str) -> Result<ff::Frame> {
+fn clone_ff(f: &ff::Frame, item: &str) -> Result<ff::Frame> {
     // SAFETY: `f` is a valid frame; av_frame_clone returns a new owned reference or null.
     let p = unsafe { ffi::av_frame_clone(f.as_ptr()) };
     if p.is_null() {
@@ -35,6 +36,71 @@ fn clone_frame(f: &ff::Frame, item: &str) -> Result<ff::Frame> {
     }
     // SAFETY: `p` is a valid, owned frame.
     Ok(unsafe { ff::Frame::wrap(p) })
+}
+
+/// A new reference to the data of `f`, with its description.
+pub(crate) fn clone_frame(f: &Frame, item: &str) -> Result<Frame> {
+    Ok(Frame { info: f.info.clone(), raw: Box::new(clone_ff(ff_frame(f, item)?, item)?) })
+}
+
+/// The FFmpeg frame of `f`.
+fn ff_frame<'f>(f: &'f Frame, item: &str) -> Result<&'f ff::Frame> {
+    f.raw.downcast_ref::<ff::Frame>().ok_or_else(|| foreign(item))
+}
+
+/// The FFmpeg frames of `frames`.
+fn ffs<'f>(frames: &'f MediaFrames) -> Result<Vec<&'f ff::Frame>> {
+    frames.frames.iter().map(|f| ff_frame(f, &frames.item)).collect()
+}
+
+/// A decoded frame of `kind`, with what the API reads of it.
+fn wrap_frame(f: ff::Frame, kind: MediaType) -> Frame {
+    let i = info(&f);
+    let planes = pix_fmt(i.format).map_or(0, |p| {
+        // SAFETY: a valid pixel format.
+        u32::try_from(unsafe { ffi::av_pix_fmt_count_planes(p) }).unwrap_or(0)
+    });
+    let info = FrameInfo {
+        format: if kind == MediaType::Audio { sample_fmt_name(i.format) } else { pix_fmt_name(i.format) },
+        planes: if kind == MediaType::Audio { 0 } else { planes },
+        width: u32::try_from(i.width).unwrap_or(0),
+        height: u32::try_from(i.height).unwrap_or(0),
+        samples: usize::try_from(i.samples).unwrap_or(0),
+        rate: u32::try_from(i.rate).unwrap_or(0),
+        channels: u32::try_from(i.channels).unwrap_or(0),
+        pts: i.pts,
+    };
+    Frame { info, raw: Box::new(f) }
+}
+
+/// Appends `f` to `out`, counted against the limits.
+fn push(out: &mut MediaFrames, f: ff::Frame, counter: &mut Counter) -> Result<()> {
+    counter.count(&f, out.kind, &out.item)?;
+    out.frames.push(wrap_frame(f, out.kind));
+    Ok(())
+}
+
+/// The metadata attached to `frame` (image).
+pub(crate) fn metadata(frame: &Frame) -> Vec<(String, String)> {
+    let Ok(f) = ff_frame(frame, "frame") else { return Vec::new() };
+    let mut out = Vec::new();
+    // SAFETY: iterating a frame's metadata dictionary with av_dict_iterate-style av_dict_get; entries
+    // are valid C strings owned by the dictionary while the frame lives.
+    unsafe {
+        let dict = (*f.as_ptr()).metadata;
+        let mut e: *mut ffi::AVDictionaryEntry = ptr::null_mut();
+        loop {
+            e = ffi::av_dict_get(dict, c"".as_ptr(), e, ffi::AV_DICT_IGNORE_SUFFIX);
+            if e.is_null() {
+                break;
+            }
+            out.push((
+                CStr::from_ptr((*e).key).to_string_lossy().into_owned(),
+                CStr::from_ptr((*e).value).to_string_lossy().into_owned(),
+            ));
+        }
+    }
+    out
 }
 
 /// The fields of a frame that the API reads.
@@ -80,165 +146,6 @@ fn frame_bytes(f: &ff::Frame, kind: MediaType) -> Option<u64> {
     u64::try_from(n).ok()
 }
 
-/// Decoded frames of one stream, owned and `Send + Sync` (SPDL's `AudioFrames`/`VideoFrames`/`ImageFrames`).
-pub struct MediaFrames {
-    /// What they hold.
-    pub kind: MediaType,
-    pub(crate) frames: Vec<ff::Frame>,
-    /// Time base of the frames' timestamps.
-    pub time_base: Fraction,
-    /// The item they were decoded from.
-    pub item: String,
-}
-
-impl std::fmt::Debug for MediaFrames {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MediaFrames")
-            .field("kind", &self.kind)
-            .field("frames", &self.frames.len())
-            .field("item", &self.item)
-            .finish_non_exhaustive()
-    }
-}
-
-impl MediaFrames {
-    /// No frames of `kind`.
-    pub fn empty(kind: MediaType, time_base: Fraction, item: &str) -> MediaFrames {
-        MediaFrames { kind, frames: Vec::new(), time_base, item: item.to_owned() }
-    }
-
-    /// A copy that shares the frame data (reference counted).
-    pub fn try_clone(&self) -> Result<MediaFrames> {
-        Ok(MediaFrames {
-            kind: self.kind,
-            frames: self.frames.iter().map(|f| clone_frame(f, &self.item)).collect::<Result<_>>()?,
-            time_base: self.time_base,
-            item: self.item.clone(),
-        })
-    }
-
-    /// Frame objects held (video frames; audio frames of many samples each).
-    pub fn num_frame_objects(&self) -> usize {
-        self.frames.len()
-    }
-
-    /// Video: the frames; audio: the samples per channel (SPDL's `num_frames`); image: 1 (0 if empty).
-    pub fn num_frames(&self) -> usize {
-        match self.kind {
-            MediaType::Audio => self.frames.iter().map(|f| usize::try_from(info(f).samples).unwrap_or(0)).sum(),
-            _ => self.frames.len(),
-        }
-    }
-
-    fn first(&self) -> Option<Info> {
-        self.frames.first().map(info)
-    }
-
-    /// Pixel format (video, image) or sample format (audio) name; `""` if empty.
-    pub fn format_name(&self) -> String {
-        match (self.kind, self.first()) {
-            (_, None) => String::new(),
-            (MediaType::Audio, Some(i)) => sample_fmt_name(i.format),
-            (_, Some(i)) => pix_fmt_name(i.format),
-        }
-    }
-
-    /// Width of the frames (0 if empty or audio).
-    pub fn width(&self) -> u32 {
-        self.first().map_or(0, |i| u32::try_from(i.width).unwrap_or(0))
-    }
-
-    /// Height of the frames (0 if empty or audio).
-    pub fn height(&self) -> u32 {
-        self.first().map_or(0, |i| u32::try_from(i.height).unwrap_or(0))
-    }
-
-    /// Sample rate (audio).
-    pub fn sample_rate(&self) -> u32 {
-        self.first().map_or(0, |i| u32::try_from(i.rate).unwrap_or(0))
-    }
-
-    /// Channels (audio).
-    pub fn num_channels(&self) -> u32 {
-        self.first().map_or(0, |i| u32::try_from(i.channels).unwrap_or(0))
-    }
-
-    /// Planes per frame (video, image).
-    pub fn num_planes(&self) -> u32 {
-        self.first().map_or(0, |i| {
-            let Some(f) = pix_fmt(i.format) else { return 0 };
-            // SAFETY: a valid pixel format.
-            let n = unsafe { ffi::av_pix_fmt_count_planes(f) };
-            u32::try_from(n).unwrap_or(0)
-        })
-    }
-
-    /// Presentation timestamps in time base units (`i64::MIN` where a frame has none).
-    pub fn pts(&self) -> Vec<i64> {
-        self.frames.iter().map(|f| info(f).pts).collect()
-    }
-
-    /// Presentation times in seconds.
-    pub fn timestamps(&self) -> Vec<f64> {
-        let (n, d) = self.time_base;
-        self.pts()
-            .into_iter()
-            .map(|p| if d == 0 || p == ffi::AV_NOPTS_VALUE { 0.0 } else { p as f64 * f64::from(n) / f64::from(d) })
-            .collect()
-    }
-
-    /// The frames at `indices` (video), as new frames sharing the data.
-    pub fn select(&self, indices: &[usize], kind: MediaType) -> Result<MediaFrames> {
-        let n = self.frames.len();
-        let frames = indices
-            .iter()
-            .map(|&i| match self.frames.get(i) {
-                Some(f) => clone_frame(f, &self.item),
-                None => Err(Error::InvalidOptions(format!("frame index {i} is outside [0, {n})"))),
-            })
-            .collect::<Result<_>>()?;
-        Ok(MediaFrames { kind, frames, time_base: self.time_base, item: self.item.clone() })
-    }
-
-    /// The frames of `self` then those of `other` (same kind), as new frames sharing the data.
-    pub fn concat(&self, other: &MediaFrames) -> Result<MediaFrames> {
-        let mut out = self.try_clone()?;
-        for f in &other.frames {
-            out.frames.push(clone_frame(f, &self.item)?);
-        }
-        Ok(out)
-    }
-
-    /// The metadata attached to the first frame (image).
-    pub fn metadata(&self) -> Vec<(String, String)> {
-        let Some(f) = self.frames.first() else { return Vec::new() };
-        let mut out = Vec::new();
-        // SAFETY: iterating a frame's metadata dictionary with av_dict_iterate-style av_dict_get; entries
-        // are valid C strings owned by the dictionary while the frame lives.
-        unsafe {
-            let dict = (*f.as_ptr()).metadata;
-            let mut e: *mut ffi::AVDictionaryEntry = ptr::null_mut();
-            loop {
-                e = ffi::av_dict_get(dict, c"".as_ptr(), e, ffi::AV_DICT_IGNORE_SUFFIX);
-                if e.is_null() {
-                    break;
-                }
-                out.push((
-                    CStr::from_ptr((*e).key).to_string_lossy().into_owned(),
-                    CStr::from_ptr((*e).value).to_string_lossy().into_owned(),
-                ));
-            }
-        }
-        out
-    }
-
-    fn push(&mut self, f: ff::Frame, counter: &mut Counter) -> Result<()> {
-        counter.count(&f, self.kind, &self.item)?;
-        self.frames.push(f);
-        Ok(())
-    }
-}
-
 /// Bounds on what a decoder or filter graph outputs.
 #[derive(Debug)]
 struct Counter {
@@ -281,19 +188,8 @@ fn averr(item: &str, what: &str, code: c_int) -> Error {
     ff_error(item, what, ff::Error::from(code))
 }
 
-/// An FFmpeg filter graph whose inputs are `buffer`/`abuffer` filters and whose outputs are
-/// `buffersink`/`abuffersink` filters, all named in its description (SPDL's `FilterGraph`).
-///
-/// ```no_run
-/// use spdl_io::media::FilterGraph;
-///
-/// let graph = FilterGraph::new(
-///     "buffer=video_size=320x240:pix_fmt=yuv420p:time_base=1/25:pixel_aspect=1/1,hflip,buffersink",
-/// )?;
-/// assert_eq!(graph.inputs(), vec!["Parsed_buffer_0".to_owned()]);
-/// # Ok::<(), spdl_io::Error>(())
-/// ```
-pub struct FilterGraph {
+/// A configured filter graph (crate::media::FilterGraph's backend).
+pub(crate) struct FfFilterGraph {
     graph: ff::filter::Graph,
     inputs: Vec<(String, *mut ffi::AVFilterContext)>,
     outputs: Vec<(String, *mut ffi::AVFilterContext)>,
@@ -303,19 +199,18 @@ pub struct FilterGraph {
 
 // SAFETY: the filter contexts are owned by `graph`, which is `Send`; nothing else refers to them, and the
 // graph is only used through `&mut self` (not `Sync`).
-unsafe impl Send for FilterGraph {}
+unsafe impl Send for FfFilterGraph {}
 
-impl std::fmt::Debug for FilterGraph {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FilterGraph").field("desc", &self.desc).finish_non_exhaustive()
+impl FfFilterGraph {
+    /// The description it was made from.
+    pub(crate) fn desc(&self) -> &str {
+        &self.desc
     }
-}
 
-impl FilterGraph {
     /// Parses and configures the graph `desc`.
     ///
     /// Errors: [`Error::InvalidOptions`] for a description FFmpeg rejects or with unconnected pads.
-    pub fn new(desc: &str) -> Result<FilterGraph> {
+    pub(crate) fn new(desc: &str) -> Result<FfFilterGraph> {
         super::avio::init();
         let bad = |m: String| Error::InvalidOptions(format!("filter graph {desc:?}: {m}"));
         let c = CString::new(desc).map_err(|_| bad("contains a NUL character".into()))?;
@@ -368,21 +263,27 @@ impl FilterGraph {
         if inputs.is_empty() || outputs.is_empty() {
             return Err(bad("needs at least one buffer/abuffer input and one buffersink/abuffersink output".into()));
         }
-        Ok(FilterGraph { graph, inputs, outputs, desc: desc.to_owned(), counter: Counter::new(VideoLimits::default()) })
+        Ok(FfFilterGraph {
+            graph,
+            inputs,
+            outputs,
+            desc: desc.to_owned(),
+            counter: Counter::new(VideoLimits::default()),
+        })
     }
 
     /// Sets the bounds on what the graph outputs.
-    pub fn set_limits(&mut self, limits: VideoLimits) {
+    pub(crate) fn set_limits(&mut self, limits: VideoLimits) {
         self.counter = Counter::new(limits);
     }
 
     /// The names of the input (`buffer`/`abuffer`) filters.
-    pub fn inputs(&self) -> Vec<String> {
+    pub(crate) fn inputs(&self) -> Vec<String> {
         self.inputs.iter().map(|(n, _)| n.clone()).collect()
     }
 
     /// The names of the output (`buffersink`/`abuffersink`) filters.
-    pub fn outputs(&self) -> Vec<String> {
+    pub(crate) fn outputs(&self) -> Vec<String> {
         self.outputs.iter().map(|(n, _)| n.clone()).collect()
     }
 
@@ -409,9 +310,9 @@ impl FilterGraph {
     }
 
     /// Feeds `frames` to the input `key` (required when there are several).
-    pub fn add_frames(&mut self, frames: &MediaFrames, key: Option<&str>) -> Result<()> {
+    pub(crate) fn add_frames(&mut self, frames: &MediaFrames, key: Option<&str>) -> Result<()> {
         let ctx = Self::pick(&self.inputs, key, "input", &self.desc)?;
-        for f in &frames.frames {
+        for f in ffs(frames)? {
             // SAFETY: `ctx` is a buffer source of this graph; KEEP_REF makes FFmpeg take its own reference
             // and leave `f` untouched.
             let r = unsafe {
@@ -425,7 +326,7 @@ impl FilterGraph {
     }
 
     /// Tells every input that its stream ended.
-    pub fn flush(&mut self) -> Result<()> {
+    pub(crate) fn flush(&mut self) -> Result<()> {
         for (name, ctx) in &self.inputs {
             // SAFETY: `ctx` is a buffer source of this graph; a null frame marks the end of its stream.
             let r = unsafe { ffi::av_buffersrc_add_frame_flags(*ctx, ptr::null_mut(), 0) };
@@ -437,7 +338,7 @@ impl FilterGraph {
     }
 
     /// The frames ready at output `key` (required when there are several); `None` if none is ready.
-    pub fn get_frames(&mut self, key: Option<&str>, item: &str) -> Result<Option<MediaFrames>> {
+    pub(crate) fn get_frames(&mut self, key: Option<&str>, item: &str) -> Result<Option<MediaFrames>> {
         let ctx = Self::pick(&self.outputs, key, "output", &self.desc)?;
         // SAFETY: `ctx` is a configured buffer sink of this graph.
         let (tb, media) = unsafe { (ffi::av_buffersink_get_time_base(ctx), ffi::av_buffersink_get_type(ctx)) };
@@ -453,13 +354,13 @@ impl FilterGraph {
             if r < 0 {
                 return Err(averr(item, "filter graph output", r));
             }
-            out.push(f, &mut self.counter)?;
+            push(&mut out, f, &mut self.counter)?;
         }
         Ok((!out.frames.is_empty()).then_some(out))
     }
 
     /// FFmpeg's drawing of the graph.
-    pub fn dump(&self) -> String {
+    pub(crate) fn dump(&self) -> String {
         self.graph.dump()
     }
 
@@ -487,7 +388,7 @@ impl FilterGraph {
             if r < 0 {
                 return Err(averr(item, "filter graph output", r));
             }
-            out.push(f, counter)?;
+            push(out, f, counter)?;
         }
     }
 
@@ -498,61 +399,37 @@ impl FilterGraph {
     }
 }
 
-/// Which decoder to use and its options.
-#[derive(Debug, Clone, Default)]
-pub struct DecodeConfig {
-    /// A decoder by name (`ffmpeg -decoders`); default: the codec's.
-    pub decoder: Option<String>,
-    /// Decoder options (`threads`, ...); decoding is single-threaded unless `threads` is given.
-    pub options: Vec<(String, String)>,
-}
-
-/// Decodes the packets of one stream, chunk after chunk, through an optional filter graph (SPDL's
-/// `AudioDecoder`/`VideoDecoder`).
-///
-/// ```no_run
-/// use spdl_io::media::{DecodeConfig, Decoder, Demuxer, DemuxConfig, MediaType};
-/// use std::path::Path;
-///
-/// let mut demuxer = Demuxer::open(Path::new("clip.mp4"), &DemuxConfig::default())?;
-/// let codec = demuxer.codec(MediaType::Video)?;
-/// let mut decoder = Decoder::new(&codec, &DecodeConfig::default(), None, "clip.mp4", Default::default())?;
-/// let frames = decoder.decode(&demuxer.demux_video(None)?)?;
-/// let rest = decoder.flush()?;
-/// assert!(frames.num_frames() + rest.num_frames() > 0);
-/// # Ok::<(), spdl_io::Error>(())
-/// ```
-pub struct Decoder {
+/// A streaming decoder (crate::media::Decoder's backend).
+pub(crate) struct FfDecoder {
     item: String,
     kind: MediaType,
     codec_name: String,
     dec: ff::decoder::Opened,
-    filter: Option<FilterGraph>,
+    filter: Option<FfFilterGraph>,
     time_base: Fraction,
     counter: Counter,
     bad: u32,
     flushed: bool,
 }
 
-impl std::fmt::Debug for Decoder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Decoder").field("item", &self.item).field("codec", &self.codec_name).finish_non_exhaustive()
+impl FfDecoder {
+    /// The item it decodes.
+    pub(crate) fn item(&self) -> &str {
+        &self.item
     }
-}
 
-impl Decoder {
     /// A decoder for packets of `codec`, whose frames go through `filter_desc` (a complete graph, from a
     /// `buffer`/`abuffer` input to a `buffersink`/`abuffersink` output) when given.
-    pub fn new(
+    pub(crate) fn new(
         codec: &Codec,
         config: &DecodeConfig,
         filter_desc: Option<&str>,
         item: &str,
         limits: VideoLimits,
-    ) -> Result<Decoder> {
+    ) -> Result<FfDecoder> {
         super::avio::init();
-        let ctx =
-            ff::codec::Context::from_parameters(codec.params.0.clone()).map_err(|e| ff_error(item, &codec.name, e))?;
+        let ctx = ff::codec::Context::from_parameters(params_of(codec)?.0.clone())
+            .map_err(|e| ff_error(item, &codec.name, e))?;
         let tb = ff::Rational::new(codec.time_base.0, codec.time_base.1);
         let mut opts = ff::Dictionary::new();
         let mut threads = false;
@@ -572,7 +449,7 @@ impl Decoder {
                 d.open_as_with(c, opts)
             }
             None => {
-                let c = ff::decoder::find(codec.params.0.id()).ok_or_else(|| Error::UnknownFormat {
+                let c = ff::decoder::find(params_of(codec)?.0.id()).ok_or_else(|| Error::UnknownFormat {
                     item: item.to_owned(),
                     detail: format!("ffmpeg has no decoder for {}", codec.name),
                 })?;
@@ -582,7 +459,7 @@ impl Decoder {
         .map_err(|e| ff_error(item, &codec.name, e))?;
         let filter = match filter_desc {
             Some(desc) => {
-                let mut g = FilterGraph::new(desc)?;
+                let mut g = FfFilterGraph::new(desc)?;
                 if g.inputs.len() != 1 || g.outputs.len() != 1 {
                     return Err(Error::InvalidOptions(format!(
                         "{item}: a decoder's filter graph needs one input and one output, {desc:?} has {} and {}",
@@ -595,7 +472,7 @@ impl Decoder {
             }
             None => None,
         };
-        Ok(Decoder {
+        Ok(FfDecoder {
             item: item.to_owned(),
             kind: codec.kind,
             codec_name: codec.name.clone(),
@@ -626,24 +503,20 @@ impl Decoder {
             }
             match &mut self.filter {
                 Some(g) => g.run(&f, &self.item, out, &mut self.counter)?,
-                None => out.push(f, &mut self.counter)?,
+                None => push(out, f, &mut self.counter)?,
             }
         }
     }
 
-    /// Decodes `packets` (and what the decoder held back from earlier ones): the frames ready now.
-    /// A damaged packet is skipped (bounded by the limits' `max_bad_packets` in a row).
-    pub fn decode(&mut self, packets: &MediaPackets) -> Result<MediaFrames> {
-        self.decode_until(packets, None)
-    }
-
+    /// Decodes `packets` (and what the decoder held back from earlier ones): the frames ready now, at most
+    /// `max`. A damaged packet is skipped (bounded by the limits' `max_bad_packets` in a row).
     pub(crate) fn decode_until(&mut self, packets: &MediaPackets, max: Option<usize>) -> Result<MediaFrames> {
         if self.flushed {
             return Err(Error::InvalidOptions(format!("{}: the decoder was flushed; make a new one", self.item)));
         }
         let mut out = MediaFrames::empty(self.kind, self.out_time_base(), &self.item);
         for p in &packets.packets {
-            if let Err(e) = self.dec.send_packet(p) {
+            if let Err(e) = self.dec.send_packet(ff_packet(p, &self.item)?) {
                 self.bad += 1;
                 if self.bad > self.counter.limits.max_bad_packets {
                     return Err(ff_error(&self.item, &self.codec_name, e));
@@ -661,7 +534,7 @@ impl Decoder {
     }
 
     /// Ends the stream: the frames the decoder (and filter graph) still held. The decoder is then spent.
-    pub fn flush(&mut self) -> Result<MediaFrames> {
+    pub(crate) fn flush(&mut self) -> Result<MediaFrames> {
         let mut out = MediaFrames::empty(self.kind, self.out_time_base(), &self.item);
         if self.flushed {
             return Ok(out);
@@ -677,47 +550,6 @@ impl Decoder {
         out.time_base = self.out_time_base();
         Ok(out)
     }
-}
-
-/// Decodes `packets` in one call (SPDL's `decode_packets`): every frame, those of a video outside the
-/// packets' window dropped, at most `num_frames` (video) when given.
-pub fn decode_all(
-    packets: &MediaPackets,
-    config: &DecodeConfig,
-    filter_desc: Option<&str>,
-    num_frames: Option<usize>,
-) -> Result<MediaFrames> {
-    let mut dec = Decoder::new(&packets.codec, config, filter_desc, &packets.item, packets.limits)?;
-    // Stop early only when every decoded frame counts (no window drops frames afterwards).
-    let early = num_frames.filter(|_| packets.codec.kind == MediaType::Video && packets.window.is_none());
-    let early = if packets.codec.kind == MediaType::Image { Some(1) } else { early };
-    let mut out = dec.decode_until(packets, early)?;
-    let rest = dec.flush()?;
-    out.frames.extend(rest.frames);
-    out.time_base = rest.time_base;
-    if packets.codec.kind != MediaType::Audio
-        && let Some((s, e)) = packets.window
-    {
-        let (n, d) = out.time_base;
-        let sec = |p: i64| if d == 0 { 0.0 } else { p as f64 * f64::from(n) / f64::from(d) };
-        out.frames.retain(|f| {
-            let p = info(f).pts;
-            p == ffi::AV_NOPTS_VALUE || (sec(p) >= s - 1e-9 && sec(p) < e)
-        });
-    }
-    if packets.codec.kind == MediaType::Image {
-        out.frames.truncate(1);
-    } else if let Some(n) = num_frames.filter(|_| packets.codec.kind == MediaType::Video) {
-        out.frames.truncate(n);
-    }
-    if out.frames.is_empty() {
-        return Err(Error::Decode {
-            item: packets.item.clone(),
-            format: packets.codec.name.clone(),
-            cause: "no frame decoded".into(),
-        });
-    }
-    Ok(out)
 }
 
 /// How a pixel format is laid out in a converted buffer.
@@ -759,11 +591,12 @@ fn audio_dtype(name: &str) -> Option<(DType, bool)> {
 /// The shape (without a batch axis) and dtype `frames` convert to.
 fn shape_of(frames: &MediaFrames) -> Result<(Vec<usize>, DType, Layout)> {
     let item = &frames.item;
-    let Some(first) = frames.first() else {
+    let all = ffs(frames)?;
+    let Some(first) = all.first().map(|f| info(f)) else {
         return Err(Error::InvalidOptions(format!("{item}: no frames to convert")));
     };
     let name = frames.format_name();
-    for f in &frames.frames {
+    for f in all {
         let i = info(f);
         let same = match frames.kind {
             MediaType::Audio => (i.format, i.channels) == (first.format, first.channels),
@@ -875,11 +708,11 @@ fn write_frame(f: &ff::Frame, kind: MediaType, name: &str, dst: &mut [u8]) {
 }
 
 /// Writes the samples of audio `frames` into `dst` (`[C, N]` planar or `[N, C]` packed).
-fn write_audio(frames: &MediaFrames, dtype: DType, planar: bool, dst: &mut [u8]) {
+fn write_audio(frames: &MediaFrames, dtype: DType, planar: bool, dst: &mut [u8]) -> Result<()> {
     let bps = dtype.size();
     let total = frames.num_frames();
     let mut offset = 0usize;
-    for f in &frames.frames {
+    for f in ffs(frames)? {
         let i = info(f);
         let (n, c) = (usize::try_from(i.samples).unwrap_or(0), usize::try_from(i.channels).unwrap_or(0));
         // SAFETY: a planar audio frame has `c` planes of `n` samples; a packed one plane of `n * c`.
@@ -904,13 +737,14 @@ fn write_audio(frames: &MediaFrames, dtype: DType, planar: bool, dst: &mut [u8])
         }
         offset += n;
     }
+    Ok(())
 }
 
 /// Converts frames into one buffer (SPDL's `convert_frames`): video `[N, H, W, C]` (packed formats),
 /// `[N, 3, H, W]` (`yuv444p`), `[N, 1, H * 3 / 2, W]` (`yuv420p`, `nv12`); images the same without `N`;
 /// audio `[C, N]` (planar) or `[N, C]` (packed) in the sample format's dtype. With `batch`, every item
 /// must have the same shape, and the result has a leading batch axis.
-pub fn convert_frames(items: &[&MediaFrames], batch: bool, allocator: &SharedAllocator) -> Result<Buffer> {
+pub(crate) fn convert_frames(items: &[&MediaFrames], batch: bool, allocator: &SharedAllocator) -> Result<Buffer> {
     let Some(first) = items.first() else {
         return Err(Error::InvalidOptions("convert_frames: no frames given".into()));
     };
@@ -940,12 +774,12 @@ pub fn convert_frames(items: &[&MediaFrames], batch: bool, allocator: &SharedAll
         match frames.kind {
             MediaType::Audio => {
                 let planar = audio_dtype(&name).is_some_and(|(_, p)| p);
-                write_audio(frames, dtype, planar, slot);
+                write_audio(frames, dtype, planar, slot)?;
             }
             kind => {
                 let n = if kind == MediaType::Video { frames.frames.len() } else { 1 };
                 let fb = per_item / n.max(1);
-                for (j, f) in frames.frames.iter().take(n).enumerate() {
+                for (j, f) in ffs(frames)?.into_iter().take(n).enumerate() {
                     write_frame(f, kind, &name, &mut slot[j * fb..(j + 1) * fb]);
                 }
             }
@@ -971,7 +805,7 @@ fn sample_fmt_id(name: &str) -> Option<ffi::AVSampleFormat> {
 /// Video frames made from `[N, H, W, C]` (packed formats: `rgb24`, `bgr24`, `rgba`, ...), `[N, H, W]`
 /// (`gray8`, `gray16`) or `[N, 3, H, W]` (`yuv444p`) pixel data (SPDL's `create_reference_video_frame`; the
 /// data are copied). Frame `i` has pts `pts + i` in time base `1 / frame_rate`.
-pub fn reference_video_frames(
+pub(crate) fn reference_video_frames(
     data: &[u8],
     shape: &[usize],
     itemsize: usize,
@@ -1032,7 +866,7 @@ pub fn reference_video_frames(
                 }
             }
         }
-        frames.push(f);
+        frames.push(wrap_frame(f, MediaType::Video));
     }
     Ok(MediaFrames {
         kind: MediaType::Video,
@@ -1044,7 +878,7 @@ pub fn reference_video_frames(
 
 /// An audio frame made from `[C, N]` (planar `sample_fmt`, suffix `p`) or `[N, C]` (packed) samples (SPDL's
 /// `create_reference_audio_frame`; the data are copied), with pts `pts` in time base `1 / sample_rate`.
-pub fn reference_audio_frame(
+pub(crate) fn reference_audio_frame(
     data: &[u8],
     shape: &[usize],
     itemsize: usize,
@@ -1095,7 +929,7 @@ pub fn reference_audio_frame(
     }
     Ok(MediaFrames {
         kind: MediaType::Audio,
-        frames: vec![f],
+        frames: vec![wrap_frame(f, MediaType::Audio)],
         time_base: (1, sample_rate as i32),
         item: "<reference frame>".into(),
     })

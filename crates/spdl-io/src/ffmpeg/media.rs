@@ -1,44 +1,24 @@
-//! SPDL's demuxing objects: a [`Demuxer`] that stays open over one source (demux the audio, the video or an
-//! image from it, or stream its packets in bounded chunks), the [`Codec`] of a stream, and owned
-//! [`MediaPackets`] that [`super::frames::Decoder`] decodes.
+//! SPDL's demuxing objects over FFmpeg: a demuxer that stays open over one source (demux the audio, the
+//! video or an image from it, or stream its packets in bounded chunks), the [`Codec`] of a stream, and the
+//! packets ([`crate::media::MediaPackets`]) that the decoder decodes.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use ff::format::context::Input;
 use ffmpeg_next as ff;
 
 use super::avio::{ff_error, open_input_with, seconds_ts, ts_seconds};
-use super::demux::Packets;
 use crate::input::MediaInput;
+use crate::media::{Codec, DemuxConfig, Fraction, MediaPackets, MediaType, Packet};
 use crate::video::VideoLimits;
 use crate::{Error, Result};
 
-/// The kind of media a stream, packets or frames hold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum MediaType {
-    /// Audio samples.
-    Audio,
-    /// Video frames.
-    Video,
-    /// One image (the first frame of a video stream, or an image file).
-    Image,
-}
-
-impl MediaType {
-    /// `"audio"`, `"video"` or `"image"`.
-    pub fn name(self) -> &'static str {
-        match self {
-            MediaType::Audio => "audio",
-            MediaType::Video => "video",
-            MediaType::Image => "image",
-        }
-    }
-
-    fn ff(self) -> ff::media::Type {
-        match self {
-            MediaType::Audio => ff::media::Type::Audio,
-            MediaType::Video | MediaType::Image => ff::media::Type::Video,
-        }
+/// The FFmpeg media type of `kind`.
+fn ff_kind(kind: MediaType) -> ff::media::Type {
+    match kind {
+        MediaType::Audio => ff::media::Type::Audio,
+        MediaType::Video | MediaType::Image => ff::media::Type::Video,
     }
 }
 
@@ -55,49 +35,8 @@ impl Clone for Params {
     }
 }
 
-/// A fraction `(numerator, denominator)`.
-pub type Fraction = (i32, i32);
-
-/// What a decoder needs to know about a stream, with its metadata (SPDL's `AudioCodec`/`VideoCodec`/
-/// `ImageCodec`).
-#[derive(Clone)]
-pub struct Codec {
-    pub(crate) params: Params,
-    /// What the stream holds.
-    pub kind: MediaType,
-    /// Codec short name (`"h264"`, `"aac"`, ...).
-    pub name: String,
-    /// Time base of the packets' timestamps.
-    pub time_base: Fraction,
-    /// Average frame rate (video; `(0, 1)` when unknown).
-    pub frame_rate: Fraction,
-    /// Coded width (video, image).
-    pub width: u32,
-    /// Coded height (video, image).
-    pub height: u32,
-    /// Pixel format name (`"yuv420p"`, ...; `""` when unknown).
-    pub pix_fmt: String,
-    /// Pixel aspect ratio (video, image).
-    pub sample_aspect_ratio: Fraction,
-    /// Sample rate (audio).
-    pub sample_rate: u32,
-    /// Channels (audio).
-    pub num_channels: u32,
-    /// Sample format name (`"fltp"`, ...; audio).
-    pub sample_fmt: String,
-    /// Channel layout description (`"stereo"`, `"1 channels"`, ...; audio).
-    pub channel_layout: String,
-    /// Bit rate, 0 when unknown.
-    pub bit_rate: i64,
-}
-
-impl std::fmt::Debug for Codec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Codec").field("kind", &self.kind).field("name", &self.name).finish_non_exhaustive()
-    }
-}
-
-fn frac(r: ff::Rational) -> Fraction {
+/// `r` as a fraction.
+pub(crate) fn frac(r: ff::Rational) -> Fraction {
     (r.numerator(), r.denominator())
 }
 
@@ -112,58 +51,72 @@ fn channel_layout_name(layout: &ff::ffi::AVChannelLayout) -> String {
     unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned()
 }
 
-impl Codec {
-    /// The codec of `stream`, for `kind`.
-    pub(crate) fn of_stream(stream: &ff::format::stream::Stream<'_>, kind: MediaType) -> Codec {
-        let params = stream.parameters().clone();
-        let frame_rate = {
-            let r = stream.avg_frame_rate();
-            if r.numerator() > 0 && r.denominator() > 0 { frac(r) } else { frac(stream.rate()) }
-        };
-        Codec::from_params(Params(params), kind, frac(stream.time_base()), frame_rate)
-    }
+/// The codec of `stream`, for `kind`.
+pub(crate) fn codec_of_stream(stream: &ff::format::stream::Stream<'_>, kind: MediaType) -> Codec {
+    let params = stream.parameters().clone();
+    let frame_rate = {
+        let r = stream.avg_frame_rate();
+        if r.numerator() > 0 && r.denominator() > 0 { frac(r) } else { frac(stream.rate()) }
+    };
+    codec_from_params(Params(params), kind, frac(stream.time_base()), frame_rate)
+}
 
-    pub(crate) fn from_params(params: Params, kind: MediaType, time_base: Fraction, frame_rate: Fraction) -> Codec {
-        // SAFETY: `params` owns a valid AVCodecParameters.
-        let (width, height, format, sar, rate, channels, bit_rate, layout) = unsafe {
-            let p = params.0.as_ptr();
-            (
-                (*p).width,
-                (*p).height,
-                (*p).format,
-                (*p).sample_aspect_ratio,
-                (*p).sample_rate,
-                (*p).ch_layout.nb_channels,
-                (*p).bit_rate,
-                channel_layout_name(&(*p).ch_layout),
-            )
-        };
-        let (pix_fmt, sample_fmt) = match kind {
-            MediaType::Audio => (String::new(), sample_fmt_name(format)),
-            _ => (pix_fmt_name(format), String::new()),
-        };
-        Codec {
-            name: params.0.id().name().to_owned(),
-            params,
-            kind,
-            time_base,
-            frame_rate,
-            width: u32::try_from(width).unwrap_or(0),
-            height: u32::try_from(height).unwrap_or(0),
-            pix_fmt,
-            sample_aspect_ratio: (sar.num, sar.den),
-            sample_rate: u32::try_from(rate).unwrap_or(0),
-            num_channels: u32::try_from(channels).unwrap_or(0),
-            sample_fmt,
-            channel_layout: if kind == MediaType::Audio { layout } else { String::new() },
-            bit_rate,
-        }
+/// The codec of owned parameters `params`.
+pub(crate) fn codec_from_params(params: Params, kind: MediaType, time_base: Fraction, frame_rate: Fraction) -> Codec {
+    // SAFETY: `params` owns a valid AVCodecParameters.
+    let (width, height, format, sar, rate, channels, bit_rate, layout) = unsafe {
+        let p = params.0.as_ptr();
+        (
+            (*p).width,
+            (*p).height,
+            (*p).format,
+            (*p).sample_aspect_ratio,
+            (*p).sample_rate,
+            (*p).ch_layout.nb_channels,
+            (*p).bit_rate,
+            channel_layout_name(&(*p).ch_layout),
+        )
+    };
+    let (pix_fmt, sample_fmt) = match kind {
+        MediaType::Audio => (String::new(), sample_fmt_name(format)),
+        _ => (pix_fmt_name(format), String::new()),
+    };
+    Codec {
+        name: params.0.id().name().to_owned(),
+        params: Arc::new(params),
+        kind,
+        time_base,
+        frame_rate,
+        width: u32::try_from(width).unwrap_or(0),
+        height: u32::try_from(height).unwrap_or(0),
+        pix_fmt,
+        sample_aspect_ratio: (sar.num, sar.den),
+        sample_rate: u32::try_from(rate).unwrap_or(0),
+        num_channels: u32::try_from(channels).unwrap_or(0),
+        sample_fmt,
+        channel_layout: if kind == MediaType::Audio { layout } else { String::new() },
+        bit_rate,
     }
+}
 
-    /// This codec as another kind (a video stream's codec read as an image's).
-    pub fn with_kind(&self, kind: MediaType) -> Codec {
-        Codec { kind, ..self.clone() }
-    }
+/// The FFmpeg parameters of `codec`.
+pub(crate) fn params_of(codec: &Codec) -> Result<&Params> {
+    codec.params.downcast_ref::<Params>().ok_or_else(|| foreign(&codec.name))
+}
+
+/// The error for a value that another FFmpeg backend made (there is one per process, so this is a bug).
+pub(crate) fn foreign(what: &str) -> Error {
+    Error::InvalidOptions(format!("{what}: made by another FFmpeg backend than the one loaded"))
+}
+
+/// A demuxed packet, with what the API reads of it.
+pub(crate) fn wrap_packet(p: ff::Packet) -> Packet {
+    Packet { pts: p.pts(), dts: p.dts(), key: p.is_key(), size: p.size(), raw: Arc::new(p) }
+}
+
+/// The FFmpeg packet of `p`.
+pub(crate) fn ff_packet<'p>(p: &'p Packet, item: &str) -> Result<&'p ff::Packet> {
+    p.raw.downcast_ref::<ff::Packet>().ok_or_else(|| foreign(item))
 }
 
 /// `format` as an `AVPixelFormat`, if it is one of this FFmpeg's.
@@ -208,193 +161,8 @@ fn cstr(p: *const std::ffi::c_char) -> String {
     unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned()
 }
 
-/// Packets of one stream, owned and `Send + Sync` (SPDL's `AudioPackets`/`VideoPackets`/`ImagePackets`).
-#[derive(Clone)]
-pub struct MediaPackets {
-    /// The item (path or name) and stream they came from.
-    pub item: String,
-    /// The stream's codec.
-    pub codec: Codec,
-    pub(crate) packets: Vec<ff::Packet>,
-    /// The window the caller asked for, in seconds.
-    pub window: Option<(f64, f64)>,
-    /// The bounds that applied when demuxing; decoding keeps to them too.
-    pub limits: VideoLimits,
-}
-
-impl std::fmt::Debug for MediaPackets {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MediaPackets")
-            .field("item", &self.item)
-            .field("codec", &self.codec)
-            .field("packets", &self.packets.len())
-            .finish_non_exhaustive()
-    }
-}
-
-impl MediaPackets {
-    /// Packets held (those before the window that decoding needs included).
-    pub fn num_packets(&self) -> usize {
-        self.packets.len()
-    }
-
-    /// Bytes of packet data.
-    pub fn bytes(&self) -> usize {
-        self.packets.iter().map(|p| p.size()).sum()
-    }
-
-    fn in_window(&self, t: f64) -> bool {
-        self.window.is_none_or(|(s, e)| t >= s && t < e)
-    }
-
-    /// Presentation times in seconds: of all packets in packet order (`raw`), or of those inside the window
-    /// sorted by presentation time (what a decode yields).
-    pub fn timestamps(&self, raw: bool) -> Vec<f64> {
-        let tb = ff::Rational::new(self.codec.time_base.0, self.codec.time_base.1);
-        let ts = self.packets.iter().filter_map(|p| p.pts().or(p.dts())).map(|t| ts_seconds(t, tb));
-        if raw {
-            return ts.collect();
-        }
-        let mut v: Vec<f64> = ts.filter(|&t| self.in_window(t)).collect();
-        v.sort_by(f64::total_cmp);
-        v.dedup();
-        v
-    }
-
-    /// Packets inside the window (all of them without one): the frames a decode yields (SPDL's `len`).
-    pub fn len(&self) -> usize {
-        if self.window.is_none() { self.packets.len() } else { self.timestamps(false).len() }
-    }
-
-    /// True if there is no packet.
-    pub fn is_empty(&self) -> bool {
-        self.packets.is_empty()
-    }
-
-    /// The packets for the frame-sampling decoder of [`crate::video`].
-    pub fn into_video_packets(self) -> Packets {
-        let tb = ff::Rational::new(self.codec.time_base.0, self.codec.time_base.1);
-        let window = match self.window {
-            None => (i64::MIN, i64::MAX),
-            Some((s, e)) => (seconds_ts(s, tb), if e.is_finite() { seconds_ts(e, tb) } else { i64::MAX }),
-        };
-        let (n, d) = self.codec.frame_rate;
-        Packets {
-            item: self.item,
-            params: self.codec.params.0,
-            time_base: tb,
-            packets: self.packets,
-            window,
-            frame_rate: (n > 0 && d > 0).then(|| f64::from(n) / f64::from(d)),
-            width: self.codec.width,
-            height: self.codec.height,
-            codec: self.codec.name,
-            limits: self.limits,
-        }
-    }
-
-    /// The packets of the frame-sampling decoder as these (no copy of the data).
-    pub fn from_video_packets(p: Packets) -> MediaPackets {
-        let tb = p.time_base;
-        let window = if p.window == (i64::MIN, i64::MAX) {
-            None
-        } else {
-            Some((
-                if p.window.0 == i64::MIN { 0.0 } else { ts_seconds(p.window.0, tb) },
-                if p.window.1 == i64::MAX { f64::INFINITY } else { ts_seconds(p.window.1, tb) },
-            ))
-        };
-        let frame_rate = p.frame_rate.map_or((0, 1), |r| {
-            let r = ff::Rational::from(r);
-            frac(r)
-        });
-        let codec = Codec::from_params(Params(p.params), MediaType::Video, frac(tb), frame_rate);
-        MediaPackets { item: p.item, codec, packets: p.packets, window, limits: p.limits }
-    }
-
-    /// Splits the packets (no window) at keyframes so that each of the sorted, distinct frame `indices`
-    /// (in presentation order) is decoded from the nearest keyframe before it: `(packets, indices within
-    /// them)`, in order. Errors on an index out of range.
-    pub fn split_at_indices(&self, indices: &[usize]) -> Result<Vec<(MediaPackets, Vec<usize>)>> {
-        let tb = ff::Rational::new(self.codec.time_base.0, self.codec.time_base.1);
-        // Presentation order of the packets in the window.
-        let mut order: Vec<(i64, usize)> = self
-            .packets
-            .iter()
-            .enumerate()
-            .filter_map(|(i, p)| p.pts().or(p.dts()).map(|t| (t, i)))
-            .filter(|&(t, _)| self.in_window(ts_seconds(t, tb)))
-            .collect();
-        order.sort_unstable();
-        let n = order.len();
-        if let Some(&bad) = indices.iter().find(|&&i| i >= n) {
-            return Err(Error::InvalidOptions(format!("{}: frame index {bad} is outside [0, {n})", self.item)));
-        }
-        // Keyframe packet positions (decode order).
-        let keys: Vec<usize> = self.packets.iter().enumerate().filter(|(_, p)| p.is_key()).map(|(i, _)| i).collect();
-        let start_of = |pos: usize| keys.iter().rev().find(|&&k| k <= pos).copied().unwrap_or(0);
-        let mut out: Vec<(MediaPackets, Vec<usize>)> = Vec::new();
-        let mut groups: Vec<(usize, usize, Vec<i64>)> = Vec::new(); // (start, end exclusive, pts wanted)
-        for &i in indices {
-            let (pts, pos) = order[i];
-            let start = start_of(pos);
-            // The group ends at the next keyframe after `pos` (frames reorder only within a GOP).
-            let end = keys.iter().find(|&&k| k > pos).copied().unwrap_or(self.packets.len());
-            match groups.last_mut() {
-                Some(g) if g.0 == start => {
-                    g.1 = g.1.max(end);
-                    g.2.push(pts);
-                }
-                _ => groups.push((start, end, vec![pts])),
-            }
-        }
-        for (start, end, wanted) in groups {
-            let packets: Vec<ff::Packet> = self.packets[start..end].to_vec();
-            let mut present: Vec<i64> = packets.iter().filter_map(|p| p.pts().or(p.dts())).collect();
-            present.sort_unstable();
-            present.dedup();
-            // Frames before the wanted ones that are outside the window are decoded but not counted.
-            let lo = self.window.map(|(s, _)| seconds_ts(s, tb));
-            let present: Vec<i64> = present.into_iter().filter(|&t| lo.is_none_or(|l| t >= l)).collect();
-            let idx: Vec<usize> = wanted.iter().filter_map(|w| present.iter().position(|p| p == w)).collect();
-            let window = self.window.map(|(s, _)| (s, f64::INFINITY));
-            out.push((
-                MediaPackets {
-                    item: self.item.clone(),
-                    codec: self.codec.clone(),
-                    packets,
-                    window,
-                    limits: self.limits,
-                },
-                idx,
-            ));
-        }
-        Ok(out)
-    }
-}
-
-/// How to open a source.
-#[derive(Debug, Clone, Default)]
-pub struct DemuxConfig {
-    /// Options for the container's demuxer (FFmpeg's `AVFormatContext` options).
-    pub format_options: Vec<(String, String)>,
-    /// Bounds on what demuxing reads and keeps.
-    pub limits: VideoLimits,
-}
-
-/// An open source: demux its audio, video or image, or stream its packets in bounded chunks (SPDL's
-/// `Demuxer`). Not `Sync`: callers share it behind a lock.
-///
-/// ```no_run
-/// use spdl_io::media::{DemuxConfig, Demuxer};
-/// use std::path::Path;
-///
-/// let mut demuxer = Demuxer::open(Path::new("clip.mp4"), &DemuxConfig::default())?;
-/// let packets = demuxer.demux_video(Some((1.0, 2.0)))?;
-/// assert!(packets.len() > 0);
-/// # Ok::<(), spdl_io::Error>(())
-/// ```
-pub struct Demuxer {
+/// An open source (crate::media::Demuxer's backend). Not `Sync`: callers share it behind a lock.
+pub(crate) struct FfDemuxer {
     item: String,
     ictx: Input,
     limits: VideoLimits,
@@ -402,12 +170,6 @@ pub struct Demuxer {
     fresh: bool,
     /// The current streaming demux.
     stream: Option<StreamState>,
-}
-
-impl std::fmt::Debug for Demuxer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Demuxer").field("item", &self.item).finish_non_exhaustive()
-    }
 }
 
 struct StreamState {
@@ -420,31 +182,30 @@ struct StreamState {
     read: u64,
 }
 
-impl Demuxer {
+impl FfDemuxer {
     /// Opens `input` (headers and stream info read).
     ///
     /// Errors: [`Error::UnknownFormat`], [`Error::Decode`] (a damaged header), [`Error::Io`].
-    pub fn open<'a>(input: impl Into<MediaInput<'a>>, config: &DemuxConfig) -> Result<Demuxer> {
-        let input = input.into();
+    pub(crate) fn open(input: &MediaInput<'_>, config: &DemuxConfig) -> Result<FfDemuxer> {
         let item = input.name().into_owned();
-        let ictx = open_input_with(&input, &item, &config.format_options)?;
-        Ok(Demuxer { item, ictx, limits: config.limits, fresh: true, stream: None })
+        let ictx = open_input_with(input, &item, &config.format_options)?;
+        Ok(FfDemuxer { item, ictx, limits: config.limits, fresh: true, stream: None })
     }
 
     /// The item (path or name).
-    pub fn item(&self) -> &str {
+    pub(crate) fn item(&self) -> &str {
         &self.item
     }
 
     /// The index of the best stream of `kind`, if there is one.
-    pub fn stream_index(&self, kind: MediaType) -> Option<usize> {
-        self.ictx.streams().best(kind.ff()).map(|s| s.index())
+    pub(crate) fn stream_index(&self, kind: MediaType) -> Option<usize> {
+        self.ictx.streams().best(ff_kind(kind)).map(|s| s.index())
     }
 
     /// The codec of the best stream of `kind`.
-    pub fn codec(&self, kind: MediaType) -> Result<Codec> {
-        let stream = self.ictx.streams().best(kind.ff()).ok_or_else(|| self.no_stream(kind))?;
-        Ok(Codec::of_stream(&stream, kind))
+    pub(crate) fn codec(&self, kind: MediaType) -> Result<Codec> {
+        let stream = self.ictx.streams().best(ff_kind(kind)).ok_or_else(|| self.no_stream(kind))?;
+        Ok(codec_of_stream(&stream, kind))
     }
 
     /// The codecs of every stream, by index (`None` for streams that are neither audio nor video).
@@ -455,7 +216,7 @@ impl Demuxer {
             ff::media::Type::Video => MediaType::Video,
             _ => return None,
         };
-        Some(Codec::of_stream(&stream, kind))
+        Some(codec_of_stream(&stream, kind))
     }
 
     fn no_stream(&self, kind: MediaType) -> Error {
@@ -512,22 +273,9 @@ impl Demuxer {
         }
     }
 
-    /// The packets of the best audio stream in `window` (seconds, `[start, end)`; all without one).
-    pub fn demux_audio(&mut self, window: Option<(f64, f64)>) -> Result<MediaPackets> {
-        self.demux(MediaType::Audio, window)
-    }
-
-    /// The packets of the best video stream that `window` needs, from the keyframe before its start.
-    pub fn demux_video(&mut self, window: Option<(f64, f64)>) -> Result<MediaPackets> {
-        self.demux(MediaType::Video, window)
-    }
-
-    /// The first packet of the best video stream (an image file's only one).
-    pub fn demux_image(&mut self) -> Result<MediaPackets> {
-        self.demux(MediaType::Image, None)
-    }
-
-    fn demux(&mut self, kind: MediaType, window: Option<(f64, f64)>) -> Result<MediaPackets> {
+    /// The packets of the best stream of `kind` that `window` needs (video: from the keyframe before its
+    /// start; image: the first packet).
+    pub(crate) fn demux(&mut self, kind: MediaType, window: Option<(f64, f64)>) -> Result<MediaPackets> {
         if let Some((s, e)) = window
             && (s.is_nan() || e.is_nan() || s == f64::INFINITY || e <= s)
         {
@@ -537,8 +285,8 @@ impl Demuxer {
             )));
         }
         let (index, codec) = {
-            let stream = self.ictx.streams().best(kind.ff()).ok_or_else(|| self.no_stream(kind))?;
-            (stream.index(), Codec::of_stream(&stream, kind))
+            let stream = self.ictx.streams().best(ff_kind(kind)).ok_or_else(|| self.no_stream(kind))?;
+            (stream.index(), codec_of_stream(&stream, kind))
         };
         let pixels = u64::from(codec.width) * u64::from(codec.height);
         if pixels > self.limits.max_pixels {
@@ -552,7 +300,7 @@ impl Demuxer {
         self.rewind(window.map_or(0.0, |w| w.0.max(0.0)))?;
         let tb = ff::Rational::new(codec.time_base.0, codec.time_base.1);
         let end = window.and_then(|(_, e)| e.is_finite().then(|| seconds_ts(e, tb))).unwrap_or(i64::MAX);
-        let mut packets: Vec<ff::Packet> = Vec::new();
+        let mut packets: Vec<Packet> = Vec::new();
         let (mut read, mut bytes) = (0u64, 0u64);
         while let Some(packet) = self.read_packet(&mut read, !packets.is_empty())? {
             if packet.stream() != index {
@@ -575,7 +323,7 @@ impl Demuxer {
                     limit: self.limits.max_packet_bytes,
                 });
             }
-            packets.push(packet);
+            packets.push(wrap_packet(packet));
             if kind == MediaType::Image {
                 break;
             }
@@ -591,8 +339,8 @@ impl Demuxer {
     }
 
     /// Starts streaming the packets of the streams `indices` from the start, in chunks of `num_packets`
-    /// packets (of any one stream) or of `duration` seconds (exactly one of them). Call [`Demuxer::next_chunk`] for each chunk.
-    pub fn start_streaming(
+    /// packets (of any one stream) or of `duration` seconds (exactly one of them).
+    pub(crate) fn start_streaming(
         &mut self,
         indices: &[usize],
         num_packets: Option<usize>,
@@ -625,7 +373,7 @@ impl Demuxer {
 
     /// The next chunk of the streaming demux: packets per stream index (streams without packets in the
     /// chunk are absent). `None` at the end.
-    pub fn next_chunk(&mut self) -> Result<Option<BTreeMap<usize, MediaPackets>>> {
+    pub(crate) fn next_chunk(&mut self) -> Result<Option<BTreeMap<usize, MediaPackets>>> {
         let Some(mut st) = self.stream.take() else {
             return Err(Error::InvalidOptions("streaming_demux was not started on this demuxer".into()));
         };
@@ -633,7 +381,7 @@ impl Demuxer {
             self.stream = Some(st);
             return Ok(None);
         }
-        let mut chunk: BTreeMap<usize, Vec<ff::Packet>> = BTreeMap::new();
+        let mut chunk: BTreeMap<usize, Vec<Packet>> = BTreeMap::new();
         let (mut count, mut bytes) = (0usize, 0u64);
         let mut first_t: Option<f64> = None;
         loop {
@@ -685,7 +433,7 @@ impl Demuxer {
                 });
             }
             let list = chunk.entry(index).or_default();
-            list.push(packet);
+            list.push(wrap_packet(packet));
             count += 1;
             // As SPDL: a chunk ends once one of the streams has `num_packets` packets in it.
             if st.num_packets.is_some_and(|n| list.len() >= n) {

@@ -1,17 +1,21 @@
-//! The FFmpeg backend (feature `ffmpeg`; ffmpeg-next over the system's FFmpeg 5.1+ libraries): every call
-//! into libav* lives here, behind crate-private functions that [`crate::video`], [`crate::audio`] and
-//! [`crate::probe`] call. `audio` and `video` share this backend and never call each other.
+//! The FFmpeg backend (feature `ffmpeg-linked`; ffmpeg-next over the FFmpeg 4–8 libraries it is built
+//! against): every call into libav* lives here, behind [`crate::media::Backend`], which the media, video,
+//! audio and probe APIs call. Built into a program (`ffmpeg-linked`), or into `libspdl_ffmpeg{M}.so`, one
+//! per FFmpeg major, which `crate::media` loads at run time.
 //!
 //! - `avio`: FFmpeg set-up, errors, and opening a [`crate::MediaInput`] (a path or in-memory bytes)
 //!   through a custom AVIO read/seek context, so bytes fetched from object storage need no temp file and
 //!   a path is never read as an FFmpeg protocol URL.
-//! - `demux`: the packets of a video stream that a time window needs ([`Packets`], owned and `Send`).
+//! - `demux`: the packets of a video stream that a time window needs.
 //! - `video`: libavcodec video decoding and swscale conversion into one `[N, H, W, C]` buffer.
 //! - `audio`: libavcodec audio decoding into the audio API's planar `f32` scratch (what symphonia cannot
 //!   read, and MP3/Vorbis, which libavcodec decodes faster).
 //! - `probe`: every stream of any container FFmpeg reads.
-//! - `media`, `frames`: SPDL's streaming objects ([`crate::media`]): a `Demuxer` kept open over a source,
-//!   owned packets and frames, a streaming `Decoder` with an optional filter graph, `convert_frames`.
+//! - `media`, `frames`, `bsf`: SPDL's streaming objects ([`crate::media`]): a demuxer kept open over a
+//!   source, a streaming decoder with an optional filter graph, bitstream filters, `convert_frames`.
+//!
+//! Every entry point catches its own panics (`catch`): in a loaded backend, a panic must not unwind into
+//! the loader's copy of the Rust runtime.
 //!
 //! FFmpeg's own log is quiet unless `SPDL_FFMPEG_LOG` is set (`error`, `warning`, `info`, `debug`).
 
@@ -24,18 +28,226 @@ mod media;
 mod probe;
 mod video;
 
-pub use demux::{Packets, demux_video};
-pub use video::decode_packets;
+use std::collections::BTreeMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 
-/// SPDL's demuxing and decoding objects (see [`crate::media`]).
-pub mod objects {
-    pub use super::bsf::Bsf;
-    pub use super::frames::{
-        DecodeConfig, Decoder, FilterGraph, MediaFrames, convert_frames, decode_all, reference_audio_frame,
-        reference_video_frames,
-    };
-    pub use super::media::{Codec, DemuxConfig, Demuxer, Fraction, MediaPackets, MediaType};
+use spdl_buffer::{Buffer, SharedAllocator};
+
+use crate::Result;
+use crate::audio::{AudioLimits, Decoded};
+use crate::input::{MediaInput, TimeWindow};
+use crate::media::{
+    Backend, BsfOps, Codec, DecodeConfig, DecoderOps, DemuxConfig, DemuxerOps, FilterGraphOps, Fraction, Frame,
+    MediaFrames, MediaPackets, MediaType, Packets,
+};
+use crate::probe::MediaInfo;
+use crate::video::{DecodeOptions, DemuxOptions, Frames, VideoLimits};
+
+/// The backend of this build.
+pub(crate) fn linked() -> &'static dyn Backend {
+    &FfBackend
 }
 
-pub(crate) use audio::decode_audio_track;
-pub(crate) use probe::probe_ffmpeg;
+/// Runs `f`, turning a panic into [`Error::Decode`] for `item`.
+fn catch<T>(item: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    crate::error::guarded(item, "ffmpeg", f)
+}
+
+/// Runs `f`, giving `fallback` if it panics (for the entry points that cannot fail).
+fn catch_or<T>(fallback: T, f: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(fallback)
+}
+
+struct FfBackend;
+
+impl Backend for FfBackend {
+    fn versions(&self) -> Vec<(String, String)> {
+        catch_or(Vec::new(), avio::versions)
+    }
+
+    fn probe(&self, input: &MediaInput<'_>, item: &str, size_bytes: u64) -> Result<MediaInfo> {
+        catch(item, || probe::probe_ffmpeg(input, item, size_bytes))
+    }
+
+    fn decode_audio_track(
+        &self,
+        input: &MediaInput<'_>,
+        item: &str,
+        window: Option<&TimeWindow>,
+        limits: &AudioLimits,
+    ) -> Result<Decoded> {
+        catch(item, || audio::decode_audio_track(input, item, window, limits))
+    }
+
+    fn demux_video(&self, input: &MediaInput<'_>, opts: &DemuxOptions) -> Result<Packets> {
+        catch(&input.name(), || demux::demux_video(input, opts))
+    }
+
+    fn decode_packets(&self, packets: Packets, opts: &DecodeOptions, allocator: &SharedAllocator) -> Result<Frames> {
+        let item = packets.item.clone();
+        catch(&item, || video::decode_packets(packets, opts, allocator))
+    }
+
+    fn open_demuxer(&self, input: &MediaInput<'_>, config: &DemuxConfig) -> Result<Box<dyn DemuxerOps>> {
+        catch(&input.name(), || Ok(Box::new(media::FfDemuxer::open(input, config)?) as Box<dyn DemuxerOps>))
+    }
+
+    fn new_decoder(
+        &self,
+        codec: &Codec,
+        config: &DecodeConfig,
+        filter_desc: Option<&str>,
+        item: &str,
+        limits: VideoLimits,
+    ) -> Result<Box<dyn DecoderOps>> {
+        catch(item, || {
+            Ok(Box::new(frames::FfDecoder::new(codec, config, filter_desc, item, limits)?) as Box<dyn DecoderOps>)
+        })
+    }
+
+    fn new_filter_graph(&self, desc: &str) -> Result<Box<dyn FilterGraphOps>> {
+        catch(desc, || Ok(Box::new(frames::FfFilterGraph::new(desc)?) as Box<dyn FilterGraphOps>))
+    }
+
+    fn new_bsf(&self, codec: &Codec, desc: &str) -> Result<Box<dyn BsfOps>> {
+        catch(desc, || Ok(Box::new(bsf::FfBsf::new(codec, desc)?) as Box<dyn BsfOps>))
+    }
+
+    fn clone_frames(&self, frames: &[&Frame], item: &str) -> Result<Vec<Frame>> {
+        catch(item, || frames.iter().map(|f| frames::clone_frame(f, item)).collect())
+    }
+
+    fn frame_metadata(&self, frame: &Frame) -> Vec<(String, String)> {
+        catch_or(Vec::new(), || frames::metadata(frame))
+    }
+
+    fn convert_frames(&self, items: &[&MediaFrames], batch: bool, allocator: &SharedAllocator) -> Result<Buffer> {
+        let item = items.first().map(|f| f.item.clone()).unwrap_or_default();
+        catch(&item, || frames::convert_frames(items, batch, allocator))
+    }
+
+    fn reference_video_frames(
+        &self,
+        data: &[u8],
+        shape: &[usize],
+        itemsize: usize,
+        pix_fmt: &str,
+        frame_rate: Fraction,
+        pts: i64,
+    ) -> Result<MediaFrames> {
+        catch("create_reference_video_frame", || {
+            frames::reference_video_frames(data, shape, itemsize, pix_fmt, frame_rate, pts)
+        })
+    }
+
+    fn reference_audio_frame(
+        &self,
+        data: &[u8],
+        shape: &[usize],
+        itemsize: usize,
+        sample_fmt: &str,
+        sample_rate: u32,
+        pts: i64,
+    ) -> Result<MediaFrames> {
+        catch("create_reference_audio_frame", || {
+            frames::reference_audio_frame(data, shape, itemsize, sample_fmt, sample_rate, pts)
+        })
+    }
+}
+
+impl DemuxerOps for media::FfDemuxer {
+    fn item(&self) -> &str {
+        self.item()
+    }
+
+    fn stream_index(&self, kind: MediaType) -> Option<usize> {
+        catch_or(None, || self.stream_index(kind))
+    }
+
+    fn codec(&self, kind: MediaType) -> Result<Codec> {
+        catch(self.item(), || self.codec(kind))
+    }
+
+    fn demux(&mut self, kind: MediaType, window: Option<(f64, f64)>) -> Result<MediaPackets> {
+        let item = self.item().to_owned();
+        catch(&item, || self.demux(kind, window))
+    }
+
+    fn start_streaming(&mut self, indices: &[usize], num_packets: Option<usize>, duration: Option<f64>) -> Result<()> {
+        let item = self.item().to_owned();
+        catch(&item, || self.start_streaming(indices, num_packets, duration))
+    }
+
+    fn next_chunk(&mut self) -> Result<Option<BTreeMap<usize, MediaPackets>>> {
+        let item = self.item().to_owned();
+        catch(&item, || self.next_chunk())
+    }
+}
+
+impl DecoderOps for frames::FfDecoder {
+    fn item(&self) -> &str {
+        self.item()
+    }
+
+    fn decode_until(&mut self, packets: &MediaPackets, max: Option<usize>) -> Result<MediaFrames> {
+        catch(&packets.item, || self.decode_until(packets, max))
+    }
+
+    fn flush(&mut self) -> Result<MediaFrames> {
+        let item = self.item().to_owned();
+        catch(&item, || self.flush())
+    }
+}
+
+impl FilterGraphOps for frames::FfFilterGraph {
+    fn desc(&self) -> &str {
+        self.desc()
+    }
+
+    fn set_limits(&mut self, limits: VideoLimits) {
+        self.set_limits(limits);
+    }
+
+    fn inputs(&self) -> Vec<String> {
+        self.inputs()
+    }
+
+    fn outputs(&self) -> Vec<String> {
+        self.outputs()
+    }
+
+    fn add_frames(&mut self, frames: &MediaFrames, key: Option<&str>) -> Result<()> {
+        catch(&frames.item, || self.add_frames(frames, key))
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        let desc = self.desc().to_owned();
+        catch(&desc, || self.flush())
+    }
+
+    fn get_frames(&mut self, key: Option<&str>, item: &str) -> Result<Option<MediaFrames>> {
+        catch(item, || self.get_frames(key, item))
+    }
+
+    fn dump(&self) -> String {
+        catch_or(String::new(), || self.dump())
+    }
+}
+
+impl BsfOps for bsf::FfBsf {
+    fn desc(&self) -> &str {
+        self.desc()
+    }
+
+    fn output_codec(&self) -> &Codec {
+        self.output_codec()
+    }
+
+    fn filter(&mut self, packets: &MediaPackets, flush: bool) -> Result<Option<MediaPackets>> {
+        catch(&packets.item, || self.filter(packets, flush))
+    }
+
+    fn flush(&mut self, item: &str) -> Result<Option<MediaPackets>> {
+        catch(item, || self.flush(item))
+    }
+}

@@ -15,7 +15,8 @@ use ffmpeg_next as ff;
 use spdl_buffer::{Buffer, DType, Layout, SharedAllocator};
 
 use super::avio::{ff_error, ts_seconds};
-use super::demux::Packets;
+use super::media::{ff_packet, params_of};
+use crate::media::Packets;
 use crate::video::{DecodeOptions, FrameSampling, Frames, PixelFormat, ScaleFilter, VideoLimits, select_keys};
 use crate::{Error, Result};
 
@@ -209,7 +210,7 @@ impl Sink<'_> {
 
 /// The identities of the packets' frames, sorted: their timestamps (each with its place among the packets
 /// of the same timestamp, in decode order), or their ordinals.
-fn packet_keys(packets: &[ff::Packet], mode: KeyMode) -> Vec<FrameKey> {
+fn packet_keys(packets: &[&ff::Packet], mode: KeyMode) -> Vec<FrameKey> {
     match mode {
         KeyMode::Pts => {
             let mut seen = std::collections::HashMap::<i64, u32>::new();
@@ -235,9 +236,13 @@ fn packet_keys(packets: &[ff::Packet], mode: KeyMode) -> Vec<FrameKey> {
 /// `N` is decided before decoding, from the packet timestamps and `opts.sampling`; frames that are not
 /// selected are decoded (later frames may depend on them) but never converted. A frame that cannot be
 /// decoded leaves out its slot (the buffer is then compacted; `pts_s` tells which frames came out).
-pub fn decode_packets(packets: Packets, opts: &DecodeOptions, allocator: &SharedAllocator) -> Result<Frames> {
+pub(crate) fn decode_packets(packets: Packets, opts: &DecodeOptions, allocator: &SharedAllocator) -> Result<Frames> {
     opts.validate()?;
-    let Packets { item, params, time_base, packets, window, frame_rate, width, height, codec, limits } = packets;
+    let Packets { item, codec: stream, packets: owned, window, frame_rate, width, height, limits } = packets;
+    let params = params_of(&stream)?.0.clone();
+    let time_base = ff::Rational::new(stream.time_base.0, stream.time_base.1);
+    let codec = stream.name;
+    let packets: Vec<&ff::Packet> = owned.iter().map(|p| ff_packet(p, &item)).collect::<Result<_>>()?;
     let (out_w, out_h) = opts.size.unwrap_or((width, height));
     if out_w == 0 || out_h == 0 {
         return Err(Error::Decode {
@@ -342,7 +347,7 @@ pub fn decode_packets(packets: Packets, opts: &DecodeOptions, allocator: &Shared
         let mut frame = ff::frame::Video::empty();
         let mut bad = 0u32;
         'packets: for packet in &packets {
-            if let Err(e) = decoder.send_packet(packet) {
+            if let Err(e) = decoder.send_packet(*packet) {
                 // A damaged packet: skip it (bounded), as FFmpeg's CLI does.
                 bad += 1;
                 if bad > limits.max_bad_packets {

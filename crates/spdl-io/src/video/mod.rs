@@ -29,12 +29,32 @@ use spdl_buffer::SharedAllocator;
 use crate::Result;
 use crate::input::MediaInput;
 
-pub use crate::ffmpeg::{Packets, decode_packets, demux_video};
+pub use crate::media::Packets;
 pub use options::{
     DecodeOptions, DemuxOptions, FrameSampling, Frames, PixelFormat, ScaleFilter, VideoLimits, VideoOptions,
 };
 
+#[cfg(feature = "ffmpeg-linked")]
 pub(crate) use sampling::select_keys;
+
+/// Reads the packets of the best video stream of `input` that `opts.window` needs (from the keyframe
+/// before it).
+///
+/// Errors: [`crate::Error::UnknownFormat`] (no demuxer recognises it, no video stream), [`crate::Error::Decode`]
+/// (corrupt container, e.g. an MP4 without its `moov` atom), [`crate::Error::LimitExceeded`],
+/// [`crate::Error::Io`], [`crate::Error::Unavailable`] (no FFmpeg on this machine).
+pub fn demux_video<'a>(input: impl Into<MediaInput<'a>>, opts: &DemuxOptions) -> Result<Packets> {
+    let input = input.into();
+    crate::media::backend()?.demux_video(&input, opts)
+}
+
+/// Decodes `packets` into one `[N, H, W, C]` `u8` buffer from `allocator`, sampled by `opts.sampling` and
+/// converted to `opts.pixel_format` at `opts.size`. Frames that are not selected are decoded (later frames
+/// may depend on them) but never converted. A frame that cannot be decoded leaves out its slot (the buffer
+/// is then compacted; `pts_s` tells which frames came out).
+pub fn decode_packets(packets: Packets, opts: &DecodeOptions, allocator: &SharedAllocator) -> Result<Frames> {
+    crate::media::backend()?.decode_packets(packets, opts, allocator)
+}
 
 /// Demuxes and decodes `input` in one call ([`demux_video`] + [`decode_packets`]).
 ///

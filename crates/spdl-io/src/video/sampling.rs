@@ -3,6 +3,8 @@
 //! The length of a selection comes from an argument (`Uniform(n)`, `Fps(f)`), so it is computed first and
 //! held to a bound before anything is allocated: `Uniform(10^9)` used to build a 10^9-entry vector (8 GB)
 //! before the output-size check could refuse it.
+// The FFmpeg backend (`ffmpeg-linked`) samples with these; the run-time loader only holds the API.
+#![cfg_attr(not(feature = "ffmpeg-linked"), allow(dead_code))]
 
 use super::FrameSampling;
 

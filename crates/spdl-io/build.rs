@@ -47,4 +47,17 @@ fn main() {
         h.finish()
     );
     println!("cargo:rustc-env=SPDL_IO_BUILD_ID={id}");
+
+    // The libjpeg-turbo that turbojpeg-sys built (its headers, passed on through `links = "turbojpeg"`).
+    let mut turbo = String::new();
+    if let Ok(include) = std::env::var("DEP_TURBOJPEG_INCLUDE") {
+        for dir in include.split(',') {
+            let Ok(text) = std::fs::read_to_string(Path::new(dir).join("jconfig.h")) else { continue };
+            if let Some(v) = text.lines().find_map(|l| l.strip_prefix("#define LIBJPEG_TURBO_VERSION ")) {
+                turbo = v.trim().to_owned();
+                break;
+            }
+        }
+    }
+    println!("cargo:rustc-env=SPDL_IO_TURBOJPEG_VERSION={turbo}");
 }

@@ -20,6 +20,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
+mod ffmpeg;
 mod fuzz;
 mod gpu;
 mod python;

@@ -198,10 +198,12 @@ fn build_module(venv: &Path, crate_dir: &Path, target_dir: &Path) -> Result<()> 
         .env("VIRTUAL_ENV", venv)
         .env("PATH", joined)
         .env_remove("CONDA_PREFIX");
-    if std::env::var_os("CARGO_TARGET_DIR").is_none() {
-        cmd.env("CARGO_TARGET_DIR", target_dir);
-    }
-    run(&mut cmd).with_context(|| format!("building spdl_rs into {}", venv.display()))
+    let target_dir = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| target_dir.to_path_buf(), PathBuf::from);
+    cmd.env("CARGO_TARGET_DIR", &target_dir);
+    run(&mut cmd).with_context(|| format!("building spdl_rs into {}", venv.display()))?;
+    // The module finds FFmpeg through the backend beside it (python/spdl_rs/, which the develop install uses).
+    crate::ffmpeg::build_backend(&target_dir, "release", &crate_dir.join("python/spdl_rs"))?;
+    Ok(())
 }
 
 /// pytest on the crate's tests. `free_threaded` makes the suite assert that the GIL stays disabled after

@@ -23,8 +23,12 @@ mod usage;
 
 /// Scalable and performant data loading: a thread-based pipeline that keeps GPUs fed.
 #[derive(Debug, Parser)]
-#[command(name = "spdl", version, about)]
+#[command(name = "spdl", about, disable_version_flag = true)]
 struct Cli {
+    /// Print the version, the JPEG decoder, the FFmpeg found and whether CUDA is built in (also after a
+    /// command: `spdl probe --version`).
+    #[arg(short = 'V', long, global = true)]
+    version: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -145,11 +149,39 @@ pub(crate) fn default_threads() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2)
 }
 
+/// What `spdl --version` prints: the version, the JPEG decoder, FFmpeg (found at run time, or why not) and
+/// whether CUDA is built in.
+fn version_text() -> String {
+    let mut out = format!("spdl {}\njpeg: {}\n", env!("CARGO_PKG_VERSION"), spdl_io::image::jpeg_decoder());
+    #[cfg(feature = "ffmpeg")]
+    {
+        let s = spdl_io::media::ffmpeg_status();
+        match (s.available, s.error) {
+            (true, _) => {
+                let libs: Vec<String> = s.libraries.iter().map(|(l, v)| format!("{l} {v}")).collect();
+                let how = s.backend.unwrap_or_default();
+                out.push_str(&format!("ffmpeg: {} ({how})\n", libs.join(", ")));
+            }
+            (false, e) => out.push_str(&format!("ffmpeg: not available: {}\n", e.unwrap_or_default())),
+        }
+    }
+    #[cfg(not(feature = "ffmpeg"))]
+    out.push_str("ffmpeg: not built in (build with --features ffmpeg for video)\n");
+    let cuda = if cfg!(feature = "cuda") { "built in (the driver is loaded at run time)" } else { "not built in" };
+    out.push_str(&format!("cuda: {cuda}\n"));
+    out
+}
+
 fn main() -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
         .init();
+    // `--version` needs no command: answer it before the command line is checked.
+    if std::env::args().skip(1).any(|a| a == "--version" || a == "-V") {
+        print!("{}", version_text());
+        return Ok(());
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::Demo { dir, images, opts } => {

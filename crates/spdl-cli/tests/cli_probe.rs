@@ -102,3 +102,23 @@ fn image_png(path: &Path, w: u32, h: u32) {
     let img = spdl_io::synth::encode(&rgb, w, h, spdl_io::image::ImageFormat::Png).expect("encode png");
     std::fs::write(path, img).unwrap();
 }
+
+#[test]
+fn version_names_the_decoders_found() {
+    for args in [&["--version"][..], &["probe", "--version"][..]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_spdl")).args(args).output().expect("run spdl");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "spdl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(text.starts_with(concat!("spdl ", env!("CARGO_PKG_VERSION"))), "{text}");
+        let jpeg = text.lines().find_map(|l| l.strip_prefix("jpeg: ")).unwrap_or_default();
+        assert!(jpeg.starts_with("libjpeg-turbo 3") || jpeg == "zune-jpeg", "{text}");
+        let ffmpeg = text.lines().find_map(|l| l.strip_prefix("ffmpeg: ")).unwrap_or_default();
+        if cfg!(feature = "ffmpeg") {
+            // Built with FFmpeg linked in: the versions of the libraries it runs with.
+            assert!(ffmpeg.contains("libavcodec ") && ffmpeg.contains("(linked)"), "{text}");
+        } else {
+            assert!(ffmpeg.starts_with("not built in"), "{text}");
+        }
+        assert!(text.lines().any(|l| l.starts_with("cuda: ")), "{text}");
+    }
+}

@@ -50,6 +50,7 @@
 
 mod args;
 mod buffer;
+mod build_info;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod dlpack;
@@ -88,6 +89,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     pipeline::register_specs(m)?;
     m.add_class::<pipeline::PyNativeOp>()?;
     lifecycle::register(m)?;
+    build_info::register(m)?;
     args::register(m)?;
     #[cfg(feature = "io")]
     io::register(m)?;

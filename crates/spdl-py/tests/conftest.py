@@ -84,6 +84,53 @@ def _no_leaked_python_threads():
     )
 
 
+#: The suite runs where FFmpeg's libraries are hidden (`cargo xtask test` runs it a second time so, against
+#: the installed wheel, in a mount namespace): every video call must raise the clear "FFmpeg is not
+#: available" error, and everything else must pass. A test that meets exactly that error passes as expected
+#: (see ``pytest_runtest_makereport``); any other failure still fails.
+NO_FFMPEG = os.environ.get("SPDL_RS_TEST_NO_FFMPEG") == "1"
+
+#: What the clear error names: FFmpeg, the libraries and majors looked for, what was found, how to install.
+FFMPEG_ERROR_PARTS = ("FFmpeg is not available", "Looked for libavutil.so.", "found on this machine:", "apt-get install")
+
+
+#: How the clear error starts (a test may show only the start of it: a child's summary, a truncated repr).
+FFMPEG_ERROR_START = "FFmpeg is not available: "
+
+
+def is_clear_ffmpeg_error(text: str) -> bool:
+    return FFMPEG_ERROR_START in text
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if NO_FFMPEG and report.failed and call.excinfo is not None:
+        text = "".join(str(e) for e in _exception_chain(call.excinfo.value))
+        if is_clear_ffmpeg_error(text):
+            report.outcome = "passed"
+            report.longrepr = None
+            item.config.stash.setdefault(_MET_FFMPEG_ERROR, []).append(item.nodeid)
+    return report
+
+
+def _exception_chain(e: BaseException):
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        yield e
+        e = e.__cause__ or e.__context__
+
+
+_MET_FFMPEG_ERROR = pytest.StashKey[list]()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    met = config.stash.get(_MET_FFMPEG_ERROR, [])
+    if NO_FFMPEG:
+        terminalreporter.write_line(f"without FFmpeg: {len(met)} tests met the clear 'FFmpeg is not available' error")
+
+
 EXPECT_NO_GIL = os.environ.get("SPDL_RS_EXPECT_NO_GIL") == "1"
 FREE_THREADED_BUILD = bool(getattr(sys, "_is_gil_enabled", None)) and not sys._is_gil_enabled()
 

@@ -63,6 +63,21 @@ use std::path::Path;
 use fast_image_resize::Resizer;
 use spdl_buffer::{Buffer, DType, Layout, SharedAllocator};
 
+/// The JPEG decoder of this build: `"libjpeg-turbo 3.1.0"` (feature `turbojpeg`, linked in statically) or
+/// `"zune-jpeg"` (pure Rust).
+///
+/// ```
+/// assert!(spdl_io::image::jpeg_decoder().contains("jpeg"));
+/// ```
+pub fn jpeg_decoder() -> String {
+    let turbo = env!("SPDL_IO_TURBOJPEG_VERSION");
+    if cfg!(feature = "turbojpeg") {
+        if turbo.is_empty() { "libjpeg-turbo".into() } else { format!("libjpeg-turbo {turbo}") }
+    } else {
+        "zune-jpeg".into()
+    }
+}
+
 pub use batch::{BatchDecoder, BatchOptions, BatchOutput, Normalize, decode_image_batch, load_image_batch};
 pub use encode::{EncodeColor, EncodeOptions, encode_image};
 pub use format::ImageFormat;

@@ -269,13 +269,13 @@ mod dl {
         if h.is_null() { Err(dl_error()) } else { Ok(h) }
     }
 
-    /// The directories the backends are looked for in: `$SPDL_RS_FFMPEG_BACKEND_DIR`, then the directory of
-    /// the shared object (or program) that holds this code, then the program's.
+    /// The directories the backends are looked for in: `$SPDL_RS_FFMPEG_BACKEND_DIR` alone when it is set,
+    /// else the directory of the shared object (or program) that holds this code, then the program's.
     fn backend_dirs() -> Vec<PathBuf> {
-        let mut dirs = Vec::new();
         if let Some(d) = std::env::var_os(BACKEND_DIR_ENV) {
-            dirs.push(PathBuf::from(d));
+            return vec![PathBuf::from(d)];
         }
+        let mut dirs = Vec::new();
         let mut info: libc::Dl_info = libc::Dl_info {
             dli_fname: std::ptr::null(),
             dli_fbase: std::ptr::null_mut(),

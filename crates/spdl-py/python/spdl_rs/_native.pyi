@@ -11,6 +11,8 @@ from typing_extensions import TypedDict, Unpack
 # Every class is final: PyO3 classes without `subclass` cannot be subclassed at run time.
 
 __all__ = [
+    "_build_info",
+    "_ffmpeg_status",
     "_check_count",
     "_check_duration",
     "_check_size",
@@ -95,6 +97,12 @@ def _check_size(name: str, value: int, min: int, max: int) -> int:
 
 def _check_duration(name: str, value: float, min: float, max: float) -> float:
     """Internal: ``value`` (seconds) if it is in ``min..=max`` and not NaN."""
+
+def _build_info() -> dict[str, Any]:
+    """Internal: the native half of ``spdl_rs.build_info()``."""
+
+def _ffmpeg_status() -> dict[str, Any]:
+    """Internal: what this process found of FFmpeg (loads it on first use)."""
 
 def _wait_engine_threads() -> int:
     """Internal: waits (bounded) for engine threads running Python code to leave it; how many are left."""

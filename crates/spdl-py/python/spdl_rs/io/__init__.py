@@ -50,8 +50,15 @@ if TYPE_CHECKING:
 
 
 def has_video() -> bool:
-    """Whether this build decodes video (the ``ffmpeg`` cargo feature: FFmpeg's libraries are linked)."""
+    """Whether this build decodes video (the ``ffmpeg`` cargo feature). FFmpeg's libraries are found at
+    run time: :py:func:`video_available` says whether this machine has them."""
     return bool(HAS_VIDEO)
+
+
+def video_available() -> bool:
+    """Whether video decoding works here: the build has it and FFmpeg's libraries were found (this loads
+    them if no call did yet). ``spdl_rs.build_info()["ffmpeg"]["error"]`` says why not."""
+    return bool(HAS_VIDEO) and bool(_native._ffmpeg_status()["available"])
 
 
 def _native_fn(name: str, feature: str = "io") -> Callable[..., Any]:
@@ -602,6 +609,7 @@ __all__ = [
     "decode_packets",
     "demux_video",
     "has_video",
+    "video_available",
     "image_info",
     "load_audio",
     "load_audio_batch",

@@ -36,12 +36,21 @@ pub(crate) fn pkg_config_major() -> Result<u32> {
 }
 
 /// Builds the backend for the FFmpeg pkg-config finds, with `profile` (`"release"` or `"dev"`), into
-/// `target_dir`, and copies it to `dest_dir/libspdl_ffmpeg{M}.so`. Returns that path. The backend must be
-/// built from the same sources, by the same compiler, as the module that loads it (its build id says so).
-pub(crate) fn build_backend(target_dir: &Path, profile: &str, dest_dir: &Path) -> Result<PathBuf> {
+/// `target_dir`, linked by `linker` when given (else the default), and copies it to
+/// `dest_dir/libspdl_ffmpeg{M}.so`. Returns that path. The backend must be built from the same sources, by the
+/// same compiler, as the module that loads it (its build id says so).
+pub(crate) fn build_backend(
+    target_dir: &Path,
+    profile: &str,
+    dest_dir: &Path,
+    linker: Option<&Path>,
+) -> Result<PathBuf> {
     let major = pkg_config_major()?;
     let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     cmd.args(["build", "-p", "spdl-ffmpeg", "--profile", profile]).env("CARGO_TARGET_DIR", target_dir);
+    if let Some(linker) = linker {
+        cmd.env("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER", linker);
+    }
     crate::run(&mut cmd).with_context(|| format!("building the FFmpeg {major} backend"))?;
     let built = target_dir.join(if profile == "dev" { "debug" } else { profile }).join("libspdl_ffmpeg.so");
     fs::create_dir_all(dest_dir).with_context(|| format!("creating {}", dest_dir.display()))?;

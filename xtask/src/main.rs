@@ -13,7 +13,10 @@
 //! - `soak [SECONDS] [ARGS]`: a soak test of the `spdl_rs` Python package for SECONDS (default 60; not part of
 //!   `test`): random pipelines ended every way (stop, drop, cycles, SIGINT, fork, exit with work in flight),
 //!   failing on crashes, hangs and leaked threads, fds or memory. ARGS go to xtask/soak.py (`--seed N`,
-//!   `--replay ITER_SEED`, `--scenarios a,b`, `--json PATH`). Needs the module built into `.venv`.
+//!   `--replay ITER_SEED`, `--scenarios a,b`, `--json PATH`). Needs `cargo xtask test`'s installed wheel.
+//! - `wheel`: the release artefacts of the `spdl_rs` package in `target/wheels/`: an abi3 wheel (CPython >= 3.10),
+//!   a free-threaded CPython 3.13t wheel and the sdist, both wheels manylinux_2_28 (zig), checked by auditwheel,
+//!   each with the FFmpeg backends it loads at run time.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -21,12 +24,14 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 mod ffmpeg;
+mod ffmpeg_source;
 mod fuzz;
 mod gpu;
 mod python;
 mod s3;
 mod soak;
 mod sys;
+mod wheel;
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -54,6 +59,7 @@ fn main() -> Result<()> {
             };
             soak::soak(&root, seconds, rest)
         }
+        Some("wheel") => wheel::wheel(&root).map(|_| ()),
         Some("help") | Some("--help") | Some("-h") | None => {
             println!("{}", HELP);
             Ok(())
@@ -62,12 +68,15 @@ fn main() -> Result<()> {
     }
 }
 
-const HELP: &str = "usage: cargo xtask <test [--quick] [--no-python] | gen-data [DIR] [--corrupt] | bench | compare | gpu-check | fuzz [SECONDS] | soak [SECONDS] [--seed N] [--replay ITER_SEED] [--scenarios a,b] [--json PATH]>
+const HELP: &str = "usage: cargo xtask <test [--quick] [--no-python] | gen-data [DIR] [--corrupt] | bench | compare | gpu-check | fuzz [SECONDS] | soak [SECONDS] [--seed N] [--replay ITER_SEED] [--scenarios a,b] [--json PATH] | wheel>
 
   soak: a bounded soak test of the spdl_rs Python package (default 60 s; not part of `test`; needs the module
-        built into .venv by `cargo xtask test`): random pipelines ended by exhaustion, stop(timeout), op
+        installed by `cargo xtask test`): random pipelines ended by exhaustion, stop(timeout), op
         failures, drops, reference cycles, SIGINT, fork children and interpreter exit with work in flight;
-        fails on a crash, hang, leaked threads/fds, RSS growth or an unexpected exception.";
+        fails on a crash, hang, leaked threads/fds, RSS growth or an unexpected exception.
+  wheel: builds target/wheels/: the abi3 wheel (CPython >= 3.10), the free-threaded 3.13t wheel and the sdist,
+         with maturin --zig for manylinux_2_28, the FFmpeg backends, and auditwheel's check (tools in
+         target/wheel-venv).";
 
 fn project_root() -> Result<PathBuf> {
     let dir = std::env::var("CARGO_MANIFEST_DIR").context("run through `cargo xtask`")?;

@@ -1,8 +1,10 @@
 //! The Python side of `cargo xtask test`: the spdl-py crate's clippy and rustdoc gates (they need an
-//! interpreter to build against), then the `spdl_rs` module (crates/spdl-py) built into a virtual environment,
-//! mypy and stubtest on the package, and its pytest suite, once on the system's CPython (`.venv`) and once on a
-//! free-threaded CPython 3.13t (`.venv-ft`), so that the module's claim to be safe without the GIL is tested on
-//! an interpreter that has none.
+//! interpreter to build against, `.venv`), then what users install: the wheels of `cargo xtask wheel`
+//! (crate::wheel), each in a fresh venv without a Rust toolchain on `PATH`. The abi3 wheel (`target/venv-wheel`,
+//! the system's CPython) gets mypy, stubtest and the pytest suite, run twice: as installed, and with FFmpeg's
+//! libraries hidden in a mount namespace. The free-threaded wheel (`target/venv-wheel-ft`, CPython 3.13t) runs
+//! the suite once, so that the module's claim to be safe without the GIL is tested on an interpreter that has
+//! none.
 //!
 //! The free-threaded interpreter is `$SPDL_FT_PYTHON` when set (a `python3.13t` from anywhere, e.g.
 //! `actions/setup-python` with `3.13t`). Otherwise, as this Debian release does not package one, it is built once
@@ -22,11 +24,11 @@ use anyhow::{Context, Result, bail};
 /// built from source on the free-threaded interpreter, five minutes on two cores).
 const TEST_PACKAGES: &[&str] = &["maturin==1.16.0", "pytest==9.2.0", "numpy==2.4.6"];
 
-/// Python packages of the type checks, pinned; only in `.venv` (the checks run once, on the GIL build).
+/// Python packages of the type checks, pinned; only in `target/venv-wheel` (the checks run once, on the GIL build).
 const CHECK_PACKAGES: &[&str] = &["mypy==2.4.1"];
 
 /// Packages of the distributed-training tests (the torchrun example, `get_pytorch_dataloader`, Ray Data),
-/// pinned; only in `.venv`: neither has a wheel for the free-threaded interpreter. torch pulls its CUDA
+/// pinned; only in `target/venv-wheel`: neither has a wheel for the free-threaded interpreter. torch pulls its CUDA
 /// packages (about 5 GB; it runs on CPU here), which pip caches between runs.
 const DIST_PACKAGES: &[&str] = &["torch==2.15.0", "ray[data]==2.60.0"];
 
@@ -39,19 +41,17 @@ const FT_SUITE: &str = "trixie";
 /// Written into the interpreter's prefix after `make install` succeeds; a prefix without it is rebuilt.
 const FT_COMPLETE_STAMP: &str = ".spdl-rs-complete";
 
-/// Cargo features of spdl-py that both test builds enable (given on the command line, they replace
-/// pyproject.toml's list): `abi3` (ignored by PyO3 for the free-threaded interpreter, which has no stable
-/// ABI) and `ffmpeg` (video; needs the FFmpeg development packages, which `cargo xtask test` installs
-/// before this step), `http` and `s3` (`spdl_rs.source.Store` over HTTP(S) and S3; the suite's S3 tests
-/// run against the s3s-fs server that `cargo xtask test` installs), `turbojpeg` (libjpeg-turbo's region decode;
-/// cmake and nasm, which `cargo xtask test` installs).
+/// Cargo features of spdl-py's clippy and rustdoc gates: the abi3 wheel's (crate::wheel::WHEEL_FEATURES).
 const MODULE_FEATURES: &str = "abi3,cuda,ffmpeg,http,s3,turbojpeg";
 
-/// Runs spdl-py's clippy (and, unless `quick`, rustdoc and doctest) gates against `.venv`'s interpreter,
-/// builds `spdl_rs` into `.venv` (system python3), type-checks it (mypy, stubtest), then builds it into
-/// `.venv-ft` (free-threaded CPython 3.13t) under `root` and runs `crates/spdl-py/tests` with pytest in each.
-/// Fails if any check or test fails or if pytest collects none. `s3s_fs` is the S3-compatible server binary
-/// the S3 tests start (passed to pytest as `SPDL_S3S_FS`).
+/// Runs spdl-py's clippy (and, unless `quick`, rustdoc and doctest) gates against `.venv`'s interpreter, then
+/// tests what users install: `cargo xtask wheel`'s wheels, each installed into a fresh venv whose `PATH` has no
+/// Rust toolchain. The abi3 wheel goes into `target/venv-wheel` (system python3), is type-checked there (mypy,
+/// stubtest) and runs `crates/spdl-py/tests` twice: as installed, and again with FFmpeg's libraries hidden
+/// (where every video call must raise the clear error and everything else must pass). The free-threaded wheel
+/// goes into `target/venv-wheel-ft` (CPython 3.13t) and runs the suite once. Fails if any check or test fails
+/// or if pytest collects none. `s3s_fs` is the S3-compatible server binary the S3 tests start (passed to
+/// pytest as `SPDL_S3S_FS`).
 pub fn python_tests(root: &Path, s3s_fs: &Path, quick: bool) -> Result<()> {
     let crate_dir = root.join("crates/spdl-py");
     if !crate_dir.join("pyproject.toml").is_file() {
@@ -60,24 +60,130 @@ pub fn python_tests(root: &Path, s3s_fs: &Path, quick: bool) -> Result<()> {
     // The audio/video suites make their media with the ffmpeg CLI; without it they would be skipped.
     which("ffmpeg").context("the ffmpeg CLI is needed to make the Python tests' media (apt-get install ffmpeg)")?;
 
-    let target_dir = root.join("target/py");
     let system_python = which("python3").context("python3 is needed for the Python tests")?;
     let venv = ensure_venv(&root.join(".venv"), &system_python)?;
-    run(Command::new(venv_python(&venv))
-        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
-        .args(CHECK_PACKAGES)
-        .args(DIST_PACKAGES))
-    .with_context(|| format!("installing the type-check and distributed-test packages into {}", venv.display()))?;
-    rust_gates(&venv, &target_dir, quick)?;
-    build_module(&venv, &crate_dir, &target_dir)?;
-    type_checks(&venv, &crate_dir)?;
-    run_pytest(&venv, &crate_dir, false, s3s_fs)?;
+    rust_gates(&venv, &root.join("target/py"), quick)?;
+
+    let wheels = crate::wheel::wheel(root)?;
+    eprintln!(
+        "xtask: testing {} and {} (sdist: {})",
+        wheels.abi3.display(),
+        wheels.free_threaded.display(),
+        wheels.sdist.display()
+    );
+    let installed = fresh_venv(
+        &root.join("target/venv-wheel"),
+        &system_python,
+        &wheels.abi3,
+        &[INSTALLED_TEST_PACKAGES, CHECK_PACKAGES, DIST_PACKAGES].concat(),
+    )?;
+    type_checks(&installed, &crate_dir)?;
+    run_pytest(&installed, &crate_dir, false, s3s_fs, Ffmpeg::Present)?;
+    run_pytest(&installed, &crate_dir, false, s3s_fs, Ffmpeg::Hidden)?;
 
     let ft_python = ensure_free_threaded_python()?;
-    let venv_ft = ensure_venv(&root.join(".venv-ft"), &ft_python)?;
-    build_module(&venv_ft, &crate_dir, &target_dir)?;
-    run_pytest(&venv_ft, &crate_dir, true, s3s_fs)?;
+    let installed_ft =
+        fresh_venv(&root.join("target/venv-wheel-ft"), &ft_python, &wheels.free_threaded, INSTALLED_TEST_PACKAGES)?;
+    run_pytest(&installed_ft, &crate_dir, true, s3s_fs, Ffmpeg::Present)?;
     Ok(())
+}
+
+/// The test packages of a venv that gets the wheel (no maturin: nothing is built there).
+const INSTALLED_TEST_PACKAGES: &[&str] = &["pytest==9.2.0", "numpy==2.4.6"];
+
+/// A new venv at `venv` (an old one is cleared) made by `python`, with `wheel` and `packages` installed.
+fn fresh_venv(venv: &Path, python: &Path, wheel: &Path, packages: &[&str]) -> Result<PathBuf> {
+    let started = Instant::now();
+    run(Command::new(python).args(["-m", "venv", "--clear"]).arg(venv))
+        .with_context(|| format!("creating the virtual environment {}", venv.display()))?;
+    let py = venv_python(venv);
+    run(Command::new(&py).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"]).args(packages))
+        .with_context(|| format!("installing the test packages into {}", venv.display()))?;
+    let t = Instant::now();
+    run(Command::new(&py)
+        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps"])
+        .arg(wheel)
+        .env("PATH", path_without_rust(venv)?))
+    .with_context(|| format!("installing {} into {}", wheel.display(), venv.display()))?;
+    eprintln!(
+        "xtask: {} installed into {} in {:.1} s (the venv took {:.0} s)",
+        wheel.file_name().unwrap_or_default().to_string_lossy(),
+        venv.display(),
+        t.elapsed().as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(venv.to_path_buf())
+}
+
+/// `PATH` with `venv/bin` first and without any directory that holds a Rust toolchain (`cargo`, `rustc`):
+/// the installed package must not need one.
+fn path_without_rust(venv: &Path) -> Result<std::ffi::OsString> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut dirs = vec![venv.join("bin")];
+    dirs.extend(std::env::split_paths(&path).filter(|d| !d.join("cargo").exists() && !d.join("rustc").exists()));
+    std::env::join_paths(dirs).context("joining PATH")
+}
+
+/// Whether the suite runs with FFmpeg's libraries where the system has them, or hidden.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ffmpeg {
+    Present,
+    /// In a private mount namespace, every FFmpeg library of the system's library directories is covered by an
+    /// empty file, so nothing can load it. The `ffmpeg` CLI that makes the test media keeps working through
+    /// copies of them (`target/ffmpeg-cli`, on its own `LD_LIBRARY_PATH`).
+    Hidden,
+}
+
+/// The system's FFmpeg libraries (`libavcodec.so.59` and the like, real files).
+fn system_ffmpeg_libraries() -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for dir in ["/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"] {
+        let Ok(entries) = fs::read_dir(dir) else { continue };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let ffmpeg = ["libavcodec", "libavformat", "libavutil", "libavfilter", "libavdevice", "libswscale"]
+                .iter()
+                .chain(&["libswresample", "libpostproc"])
+                .any(|l| name.starts_with(&format!("{l}.so.")));
+            let path = e.path();
+            if ffmpeg && !fs::symlink_metadata(&path).map(|m| m.file_type().is_symlink()).unwrap_or(true) {
+                let canonical = path.canonicalize().unwrap_or(path);
+                if !out.contains(&canonical) {
+                    out.push(canonical);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A copy of the `ffmpeg` CLI's FFmpeg libraries under `dir/lib` and a `dir/bin/ffmpeg` that runs the system's
+/// CLI with them: the test media are still made where the libraries are hidden.
+fn ffmpeg_cli_with_own_libraries(dir: &Path, libs: &[PathBuf]) -> Result<PathBuf> {
+    let lib = dir.join("lib");
+    let bin = dir.join("bin");
+    fs::create_dir_all(&lib).with_context(|| format!("creating {}", lib.display()))?;
+    fs::create_dir_all(&bin).with_context(|| format!("creating {}", bin.display()))?;
+    for l in libs {
+        let name = l.file_name().context("a library without a name")?.to_string_lossy().into_owned();
+        // Under its soname (libavcodec.so.59), which the CLI asks for.
+        let soname = match name.find(".so.") {
+            Some(i) => {
+                let rest = &name[i + 4..];
+                format!("{}.so.{}", &name[..i], rest.split('.').next().unwrap_or(rest))
+            }
+            None => name.clone(),
+        };
+        fs::copy(l, lib.join(&soname)).with_context(|| format!("copying {}", l.display()))?;
+    }
+    let cli = which("ffmpeg")?;
+    let wrapper = bin.join("ffmpeg");
+    fs::write(&wrapper, format!("#!/bin/sh\nLD_LIBRARY_PATH={} exec {} \"$@\"\n", lib.display(), cli.display()))
+        .with_context(|| format!("writing {}", wrapper.display()))?;
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&wrapper, fs::Permissions::from_mode(0o755))
+        .with_context(|| format!("making {} executable", wrapper.display()))?;
+    Ok(bin)
 }
 
 /// Runs `cmd`, failing with its command line if it cannot start or exits non-zero.
@@ -182,38 +288,50 @@ fn type_checks(venv: &Path, crate_dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// `maturin develop --release` into the venv: an optimised build, because the suite measures throughput.
-/// Cargo builds into `target/py` (unless `CARGO_TARGET_DIR` is set): the module's pyo3 is configured for one
-/// interpreter at a time, and sharing `target/` would rebuild it, and what depends on it, for every other
-/// `cargo` command of the workspace.
-fn build_module(venv: &Path, crate_dir: &Path, target_dir: &Path) -> Result<()> {
-    let bin = venv.join("bin");
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let mut paths = vec![bin.clone()];
-    paths.extend(std::env::split_paths(&path));
-    let joined = std::env::join_paths(paths).context("joining PATH")?;
-    let mut cmd = Command::new(bin.join("maturin"));
-    cmd.args(["develop", "--release", "--features", MODULE_FEATURES, "--manifest-path"])
-        .arg(crate_dir.join("Cargo.toml"))
-        .env("VIRTUAL_ENV", venv)
-        .env("PATH", joined)
-        .env_remove("CONDA_PREFIX");
-    let target_dir = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| target_dir.to_path_buf(), PathBuf::from);
-    cmd.env("CARGO_TARGET_DIR", &target_dir);
-    run(&mut cmd).with_context(|| format!("building spdl_rs into {}", venv.display()))?;
-    // The module finds FFmpeg through the backend beside it (python/spdl_rs/, which the develop install uses).
-    crate::ffmpeg::build_backend(&target_dir, "release", &crate_dir.join("python/spdl_rs"))?;
-    Ok(())
-}
-
 /// pytest on the crate's tests. `free_threaded` makes the suite assert that the GIL stays disabled after
 /// `import spdl_rs` (crates/spdl-py/tests/conftest.py reads `SPDL_RS_EXPECT_NO_GIL`).
-fn run_pytest(venv: &Path, crate_dir: &Path, free_threaded: bool, s3s_fs: &Path) -> Result<()> {
+fn run_pytest(venv: &Path, crate_dir: &Path, free_threaded: bool, s3s_fs: &Path, ffmpeg: Ffmpeg) -> Result<()> {
     let py = venv_python(venv);
-    let mut cmd = Command::new(&py);
-    cmd.args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
-        .arg(crate_dir.join("tests"))
-        .current_dir(crate_dir)
+    let pytest: Vec<std::ffi::OsString> = ["-m", "pytest", "-q", "-p", "no:cacheprovider"]
+        .iter()
+        .map(Into::into)
+        .chain([crate_dir.join("tests").into_os_string()])
+        .collect();
+    let mut path = path_without_rust(venv)?;
+    let mut cmd = match ffmpeg {
+        Ffmpeg::Present => {
+            let mut cmd = Command::new(&py);
+            cmd.args(&pytest);
+            cmd
+        }
+        Ffmpeg::Hidden => {
+            let libs = system_ffmpeg_libraries()?;
+            if libs.is_empty() {
+                bail!("found no FFmpeg library to hide (is FFmpeg installed?)");
+            }
+            let target = crate_dir.join("../../target/ffmpeg-cli");
+            let cli = ffmpeg_cli_with_own_libraries(&target, &libs)?;
+            let mut dirs = vec![cli];
+            dirs.extend(std::env::split_paths(&path));
+            path = std::env::join_paths(dirs).context("joining PATH")?;
+            let mut script = String::from("set -e\n");
+            for l in &libs {
+                script.push_str(&format!("mount --bind /dev/null '{}'\n", l.display()));
+            }
+            script.push_str("exec \"$@\"\n");
+            // A mount namespace of its own: as root, or else as root of a new user namespace.
+            let mut cmd = Command::new("unshare");
+            if !crate::sys::is_root() {
+                cmd.arg("--map-root-user");
+            }
+            cmd.args(["--mount", "--propagation", "private", "sh", "-c", &script, "sh"]).arg(&py).args(&pytest);
+            cmd.env("SPDL_RS_TEST_NO_FFMPEG", "1");
+            cmd
+        }
+    };
+    cmd.current_dir(crate_dir)
+        .env("PATH", path)
+        .env("SPDL_RS_TEST_INSTALLED", "1")
         .env("SPDL_RS_EXPECT_NO_GIL", if free_threaded { "1" } else { "0" })
         .env(crate::s3::S3S_FS_ENV, s3s_fs);
     if free_threaded {
@@ -226,7 +344,11 @@ fn run_pytest(venv: &Path, crate_dir: &Path, free_threaded: bool, s3s_fs: &Path)
     match status.code() {
         Some(0) => Ok(()),
         Some(5) => bail!("pytest collected no test in {} ({line})", crate_dir.join("tests").display()),
-        _ => bail!("pytest failed on {} ({status})", py.display()),
+        _ => bail!(
+            "pytest failed on {} ({status}{})",
+            py.display(),
+            if ffmpeg == Ffmpeg::Hidden { ", FFmpeg hidden" } else { "" }
+        ),
     }
 }
 
@@ -307,10 +429,17 @@ fn gil_enabled(python: &Path) -> Result<String> {
 /// Downloads Debian's `python3.13` source package into `work` with private apt lists and unpacks the
 /// upstream tarball; returns the unpacked source directory.
 fn fetch_python_source(work: &Path) -> Result<PathBuf> {
+    fetch_debian_source(work, FT_SUITE, FT_SOURCE_PACKAGE)
+}
+
+/// Downloads Debian source package `package` from `suite` into `work` with private apt lists (the system's
+/// own apt configuration is left alone) and unpacks its upstream `{package}_*.orig.tar.xz` into `work/src`;
+/// returns that directory.
+pub(crate) fn fetch_debian_source(work: &Path, suite: &str, package: &str) -> Result<PathBuf> {
     let mirror = debian_mirror().context("finding the Debian mirror this system uses")?;
     let keyring = Path::new("/usr/share/keyrings/debian-archive-keyring.gpg");
     let sources = work.join("sources.list");
-    fs::write(&sources, format!("deb-src [signed-by={}] {mirror} {FT_SUITE} main\n", keyring.display()))
+    fs::write(&sources, format!("deb-src [signed-by={}] {mirror} {suite} main\n", keyring.display()))
         .with_context(|| format!("writing {}", sources.display()))?;
     let lists = work.join("lists");
     let cache = work.join("cache");
@@ -332,9 +461,8 @@ fn fetch_python_source(work: &Path) -> Result<PathBuf> {
             .current_dir(work);
         cmd
     };
-    run(&mut apt(&["update"])).context("apt-get update on the private trixie deb-src list")?;
-    run(&mut apt(&["source", "--download-only", FT_SOURCE_PACKAGE]))
-        .with_context(|| format!("apt-get source {FT_SOURCE_PACKAGE}"))?;
+    run(&mut apt(&["update"])).with_context(|| format!("apt-get update on the private {suite} deb-src list"))?;
+    run(&mut apt(&["source", "--download-only", package])).with_context(|| format!("apt-get source {package}"))?;
 
     let tarball = fs::read_dir(work)
         .with_context(|| format!("listing {}", work.display()))?
@@ -342,9 +470,9 @@ fn fetch_python_source(work: &Path) -> Result<PathBuf> {
         .find(|p| {
             p.file_name()
                 .and_then(OsStr::to_str)
-                .is_some_and(|n| n.starts_with(&format!("{FT_SOURCE_PACKAGE}_")) && n.ends_with(".orig.tar.xz"))
+                .is_some_and(|n| n.starts_with(&format!("{package}_")) && n.ends_with(".orig.tar.xz"))
         })
-        .with_context(|| format!("no {FT_SOURCE_PACKAGE}_*.orig.tar.xz in {}", work.display()))?;
+        .with_context(|| format!("no {package}_*.orig.tar.xz in {}", work.display()))?;
     let src = work.join("src");
     fs::create_dir_all(&src).with_context(|| format!("creating {}", src.display()))?;
     run(Command::new("tar").arg("-xJf").arg(&tarball).arg("-C").arg(&src).arg("--strip-components=1"))

@@ -2,7 +2,7 @@
 //! `test`).
 //!
 //! Runs `xtask/soak.py --seconds SECONDS` (default 60) with the interpreter of the venv that `cargo xtask
-//! test` builds the module into (`.venv` at the repository root). For that long the driver builds random
+//! test` installs the abi3 wheel into (`target/venv-wheel`), or else `.venv` with a development build. For that long the driver builds random
 //! pipelines (sync, async and generator ops, aggregate/disaggregate, concurrency and threads 1-4, range, list
 //! and generator sources, ops that raise or sleep) and ends each in a random way: exhaustion, `stop(timeout)`,
 //! an op's failure, a drop without `stop`, a reference cycle dropped while running, a SIGINT while iterating,
@@ -33,7 +33,8 @@ pub fn soak(root: &Path, seconds: u64, extra: &[String]) -> Result<()> {
 
 /// The venv's interpreter, checked to import `spdl_rs`.
 fn venv_python(root: &Path) -> Result<PathBuf> {
-    let venv = root.join(".venv");
+    let installed = root.join("target/venv-wheel");
+    let venv = if installed.join("bin/python").exists() { installed } else { root.join(".venv") };
     let python = venv.join("bin/python");
     if !python.exists() {
         bail!(

@@ -4,7 +4,7 @@
 //! `load_video`), usable on its own:
 //!
 //! ```sh
-//! cargo run --release -p spdl-io --example av_throughput --features ffmpeg -- \
+//! cargo run --release -p spdl-io --example av_throughput --features ffmpeg-linked -- \
 //!     video --threads 2 --repeat 3 a.mp4 b.mp4
 //! cargo run --release -p spdl-io --example av_throughput -- audio --threads 1 --list files.txt
 //! ```
@@ -127,7 +127,7 @@ fn decode_video(path: &Path, alloc: &SharedAllocator) -> Result<Decoded, spdl_io
 
 #[cfg(not(feature = "ffmpeg"))]
 fn decode_video(_path: &Path, _alloc: &SharedAllocator) -> Result<Decoded, spdl_io::Error> {
-    Err(spdl_io::Error::InvalidOptions("video needs spdl-io's `ffmpeg` feature (--features ffmpeg)".into()))
+    Err(spdl_io::Error::InvalidOptions("video needs spdl-io's `ffmpeg` feature (--features ffmpeg-linked)".into()))
 }
 
 /// Totals over all threads.

@@ -131,6 +131,16 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_line(f"without FFmpeg: {len(met)} tests met the clear 'FFmpeg is not available' error")
 
 
+def pytest_sessionstart(session):
+    # `cargo xtask test` runs the suite against the installed wheel: make sure that is what is imported.
+    if os.environ.get("SPDL_RS_TEST_INSTALLED") == "1":
+        import spdl_rs
+
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        if os.path.abspath(spdl_rs.__file__).startswith(here):
+            raise pytest.UsageError(f"spdl_rs is imported from the source tree ({spdl_rs.__file__}), not the wheel")
+
+
 EXPECT_NO_GIL = os.environ.get("SPDL_RS_EXPECT_NO_GIL") == "1"
 FREE_THREADED_BUILD = bool(getattr(sys, "_is_gil_enabled", None)) and not sys._is_gil_enabled()
 

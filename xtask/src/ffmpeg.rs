@@ -14,11 +14,13 @@ fn ffmpeg_major(avutil_major: u32) -> Option<u32> {
 }
 
 /// The FFmpeg major whose development files pkg-config finds (`PKG_CONFIG_PATH` picks another).
-pub(crate) fn pkg_config_major() -> Result<u32> {
-    let out = Command::new("pkg-config")
-        .args(["--modversion", "libavutil"])
-        .output()
-        .context("running pkg-config (apt-get install pkg-config)")?;
+pub(crate) fn pkg_config_major(pkg_config_path: Option<&Path>) -> Result<u32> {
+    let mut cmd = Command::new("pkg-config");
+    if let Some(p) = pkg_config_path {
+        cmd.env("PKG_CONFIG_PATH", p);
+    }
+    let out =
+        cmd.args(["--modversion", "libavutil"]).output().context("running pkg-config (apt-get install pkg-config)")?;
     if !out.status.success() {
         bail!(
             "pkg-config finds no libavutil: install FFmpeg's development packages (apt-get install libavcodec-dev \
@@ -35,19 +37,23 @@ pub(crate) fn pkg_config_major() -> Result<u32> {
     ffmpeg_major(avutil).with_context(|| format!("libavutil {version} is of no FFmpeg 4-8 that spdl-io supports"))
 }
 
-/// Builds the backend for the FFmpeg pkg-config finds, with `profile` (`"release"` or `"dev"`), into
-/// `target_dir`, linked by `linker` when given (else the default), and copies it to
-/// `dest_dir/libspdl_ffmpeg{M}.so`. Returns that path. The backend must be built from the same sources, by the
+/// Builds the backend for the FFmpeg pkg-config finds (through `pkg_config_path` when given), with `profile`
+/// (`"release"` or `"dev"`), into `target_dir`, linked by `linker` when given (else the default), and copies it
+/// to `dest_dir/libspdl_ffmpeg{M}.so`. Returns that path. The backend must be built from the same sources, by the
 /// same compiler, as the module that loads it (its build id says so).
 pub(crate) fn build_backend(
     target_dir: &Path,
     profile: &str,
     dest_dir: &Path,
     linker: Option<&Path>,
+    pkg_config_path: Option<&Path>,
 ) -> Result<PathBuf> {
-    let major = pkg_config_major()?;
+    let major = pkg_config_major(pkg_config_path)?;
     let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     cmd.args(["build", "-p", "spdl-ffmpeg", "--profile", profile]).env("CARGO_TARGET_DIR", target_dir);
+    if let Some(p) = pkg_config_path {
+        cmd.env("PKG_CONFIG_PATH", p);
+    }
     if let Some(linker) = linker {
         cmd.env("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER", linker);
     }

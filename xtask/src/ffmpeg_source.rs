@@ -6,10 +6,7 @@
 //! programs, docs, encoders, muxers, devices, network protocols or hardware acceleration, and no library found
 //! by autodetection (only zlib, and bzip2/lzma where their headers are installed, are asked for by name).
 //!
-//! Call it as `crate::ffmpeg_source::ensure_ffmpeg(7)?`, which returns the install prefix.
-
-// No subcommand calls `ensure_ffmpeg` yet; drop this once one does.
-#![allow(dead_code)]
+//! `cargo xtask wheel --ffmpeg 7` calls [`ensure_ffmpeg`] for each major it is given.
 
 use std::fs;
 use std::path::{Path, PathBuf};

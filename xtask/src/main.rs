@@ -59,7 +59,19 @@ fn main() -> Result<()> {
             };
             soak::soak(&root, seconds, rest)
         }
-        Some("wheel") => wheel::wheel(&root).map(|_| ()),
+        Some("wheel") => {
+            // `--ffmpeg 7[,6]`: backends for these FFmpeg majors too, built from Debian's sources.
+            let majors = match args.iter().position(|a| a == "--ffmpeg") {
+                Some(i) => args
+                    .get(i + 1)
+                    .context("--ffmpeg needs a list of FFmpeg majors, e.g. --ffmpeg 7")?
+                    .split(',')
+                    .map(|m| m.trim().parse::<u32>().with_context(|| format!("`{m}` is not an FFmpeg major")))
+                    .collect::<Result<Vec<_>>>()?,
+                None => Vec::new(),
+            };
+            wheel::wheel(&root, &majors).map(|_| ())
+        }
         Some("help") | Some("--help") | Some("-h") | None => {
             println!("{}", HELP);
             Ok(())
@@ -68,7 +80,7 @@ fn main() -> Result<()> {
     }
 }
 
-const HELP: &str = "usage: cargo xtask <test [--quick] [--no-python] | gen-data [DIR] [--corrupt] | bench | compare | gpu-check | fuzz [SECONDS] | soak [SECONDS] [--seed N] [--replay ITER_SEED] [--scenarios a,b] [--json PATH] | wheel>
+const HELP: &str = "usage: cargo xtask <test [--quick] [--no-python] | gen-data [DIR] [--corrupt] | bench | compare | gpu-check | fuzz [SECONDS] | soak [SECONDS] [--seed N] [--replay ITER_SEED] [--scenarios a,b] [--json PATH] | wheel [--ffmpeg 7[,6]]>
 
   soak: a bounded soak test of the spdl_rs Python package (default 60 s; not part of `test`; needs the module
         installed by `cargo xtask test`): random pipelines ended by exhaustion, stop(timeout), op
@@ -76,7 +88,8 @@ const HELP: &str = "usage: cargo xtask <test [--quick] [--no-python] | gen-data 
         fails on a crash, hang, leaked threads/fds, RSS growth or an unexpected exception.
   wheel: builds target/wheels/: the abi3 wheel (CPython >= 3.10), the free-threaded 3.13t wheel and the sdist,
          with maturin --zig for manylinux_2_28, the FFmpeg backends, and auditwheel's check (tools in
-         target/wheel-venv).";
+         target/wheel-venv). A backend for the FFmpeg whose development files the system has; `--ffmpeg 7`
+         adds FFmpeg 7's, built once from Debian's source package into ~/.cache/spdl-rs/ffmpeg7.";
 
 fn project_root() -> Result<PathBuf> {
     let dir = std::env::var("CARGO_MANIFEST_DIR").context("run through `cargo xtask`")?;

@@ -64,7 +64,7 @@ pub fn python_tests(root: &Path, s3s_fs: &Path, quick: bool) -> Result<()> {
     let venv = ensure_venv(&root.join(".venv"), &system_python)?;
     rust_gates(&venv, &root.join("target/py"), quick)?;
 
-    let wheels = crate::wheel::wheel(root)?;
+    let wheels = crate::wheel::wheel(root, &[])?;
     eprintln!(
         "xtask: testing {} and {} (sdist: {})",
         wheels.abi3.display(),

@@ -69,13 +69,19 @@ pub const EXTERNAL_LIBS: &[&str] = &["libav*.so.*", "libsw*.so.*", "libpostproc.
 /// They are linked with zig for glibc 2.28, as the module is (cargo-zigbuild's `zig cc` as the linker only:
 /// FFmpeg's headers are the system's, so the build scripts and bindgen keep the host's compiler and headers),
 /// and must come from the same sources and compiler as the module that loads them (their build id says so).
-pub fn backend_files(tools_venv: &Path, target_dir: &Path, dest: &Path) -> Result<Vec<PathBuf>> {
+///
+/// `extra_majors` adds backends for FFmpeg majors built from Debian's source packages
+/// (crate::ffmpeg_source::ensure_ffmpeg, cached in `~/.cache/spdl-rs/ffmpeg{M}`), each in a target
+/// directory of its own (`target_dir` + `-ffmpeg{M}`), since ffmpeg-sys-next is rebuilt for each FFmpeg.
+pub fn backend_files(tools_venv: &Path, target_dir: &Path, dest: &Path, extra_majors: &[u32]) -> Result<Vec<PathBuf>> {
     let linker = tools_venv.join("zigcc-glibc-2.28.sh");
     let zigbuild = tools_venv.join("bin/cargo-zigbuild");
     fs::write(
         &linker,
         format!(
-            "#!/bin/sh\nexec {} zig cc -- -target x86_64-linux-gnu.2.{POLICY_GLIBC_MINOR} \"$@\"\n",
+            "#!/bin/sh\n# cargo-zigbuild runs zig as `python -m ziglang`, the venv's.\nPATH={}:$PATH exec {} zig cc -- \
+             -target x86_64-linux-gnu.2.{POLICY_GLIBC_MINOR} \"$@\"\n",
+            tools_venv.join("bin").display(),
             zigbuild.display()
         ),
     )
@@ -86,7 +92,17 @@ pub fn backend_files(tools_venv: &Path, target_dir: &Path, dest: &Path) -> Resul
         fs::set_permissions(&linker, fs::Permissions::from_mode(0o755))
             .with_context(|| format!("making {} executable", linker.display()))?;
     }
-    Ok(vec![crate::ffmpeg::build_backend(target_dir, PROFILE, dest, Some(&linker))?])
+    let mut files = vec![crate::ffmpeg::build_backend(target_dir, PROFILE, dest, Some(&linker), None)?];
+    for &major in extra_majors {
+        let prefix = crate::ffmpeg_source::ensure_ffmpeg(major)?;
+        let own = PathBuf::from(format!("{}-ffmpeg{major}", target_dir.display()));
+        let file =
+            crate::ffmpeg::build_backend(&own, PROFILE, dest, Some(&linker), Some(&prefix.join("lib/pkgconfig")))?;
+        if !files.contains(&file) {
+            files.push(file);
+        }
+    }
+    Ok(files)
 }
 
 /// The wheels and the sdist of one `cargo xtask wheel`.
@@ -110,7 +126,9 @@ struct Artefact {
 
 /// Builds the abi3 wheel, the free-threaded wheel and the sdist into `root/target/wheels/` (see the module
 /// docs), checks both wheels with auditwheel and prints each artefact's size, audit and build time.
-pub fn wheel(root: &Path) -> Result<Wheels> {
+/// `extra_majors`: FFmpeg majors to ship backends for beyond the one whose development files the system has
+/// (see [`backend_files`]).
+pub fn wheel(root: &Path, extra_majors: &[u32]) -> Result<Wheels> {
     let started = Instant::now();
     let crate_dir = root.join("crates/spdl-py");
     let manifest = crate_dir.join("Cargo.toml");
@@ -137,8 +155,8 @@ pub fn wheel(root: &Path) -> Result<Wheels> {
 
     let mut artefacts = Vec::new();
     {
-        let backends = backend_files(&venv, &tools.target_dir, &raw.join("backends"))?;
-        let staged = StagedFiles::copy(&backends, &package_dir)?;
+        let backends = backend_files(&venv, &tools.target_dir, &raw.join("backends"), extra_majors)?;
+        let staged = StagedFiles::copy(&backends, &package_dir, &root.join("target/wheel-kept"))?;
         let builds = [
             ("abi3", format!("abi3,{WHEEL_FEATURES}"), venv.join("bin/python")),
             ("free-threaded", WHEEL_FEATURES.to_string(), ft_python),
@@ -248,14 +266,18 @@ struct StagedFiles {
 }
 
 impl StagedFiles {
-    fn copy(files: &[PathBuf], dir: &Path) -> Result<Self> {
+    fn copy(files: &[PathBuf], dir: &Path, aside_dir: &Path) -> Result<Self> {
         let mut staged = Self { copied: Vec::new(), names: Vec::new() };
         for file in files {
             let name = file.file_name().with_context(|| format!("{} names no file", file.display()))?;
             let dest = dir.join(name);
+            // Set aside outside the package directory: whatever is in it goes into the wheel.
             let kept = if dest.exists() {
-                let aside = dest.with_extension("so.kept");
-                fs::rename(&dest, &aside).with_context(|| format!("setting {} aside", dest.display()))?;
+                fs::create_dir_all(aside_dir).with_context(|| format!("creating {}", aside_dir.display()))?;
+                let aside = aside_dir.join(name);
+                // A rename cannot cross file systems; the package directory and target/ may differ.
+                fs::copy(&dest, &aside).with_context(|| format!("setting {} aside", dest.display()))?;
+                fs::remove_file(&dest).with_context(|| format!("setting {} aside", dest.display()))?;
                 Some(aside)
             } else {
                 None
@@ -276,7 +298,7 @@ impl Drop for StagedFiles {
                 eprintln!("xtask: could not remove the staged {}: {e}", path.display());
             }
             if let Some(aside) = kept
-                && let Err(e) = fs::rename(aside, path)
+                && let Err(e) = fs::copy(aside, path).and_then(|_| fs::remove_file(aside))
             {
                 eprintln!("xtask: could not put {} back: {e}", path.display());
             }

@@ -49,7 +49,7 @@ fn ff_frame<'f>(f: &'f Frame, item: &str) -> Result<&'f ff::Frame> {
 }
 
 /// The FFmpeg frames of `frames`.
-fn ffs<'f>(frames: &'f MediaFrames) -> Result<Vec<&'f ff::Frame>> {
+fn ffs(frames: &MediaFrames) -> Result<Vec<&ff::Frame>> {
     frames.frames.iter().map(|f| ff_frame(f, &frames.item)).collect()
 }
 

@@ -71,10 +71,10 @@ use spdl_buffer::{Buffer, DType, Layout, SharedAllocator};
 /// ```
 pub fn jpeg_decoder() -> String {
     let turbo = env!("SPDL_IO_TURBOJPEG_VERSION");
-    if cfg!(feature = "turbojpeg") {
-        if turbo.is_empty() { "libjpeg-turbo".into() } else { format!("libjpeg-turbo {turbo}") }
+    if cfg!(feature = "turbojpeg") && !turbo.is_empty() {
+        format!("{JPEG_DECODER} {turbo}")
     } else {
-        "zune-jpeg".into()
+        JPEG_DECODER.into()
     }
 }
 

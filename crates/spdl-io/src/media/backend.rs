@@ -260,13 +260,25 @@ mod dl {
         unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
     }
 
-    /// `dlopen(path, RTLD_NOW | RTLD_LOCAL)`: the handle (never closed: what it holds stays referenced) or the
-    /// loader's error.
+    /// `dlopen(path, RTLD_NOW | RTLD_LOCAL)`: the handle (a library in use is never closed: what it holds stays
+    /// referenced) or the loader's error.
     fn open(path: &str) -> Result<*mut c_void, String> {
         let c = CString::new(path).map_err(|_| format!("{path:?}: contains a NUL byte"))?;
         // SAFETY: a NUL-terminated path; the handle is kept for the life of the process.
         let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
         if h.is_null() { Err(dl_error()) } else { Ok(h) }
+    }
+
+    /// Whether `path` loads (it is closed again).
+    fn loads(path: &str) -> bool {
+        match open(path) {
+            Ok(h) => {
+                // SAFETY: a handle from dlopen, closed once; nothing of the library was used.
+                unsafe { libc::dlclose(h) };
+                true
+            }
+            Err(_) => false,
+        }
     }
 
     /// The directories the backends are looked for in: `$SPDL_RS_FFMPEG_BACKEND_DIR` alone when it is set,
@@ -326,12 +338,10 @@ mod dl {
             |major: u32| dirs.iter().map(|d| d.join(format!("libspdl_ffmpeg{major}.so"))).find(|p| p.is_file());
         let backends: Vec<(u32, PathBuf)> = MAJORS.iter().filter_map(|&(m, _)| backend_of(m).map(|p| (m, p))).collect();
         let majors: Vec<u32> = backends.iter().map(|(m, _)| *m).collect();
-        // Which FFmpeg majors this machine has, for the message (libavutil is enough to tell).
-        let found: Vec<u32> = MAJORS
-            .iter()
-            .filter(|(_, libs)| open(&library_file(libs[0].0, libs[0].1)).is_ok())
-            .map(|(m, _)| *m)
-            .collect();
+        // Which FFmpeg majors this machine has, for the message (libavutil is enough to tell); closed again, so
+        // that a process on one FFmpeg does not keep another's libavutil mapped.
+        let found: Vec<u32> =
+            MAJORS.iter().filter(|(_, libs)| loads(&library_file(libs[0].0, libs[0].1))).map(|(m, _)| *m).collect();
         let mut tried: Vec<String> = Vec::new();
         for (major, path) in &backends {
             let Some((_, libs)) = MAJORS.iter().find(|(m, _)| m == major) else { continue };

@@ -1,4 +1,5 @@
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -7,6 +8,12 @@ import threading
 import time
 
 import pytest
+
+
+# A suite started from a background job inherits SIGINT ignored, and so would every child it starts: the Ctrl-C
+# tests need the default behaviour (KeyboardInterrupt), as in a terminal.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def os_threads() -> int:

@@ -77,8 +77,8 @@ fn configure_args(prefix: &Path) -> Vec<String> {
 /// The prefix is `$SPDL_RS_FFMPEG{major}_PREFIX` if set, else `~/.cache/spdl-rs/ffmpeg{major}`. The source is
 /// Debian's `ffmpeg` source package of the suite that carries that major (7: trixie, 5: bookworm), fetched with
 /// private apt lists like the free-threaded CPython's; it is configured with [`configure_args`], built with
-/// `make -j2` and installed, and the build directory is removed afterwards. A first build takes tens of
-/// minutes on two cores; later calls return at once.
+/// `make -j2` and installed, and the build directory is removed afterwards. A first build takes about nine
+/// minutes on two cores (FFmpeg 7.1.5); later calls return at once.
 pub(crate) fn ensure_ffmpeg(major: u32) -> Result<PathBuf> {
     let (suite, package) = debian_source(major)?;
     let prefix = ffmpeg_prefix(major)?;

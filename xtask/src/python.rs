@@ -20,9 +20,10 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
-/// Python packages of the test venvs, pinned. numpy 2.4.6 is the last one with a cp313t wheel (2.5 would be
-/// built from source on the free-threaded interpreter, five minutes on two cores).
-const TEST_PACKAGES: &[&str] = &["maturin==1.16.0", "pytest==9.2.0", "numpy==2.4.6"];
+/// Python packages of the test venvs, pinned (nothing is built there: the wheels' tools are crate::wheel's).
+/// numpy 2.4.6 is the last one with a cp313t wheel (2.5 would be built from source on the free-threaded
+/// interpreter, five minutes on two cores).
+const TEST_PACKAGES: &[&str] = &["pytest==9.2.0", "numpy==2.4.6"];
 
 /// Python packages of the type checks, pinned; only in `target/venv-wheel` (the checks run once, on the GIL build).
 const CHECK_PACKAGES: &[&str] = &["mypy==2.4.1"];
@@ -41,8 +42,10 @@ const FT_SUITE: &str = "trixie";
 /// Written into the interpreter's prefix after `make install` succeeds; a prefix without it is rebuilt.
 const FT_COMPLETE_STAMP: &str = ".spdl-rs-complete";
 
-/// Cargo features of spdl-py's clippy and rustdoc gates: the abi3 wheel's (crate::wheel::WHEEL_FEATURES).
-const MODULE_FEATURES: &str = "abi3,cuda,ffmpeg,http,s3,turbojpeg";
+/// Cargo features of spdl-py's clippy and rustdoc gates: the abi3 wheel's.
+fn module_features() -> String {
+    format!("abi3,{}", crate::wheel::WHEEL_FEATURES)
+}
 
 /// Runs spdl-py's clippy (and, unless `quick`, rustdoc and doctest) gates against `.venv`'s interpreter, then
 /// tests what users install: `cargo xtask wheel`'s wheels, each installed into a fresh venv whose `PATH` has no
@@ -75,7 +78,7 @@ pub fn python_tests(root: &Path, s3s_fs: &Path, quick: bool) -> Result<()> {
         &root.join("target/venv-wheel"),
         &system_python,
         &wheels.abi3,
-        &[INSTALLED_TEST_PACKAGES, CHECK_PACKAGES, DIST_PACKAGES].concat(),
+        &[TEST_PACKAGES, CHECK_PACKAGES, DIST_PACKAGES].concat(),
     )?;
     type_checks(&installed, &crate_dir)?;
     run_pytest(&installed, &crate_dir, false, s3s_fs, Ffmpeg::Present)?;
@@ -83,13 +86,10 @@ pub fn python_tests(root: &Path, s3s_fs: &Path, quick: bool) -> Result<()> {
 
     let ft_python = ensure_free_threaded_python()?;
     let installed_ft =
-        fresh_venv(&root.join("target/venv-wheel-ft"), &ft_python, &wheels.free_threaded, INSTALLED_TEST_PACKAGES)?;
+        fresh_venv(&root.join("target/venv-wheel-ft"), &ft_python, &wheels.free_threaded, TEST_PACKAGES)?;
     run_pytest(&installed_ft, &crate_dir, true, s3s_fs, Ffmpeg::Present)?;
     Ok(())
 }
-
-/// The test packages of a venv that gets the wheel (no maturin: nothing is built there).
-const INSTALLED_TEST_PACKAGES: &[&str] = &["pytest==9.2.0", "numpy==2.4.6"];
 
 /// A new venv at `venv` (an old one is cleared) made by `python`, with `wheel` and `packages` installed.
 fn fresh_venv(venv: &Path, python: &Path, wheel: &Path, packages: &[&str]) -> Result<PathBuf> {
@@ -257,7 +257,7 @@ fn cargo_for_py(venv: &Path, target_dir: &Path) -> Command {
 fn rust_gates(venv: &Path, target_dir: &Path, quick: bool) -> Result<()> {
     let started = Instant::now();
     run(cargo_for_py(venv, target_dir)
-        .args(["clippy", "-p", "spdl-py", "--all-targets", "--features", MODULE_FEATURES])
+        .args(["clippy", "-p", "spdl-py", "--all-targets", "--features", &module_features()])
         .args(["--", "-D", "warnings"]))
     .context("clippy on spdl-py")?;
     eprintln!("xtask: spdl-py clippy took {:.0} s", started.elapsed().as_secs_f64());
@@ -266,7 +266,7 @@ fn rust_gates(venv: &Path, target_dir: &Path, quick: bool) -> Result<()> {
     }
     let started = Instant::now();
     run(cargo_for_py(venv, target_dir)
-        .args(["doc", "-p", "spdl-py", "--no-deps", "--features", MODULE_FEATURES])
+        .args(["doc", "-p", "spdl-py", "--no-deps", "--features", &module_features()])
         .env("RUSTDOCFLAGS", "-D warnings"))
     .context("rustdoc on spdl-py")?;
     run(cargo_for_py(venv, target_dir).args(["test", "-p", "spdl-py", "--doc", "--no-default-features"]))

@@ -127,7 +127,7 @@ def test_without_ffmpeg_images_and_audio_still_decode(media, tmp_path):
 @needs_ffmpeg
 def test_ffmpeg_dir_picks_the_libraries_to_load(media, tmp_path):
     info = spdl_rs.build_info()["ffmpeg"]
-    libs = {name: path for name, path in _loaded_libraries().items()}
+    libs = _loaded_libraries()
     if not libs:
         pytest.skip("FFmpeg's libraries are not mapped in this process")
     copy = tmp_path / "ffmpeg"

@@ -17,17 +17,7 @@ def _version_text() -> str:
     import spdl_rs
 
     lines = [f"spdl_rs {spdl_rs.__version__}"]
-    build_info = getattr(spdl_rs, "build_info", None)
-    if callable(build_info):
-        try:
-            info = build_info()
-        except Exception as e:  # a diagnostic command: report it, do not fail on it
-            lines.append(f"build_info() failed: {e}")
-        else:
-            if isinstance(info, dict):
-                lines.extend(f"  {key}: {value}" for key, value in info.items())
-            else:
-                lines.append(f"  {info}")
+    lines.extend(f"  {key}: {value}" for key, value in spdl_rs.build_info().items())
     return "\n".join(lines)
 
 

@@ -5,9 +5,10 @@ mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+use std::time::Duration;
 
 use common::graph::big_graph;
-use common::{thread_count, watchdog};
+use common::{thread_count, threads_back_to, watchdog};
 
 #[test]
 fn stopping_mid_graph_joins_every_thread_over_200_cycles() {
@@ -24,7 +25,7 @@ fn stopping_mid_graph_joins_every_thread_over_200_cycles() {
             }
             drop(p);
             // Every thread of every branch and region is joined by then.
-            assert_eq!(thread_count(), baseline, "cycle {cycle}");
+            assert_eq!(threads_back_to(baseline, Duration::from_secs(10)), baseline, "cycle {cycle}");
         }
     });
 }

@@ -8,7 +8,7 @@ use std::convert::Infallible;
 use std::fs::File;
 use std::time::{Duration, Instant};
 
-use common::{settle, thread_count, watchdog};
+use common::{settle, thread_count, threads_back_to, watchdog};
 use spdl_exec::{BuildOptions, OutputOrder, PipelineBuilder, Stage};
 
 const CYCLES: u64 = 1_000;
@@ -126,20 +126,15 @@ fn thousand_cycles_leave_no_threads_no_fds_and_no_memory_growth() {
         // the first runtime with `enable_all` creates the process-wide signal socket pair once. That is a
         // one-time global, not a per-pipeline resource, so the baseline is taken after it.
         cycle(1, &file);
-        let threads0 = thread_count();
+        // The baseline once the first cycle's threads have left the count.
+        let threads0 = settle(Duration::from_secs(2), 5, || thread_count() as u64) as usize;
         let fds0 = fd_count();
         let mut rss_warm = 0;
         let t = Instant::now();
         for n in 0..CYCLES {
             cycle(n, &file);
-            // Drop and stop join every thread before returning. `join` returns once the kernel has cleared the
-            // thread's id, which can be a moment before the task leaves /proc/self/task: allow that moment
-            // (at most 2 s) and no more; a thread that stays is a leak.
-            let deadline = Instant::now() + Duration::from_secs(2);
-            while thread_count() != threads0 && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            assert_eq!(thread_count(), threads0, "threads after cycle {n}");
+            // Drop and stop join every thread before returning.
+            assert_eq!(threads_back_to(threads0, Duration::from_secs(2)), threads0, "threads after cycle {n}");
             assert_eq!(fd_count(), fds0, "open fds after cycle {n}: {:?}", fd_list());
             if n == 99 {
                 rss_warm = settle(Duration::from_secs(2), 3, rss_kib);

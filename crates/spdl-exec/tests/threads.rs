@@ -4,9 +4,9 @@
 mod common;
 
 use std::convert::Infallible;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{thread_count, watchdog};
+use common::{thread_count, threads_back_to, watchdog};
 use spdl_exec::{BuildOptions, PipelineBuilder, Stage};
 
 #[test]
@@ -38,13 +38,8 @@ fn thread_count_returns_to_baseline_after_200_cycles() {
             assert!(n >= 1);
             assert!(thread_count() > baseline);
             drop(pipeline);
-            // `drop` joined every thread; the kernel may take a moment more to remove an exited
-            // thread from the count (a joined thread is gone, but not yet reaped).
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while thread_count() != baseline && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            assert_eq!(thread_count(), baseline, "cycle {cycle}");
+            // `drop` joined every thread.
+            assert_eq!(threads_back_to(baseline, Duration::from_secs(10)), baseline, "cycle {cycle}");
         }
     });
 }

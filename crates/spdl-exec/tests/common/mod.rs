@@ -31,6 +31,20 @@ pub fn thread_count() -> usize {
     status.lines().find_map(|l| l.strip_prefix("Threads:")).and_then(|v| v.trim().parse().ok()).expect("Threads: line")
 }
 
+/// Waits (at most `max`) for the thread count to come back to `baseline` and returns it.
+/// `join` returns once the kernel has cleared a thread's id, which can be a moment before
+/// the task leaves the process's count; a thread still counted after `max` is a leak.
+pub fn threads_back_to(baseline: usize, max: Duration) -> usize {
+    let deadline = std::time::Instant::now() + max;
+    loop {
+        let n = thread_count();
+        if n == baseline || std::time::Instant::now() >= deadline {
+            return n;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// A cheap deterministic hash, for pseudo-random per-item decisions.
 pub fn mix(x: u64) -> u64 {
     let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);

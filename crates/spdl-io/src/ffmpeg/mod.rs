@@ -8,6 +8,7 @@
 //!   a path is never read as an FFmpeg protocol URL.
 //! - `demux`: the packets of a video stream that a time window needs.
 //! - `video`: libavcodec video decoding and swscale conversion into one `[N, H, W, C]` buffer.
+//! - `clips`: a clip plan decoded run by run (each GOP once), into one `[clips, frames, H, W, C]` buffer.
 //! - `audio`: libavcodec audio decoding into the audio API's planar `f32` scratch (what symphonia cannot
 //!   read, and MP3/Vorbis, which libavcodec decodes faster).
 //! - `probe`: every stream of any container FFmpeg reads.
@@ -22,6 +23,7 @@
 mod audio;
 mod avio;
 mod bsf;
+mod clips;
 mod demux;
 mod frames;
 mod media;
@@ -41,7 +43,7 @@ use crate::media::{
     MediaFrames, MediaPackets, MediaType, Packets,
 };
 use crate::probe::MediaInfo;
-use crate::video::{DecodeOptions, DemuxOptions, Frames, VideoLimits};
+use crate::video::{ClipOptions, ClipPlan, ClipStats, DecodeOptions, DemuxOptions, Frames, VideoLimits};
 
 /// The backend of this build.
 pub(crate) fn linked() -> &'static dyn Backend {
@@ -86,6 +88,11 @@ impl Backend for FfBackend {
     fn decode_packets(&self, packets: Packets, opts: &DecodeOptions, allocator: &SharedAllocator) -> Result<Frames> {
         let item = packets.item.clone();
         catch(&item, || video::decode_packets(packets, opts, allocator))
+    }
+
+    fn decode_clips(&self, packets: Packets, plan: &ClipPlan, opts: &ClipOptions, dst: &mut [u8]) -> Result<ClipStats> {
+        let item = packets.item.clone();
+        catch(&item, || clips::decode_clips(packets, plan, opts, dst))
     }
 
     fn open_demuxer(&self, input: &MediaInput<'_>, config: &DemuxConfig) -> Result<Box<dyn DemuxerOps>> {

@@ -52,7 +52,7 @@ enum KeyMode {
 }
 
 /// Converts frames with swscale straight into a destination slot.
-struct Converter {
+pub(super) struct Converter {
     ctx: Option<(scaling::Context, (ff::format::Pixel, u32, u32))>,
     dst: ff::format::Pixel,
     width: u32,
@@ -62,7 +62,19 @@ struct Converter {
 }
 
 impl Converter {
-    fn convert(&mut self, frame: &ff::frame::Video, dst: &mut [u8], item: &str) -> Result<()> {
+    /// A converter to `width x height` in `format` (its swscale context is made for the first frame).
+    pub(super) fn new(format: PixelFormat, width: u32, height: u32, filter: ScaleFilter) -> Converter {
+        Converter {
+            ctx: None,
+            dst: pixel(format),
+            width,
+            height,
+            channels: format.channels(),
+            flags: scale_flags(filter),
+        }
+    }
+
+    pub(super) fn convert(&mut self, frame: &ff::frame::Video, dst: &mut [u8], item: &str) -> Result<()> {
         let key = (frame.format(), frame.width(), frame.height());
         let ctx = match &mut self.ctx {
             Some((ctx, k)) if *k == key => ctx,
@@ -231,6 +243,26 @@ fn packet_keys(packets: &[&ff::Packet], mode: KeyMode) -> Vec<FrameKey> {
     }
 }
 
+/// An opened video decoder for `params` with `threads` frame threads (0: FFmpeg picks).
+pub(super) fn open_decoder(
+    params: ff::codec::Parameters,
+    time_base: ff::Rational,
+    threads: usize,
+    item: &str,
+    codec: &str,
+) -> Result<ff::decoder::Video> {
+    let mut ctx = ff::codec::Context::from_parameters(params).map_err(|e| ff_error(item, codec, e))?;
+    ctx.set_threading(ff::threading::Config { kind: ff::threading::Type::Frame, count: threads, ..Default::default() });
+    let mut opened = ctx.decoder();
+    opened.set_packet_time_base(time_base);
+    opened.video().map_err(|e| match e {
+        ff::Error::DecoderNotFound => {
+            Error::UnknownFormat { item: item.to_owned(), detail: format!("ffmpeg has no decoder for {codec}") }
+        }
+        other => ff_error(item, codec, other),
+    })
+}
+
 /// Decodes demuxed packets into one `[N, H, W, C]` `u8` buffer from `allocator`.
 ///
 /// `N` is decided before decoding, from the packet timestamps and `opts.sampling`; frames that are not
@@ -322,28 +354,8 @@ pub(crate) fn decode_packets(packets: Packets, opts: &DecodeOptions, allocator: 
         unknown: 0,
     };
     if n > 0 {
-        let mut conv = Converter {
-            ctx: None,
-            dst: pixel(opts.pixel_format),
-            width: out_w,
-            height: out_h,
-            channels,
-            flags: scale_flags(opts.filter),
-        };
-        let mut ctx = ff::codec::Context::from_parameters(params).map_err(|e| ff_error(&item, &codec, e))?;
-        ctx.set_threading(ff::threading::Config {
-            kind: ff::threading::Type::Frame,
-            count: opts.threads,
-            ..Default::default()
-        });
-        let mut opened = ctx.decoder();
-        opened.set_packet_time_base(time_base);
-        let mut decoder = opened.video().map_err(|e| match e {
-            ff::Error::DecoderNotFound => {
-                Error::UnknownFormat { item: item.clone(), detail: format!("ffmpeg has no decoder for {codec}") }
-            }
-            other => ff_error(&item, &codec, other),
-        })?;
+        let mut conv = Converter::new(opts.pixel_format, out_w, out_h, opts.filter);
+        let mut decoder = open_decoder(params, time_base, opts.threads, &item, &codec)?;
         let mut frame = ff::frame::Video::empty();
         let mut bad = 0u32;
         'packets: for packet in &packets {

@@ -21,7 +21,7 @@ use super::{Codec, DecodeConfig, DemuxConfig, Fraction, Frame, MediaFrames, Medi
 use crate::audio::{AudioLimits, Decoded};
 use crate::input::{MediaInput, TimeWindow};
 use crate::probe::MediaInfo;
-use crate::video::{DecodeOptions, DemuxOptions, Frames, VideoLimits};
+use crate::video::{ClipOptions, ClipPlan, ClipStats, DecodeOptions, DemuxOptions, Frames, VideoLimits};
 use crate::{Error, Result};
 
 /// Everything the media API asks of FFmpeg.
@@ -42,6 +42,8 @@ pub(crate) trait Backend: Send + Sync {
     fn demux_video(&self, input: &MediaInput<'_>, opts: &DemuxOptions) -> Result<Packets>;
     /// Decodes, samples and converts video packets into one buffer.
     fn decode_packets(&self, packets: Packets, opts: &DecodeOptions, allocator: &SharedAllocator) -> Result<Frames>;
+    /// Decodes a clip plan made from `packets` into `dst` (its size checked by the caller).
+    fn decode_clips(&self, packets: Packets, plan: &ClipPlan, opts: &ClipOptions, dst: &mut [u8]) -> Result<ClipStats>;
     fn open_demuxer(&self, input: &MediaInput<'_>, config: &DemuxConfig) -> Result<Box<dyn DemuxerOps>>;
     fn new_decoder(
         &self,

@@ -21,6 +21,7 @@
 //! This module holds the API (options, sampling, output); the demuxing and decoding themselves are the
 //! FFmpeg backend's, which the audio API and [`crate::probe`] use too.
 
+pub(crate) mod clips;
 mod options;
 mod sampling;
 
@@ -30,6 +31,10 @@ use crate::Result;
 use crate::input::MediaInput;
 
 pub use crate::media::Packets;
+pub use clips::{
+    ClipOptions, ClipPlan, ClipRequest, ClipSampler, ClipStarts, ClipStats, ClipStep, Clips, MAX_SAMPLED_CLIPS,
+    PastEnd, Timeline, decode_clips, decode_clips_into, load_clips, plan_clips, plan_on, sample_starts,
+};
 pub use options::{
     DecodeOptions, DemuxOptions, FrameSampling, Frames, PixelFormat, ScaleFilter, VideoLimits, VideoOptions,
 };

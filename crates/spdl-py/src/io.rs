@@ -14,6 +14,8 @@ mod encode;
 mod media;
 mod tar;
 #[cfg(feature = "ffmpeg")]
+mod clips;
+#[cfg(feature = "ffmpeg")]
 mod video;
 
 use std::path::PathBuf;
@@ -619,6 +621,8 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     tar::register(m)?;
     #[cfg(feature = "ffmpeg")]
     video::register(m)?;
+    #[cfg(feature = "ffmpeg")]
+    clips::register(m)?;
     #[cfg(feature = "ffmpeg")]
     media::register(m)?;
     Ok(())

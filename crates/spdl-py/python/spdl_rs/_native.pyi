@@ -77,6 +77,15 @@ __all__ = [
     "load_video_op",
     "demux_video_op",
     "decode_packets_op",
+    "load_clips",
+    "clips_at_random_indices",
+    "clips_at_regular_indices",
+    "clips_at_random_timestamps",
+    "clips_at_regular_timestamps",
+    "clips_at_fps",
+    "load_clips_batch",
+    "load_clips_op",
+    "load_clips_batch_op",
     "HAS_IO",
     "HAS_VIDEO",
     "Store",
@@ -425,6 +434,25 @@ class _DecodeOptions(TypedDict, total=False):
 
 class _VideoOptions(_DemuxOptions, _DecodeOptions, total=False): ...
 
+class _ClipOptions(TypedDict, total=False):
+    stride: int
+    fps: float | None
+    by: str  # "index" or "time"
+    width: int | None
+    height: int | None
+    pix_fmt: str  # "rgb24" or "gray"
+    filter: str  # "bicubic", "bilinear", "nearest" or "area"
+    policy: str  # "error", "repeat_last" or "wrap"
+    threads: int
+    skip_unused: bool
+    limits: dict[str, int] | None
+
+class _ClipBatchOptions(_ClipOptions, total=False):
+    sampler: str | None  # "random_indices", "regular_indices", "random_timestamps", "regular_timestamps", "all_at_fps"
+    num_clips: int | None
+    seed: int
+    num_threads: int | None  # None: all cores in the function, 1 in the op
+
 def load_image(path: str | PathLike[str], **options: Unpack[_ImageOptions]) -> Buffer:
     """Decodes one image file into an HWC ``uint8`` buffer (GIL released)."""
 
@@ -765,6 +793,90 @@ def decode_packets(
     packets: VideoPackets, *, return_info: bool = False, **options: Unpack[_DecodeOptions]
 ) -> Buffer | tuple[Buffer, dict[str, Any]]:
     """Decodes (and consumes) packets into a ``uint8`` buffer ``[N, H, W, C]`` (GIL released)."""
+
+def load_clips(
+    src: _Src,
+    starts: Sequence[float],
+    *,
+    num_frames: int,
+    name: str | None = None,
+    return_info: bool = False,
+    **options: Unpack[_ClipOptions],
+) -> Buffer | tuple[Buffer, dict[str, Any]]:
+    """Clips at ``starts`` into one ``uint8`` buffer ``[clips, num_frames, H, W, C]``, each GOP decoded once
+    (GIL released). Only in builds with ``HAS_VIDEO``."""
+
+def clips_at_random_indices(
+    src: _Src,
+    num_clips: int,
+    num_frames: int,
+    *,
+    seed: int = 0,
+    name: str | None = None,
+    return_info: bool = False,
+    **options: Unpack[_ClipOptions],
+) -> Buffer | tuple[Buffer, dict[str, Any]]:
+    """Clips at seeded random start indices (sorted), as :py:func:`load_clips`."""
+
+def clips_at_regular_indices(
+    src: _Src,
+    num_clips: int,
+    num_frames: int,
+    *,
+    name: str | None = None,
+    return_info: bool = False,
+    **options: Unpack[_ClipOptions],
+) -> Buffer | tuple[Buffer, dict[str, Any]]:
+    """Clips at evenly spaced start indices, as :py:func:`load_clips`."""
+
+def clips_at_random_timestamps(
+    src: _Src,
+    num_clips: int,
+    num_frames: int,
+    *,
+    seed: int = 0,
+    name: str | None = None,
+    return_info: bool = False,
+    **options: Unpack[_ClipOptions],
+) -> Buffer | tuple[Buffer, dict[str, Any]]:
+    """Clips at seeded random start times (sorted), as :py:func:`load_clips`."""
+
+def clips_at_regular_timestamps(
+    src: _Src,
+    num_clips: int,
+    num_frames: int,
+    *,
+    name: str | None = None,
+    return_info: bool = False,
+    **options: Unpack[_ClipOptions],
+) -> Buffer | tuple[Buffer, dict[str, Any]]:
+    """Clips at evenly spaced start times, as :py:func:`load_clips`."""
+
+def clips_at_fps(
+    src: _Src,
+    fps: float,
+    num_frames: int,
+    *,
+    name: str | None = None,
+    return_info: bool = False,
+    **options: Unpack[_ClipOptions],
+) -> Buffer | tuple[Buffer, dict[str, Any]]:
+    """The whole video at ``fps`` in consecutive clips, as :py:func:`load_clips`."""
+
+def load_clips_batch(
+    srcs: Sequence[_Src], starts: Sequence[Any] | None = None, *, num_frames: int, **options: Unpack[_ClipBatchOptions]
+) -> Buffer:
+    """Clips of many videos into one ``uint8`` buffer ``[B, clips, num_frames, H, W, C]`` (GIL released)."""
+
+def load_clips_op(
+    *, num_frames: int, starts: Sequence[float] | None = None, **options: Unpack[_ClipBatchOptions]
+) -> NativeOp:
+    """The native op of :py:func:`load_clips` (items: videos, or ``(src, starts)`` pairs)."""
+
+def load_clips_batch_op(
+    *, num_frames: int, starts: Sequence[Any] | None = None, **options: Unpack[_ClipBatchOptions]
+) -> NativeOp:
+    """The native op of :py:func:`load_clips_batch` (items: lists of videos)."""
 
 def load_video_op(**options: Unpack[_VideoOptions]) -> NativeOp:
     """The native op of :py:func:`load_video`."""

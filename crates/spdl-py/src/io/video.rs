@@ -22,7 +22,7 @@ use crate::error::Error;
 use crate::pipeline::{NativeOp, PyNativeOp};
 use crate::value::Value;
 
-fn pixel_format(name: &str) -> PyResult<PixelFormat> {
+pub(super) fn pixel_format(name: &str) -> PyResult<PixelFormat> {
     match name.to_ascii_lowercase().as_str() {
         "rgb24" | "rgb" => Ok(PixelFormat::Rgb24),
         "gray" | "gray8" | "grey" => Ok(PixelFormat::Gray8),
@@ -30,7 +30,7 @@ fn pixel_format(name: &str) -> PyResult<PixelFormat> {
     }
 }
 
-fn scale_filter(name: &str) -> PyResult<ScaleFilter> {
+pub(super) fn scale_filter(name: &str) -> PyResult<ScaleFilter> {
     match name.to_ascii_lowercase().as_str() {
         "nearest" | "point" => Ok(ScaleFilter::Nearest),
         "bilinear" => Ok(ScaleFilter::Bilinear),

@@ -5,6 +5,11 @@
   :py:func:`probe` describes any media file.
 - Video (a build with FFmpeg, see :py:func:`has_video`): :py:func:`load_video`, or :py:func:`demux_video` then
   :py:func:`decode_packets` in separate pipeline stages.
+- Video clips: :py:func:`load_clips` (clips at given starts), the samplers :py:func:`clips_at_random_indices`,
+  :py:func:`clips_at_regular_indices`, :py:func:`clips_at_random_timestamps`,
+  :py:func:`clips_at_regular_timestamps`, :py:func:`clips_at_fps`, and :py:func:`load_clips_batch` (many videos
+  into one ``[B, clips, T, H, W, C]`` buffer): each video is demuxed once and each GOP decoded once for every
+  clip that needs it.
 
 **The result type.** Every decoder (images, audio, video, and the pipeline stages of
 :py:mod:`spdl_rs.io.ops`) returns a :py:class:`spdl_rs.Buffer`: the memory the decoder wrote, owned by Rust and
@@ -511,6 +516,46 @@ def decode_packets(
     )
 
 
+_CLIP_FUNCTIONS = (
+    "load_clips",
+    "load_clips_batch",
+    "clips_at_random_indices",
+    "clips_at_regular_indices",
+    "clips_at_random_timestamps",
+    "clips_at_regular_timestamps",
+    "clips_at_fps",
+)
+
+
+def _without_video(name: str) -> Callable[..., Any]:
+    def missing(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"spdl_rs.io.{name}: spdl_rs was built without the `ffmpeg` feature")
+
+    missing.__name__ = missing.__qualname__ = name
+    return missing
+
+
+# Clips: the native functions themselves (each video demuxed once, each GOP its clips need decoded once).
+if HAS_VIDEO:
+    from .._native import (
+        clips_at_fps,
+        clips_at_random_indices,
+        clips_at_random_timestamps,
+        clips_at_regular_indices,
+        clips_at_regular_timestamps,
+        load_clips,
+        load_clips_batch,
+    )
+else:
+    load_clips = _without_video("load_clips")
+    load_clips_batch = _without_video("load_clips_batch")
+    clips_at_random_indices = _without_video("clips_at_random_indices")
+    clips_at_regular_indices = _without_video("clips_at_regular_indices")
+    clips_at_random_timestamps = _without_video("clips_at_random_timestamps")
+    clips_at_regular_timestamps = _without_video("clips_at_regular_timestamps")
+    clips_at_fps = _without_video("clips_at_fps")
+
+
 def to_torch(buffer: Any) -> Any:
     """A ``torch.Tensor`` sharing the buffer's memory (``torch.from_dlpack``; no copy): SPDL's ``to_torch``."""
     import torch
@@ -604,6 +649,7 @@ __getattr__, __dir__ = _lazy_attributes(__name__, globals(), _LAZY)
 
 __all__ = [
     "Packets",
+    *_CLIP_FUNCTIONS,
     "decode_image",
     "decode_memory_budget",
     "decode_packets",

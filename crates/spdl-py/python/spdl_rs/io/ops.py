@@ -36,6 +36,8 @@ __all__ = [
     "demux_video",
     "load_audio",
     "load_audio_batch",
+    "load_clips",
+    "load_clips_batch",
     "load_image",
     "load_image_batch",
     "load_video",
@@ -228,3 +230,18 @@ def decode_packets(
         filter=filter,
         threads=threads,
     )
+
+
+def load_clips(*, num_frames: int, starts: Sequence[float] | None = None, **options: Any) -> NativeOp:
+    """A stage that decodes clips from each item, a video (a path or encoded bytes) or a ``(src, starts)``
+    pair, into a ``[clips, num_frames, H, W, C]`` ``uint8`` buffer: at ``starts`` (the same for every video),
+    where ``sampler=`` (``"random_indices"``, ... with ``num_clips=`` and ``seed=``) puts them, or at the
+    pair's own starts. Other options as :py:func:`spdl_rs.io.load_clips` (needs a build with video support)."""
+    return _video_op("load_clips_op")(num_frames=num_frames, starts=starts, **options)
+
+
+def load_clips_batch(*, num_frames: int, starts: Sequence[Any] | None = None, **options: Any) -> NativeOp:
+    """A stage that decodes each item, a list of videos (after ``aggregate``), into one
+    ``[B, clips, num_frames, H, W, C]`` ``uint8`` buffer. Arguments as :py:func:`spdl_rs.io.load_clips_batch`;
+    ``num_threads`` defaults to 1 here (the stage's ``concurrency`` gives the parallelism)."""
+    return _video_op("load_clips_batch_op")(num_frames=num_frames, starts=starts, **options)

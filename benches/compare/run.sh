@@ -3,8 +3,8 @@
 # on the CPU) on three image jobs: resize, eval (center crop), train (random resized crop).
 #
 # Run through `cargo xtask compare` (or `bash benches/compare/run.sh [compare.py options]`).
-# 1. creates `.venv-peers` at the repository root once (SPDL, Pillow, numpy, psutil, matplotlib, torch, torchvision;
-#    ~6 GB, a few minutes) and reuses it while the pinned requirement list is unchanged;
+# 1. creates `.venv-peers` at the repository root once (SPDL, Pillow, numpy, psutil, matplotlib, torch, torchvision,
+#    torchcodec; ~6 GB, a few minutes) and reuses it while the pinned requirement list is unchanged;
 #    then tries `pip install nvidia-dali-cuda120` into it once (DALI CPU runners; skipped with the reason if it fails);
 # 2. builds the `spdl` CLI in release twice: without `turbojpeg` (pure-Rust zune-jpeg, copied to
 #    target/compare/spdl-zune, run as spdl-rs-zune) and with it (target/release/spdl, run as spdl-rs; needs cmake
@@ -15,6 +15,7 @@
 # 5. then the audio/video comparison: builds spdl-io's `av_throughput` example in release and runs
 #    benches/compare/av_compare.py, which makes its media once under target/compare-av (ffmpeg CLI) and writes
 #    docs/benchmarks.md's "## Audio/video comparison" section.
+#    (benches/compare/video_clips.py, clip decoding against SPDL 0.8.0 and torchcodec, is run by hand with this venv.)
 #
 # 6. then benches/compare/api_surface.py: SPDL 0.8.0's public names that spdl_rs lacks, per module (spdl_rs from
 #    `.venv`, built there if it does not import); a gap missing from README.md's list fails the run.
@@ -39,6 +40,7 @@ REQUIREMENTS=(
     "spdl==0.8.0"
     "torch==2.15.0"
     "torchvision==0.29.2"
+    "torchcodec==0.17.0"
     "pillow"
     "numpy"
     "psutil"

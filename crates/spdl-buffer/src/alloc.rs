@@ -114,9 +114,85 @@ fn checked(layout: MemLayout) -> Result<MemLayout, BufferError> {
         .map_err(|_| BufferError::SizeOverflow { shape: vec![layout.size()] })
 }
 
+/// Blocks of at least this many bytes are mapped on their own, in 2 MiB-aligned ranges the kernel may back
+/// with transparent huge pages (Linux): a 44 MB batch of video clips then costs 22 page faults instead of
+/// 11,000, and no zero-fill pass (fresh mappings are zero).
+pub const LARGE_BLOCK: usize = 2 << 20;
+
+/// The tag of a block [`SystemAllocator`] mapped itself.
+const MAPPED: usize = 1;
+
+#[cfg(target_os = "linux")]
+mod large {
+    use std::ptr::NonNull;
+
+    use super::LARGE_BLOCK;
+
+    /// The mapped length of a block of `size` bytes: whole 2 MiB units.
+    pub(super) fn mapped_len(size: usize) -> Option<usize> {
+        size.checked_next_multiple_of(LARGE_BLOCK)
+    }
+
+    /// Maps `len` zeroed bytes (a multiple of [`LARGE_BLOCK`]) at a [`LARGE_BLOCK`]-aligned address, asking
+    /// for huge pages. `None` when the kernel refuses the mapping.
+    pub(super) fn map(len: usize) -> Option<NonNull<u8>> {
+        let span = len.checked_add(LARGE_BLOCK)?;
+        // SAFETY: an anonymous private mapping of `span` bytes, at an address the kernel picks; nothing
+        // else refers to it.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                span,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if raw == libc::MAP_FAILED {
+            return None;
+        }
+        let start = raw as usize;
+        let aligned = start.next_multiple_of(LARGE_BLOCK);
+        let head = aligned - start;
+        let tail = span - head - len;
+        // SAFETY: the head and tail are parts of the mapping just made, outside `[aligned, aligned + len)`,
+        // and unused; madvise only advises on the kept range.
+        unsafe {
+            if head > 0 {
+                libc::munmap(raw, head);
+            }
+            if tail > 0 {
+                libc::munmap((aligned + len) as *mut libc::c_void, tail);
+            }
+            // Advice only: without transparent huge pages the range is ordinary pages.
+            libc::madvise(aligned as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
+        }
+        NonNull::new(aligned as *mut u8)
+    }
+
+    /// Unmaps a block [`map`] made.
+    ///
+    /// # Safety
+    /// `ptr` and `len` are those of one [`map`] call, and the block is no longer used.
+    pub(super) unsafe fn unmap(ptr: *mut u8, len: usize) {
+        // SAFETY: per the contract, the range is exactly one live mapping of ours.
+        unsafe { libc::munmap(ptr.cast(), len) };
+    }
+}
+
 impl SystemAllocator {
     fn alloc_with(&self, layout: MemLayout, zeroed: bool) -> Result<Block, BufferError> {
         let layout = checked(layout)?;
+        #[cfg(target_os = "linux")]
+        if layout.size() >= LARGE_BLOCK
+            && layout.align() <= LARGE_BLOCK
+            && let Some(ptr) = large::mapped_len(layout.size()).and_then(large::map)
+        {
+            // SAFETY: a fresh mapping of at least `size()` zeroed bytes aligned to LARGE_BLOCK (>= align),
+            // exclusively ours; `release` unmaps it (the tag says so).
+            return Ok(unsafe { Block::from_raw_parts(ptr, layout, MAPPED) });
+        }
         if layout.size() == 0 {
             // Zero-size: a dangling pointer with the right alignment; nothing to free.
             let ptr = NonNull::new(layout.align() as *mut u8).ok_or(BufferError::BadAlignment(0))?;
@@ -146,6 +222,14 @@ impl HostAllocator for SystemAllocator {
     }
 
     fn release(&self, block: Block) {
+        #[cfg(target_os = "linux")]
+        if block.tag() == MAPPED {
+            if let Some(len) = large::mapped_len(block.size()) {
+                // SAFETY: `alloc_with` mapped this block with this length; it is released once.
+                unsafe { large::unmap(block.as_ptr(), len) };
+            }
+            return;
+        }
         if block.size() != 0 {
             // SAFETY: the block came from `alloc_with` with exactly this layout and is released once.
             unsafe { std::alloc::dealloc(block.as_ptr(), block.layout()) };
@@ -161,4 +245,34 @@ impl HostAllocator for SystemAllocator {
 pub fn system_allocator() -> SharedAllocator {
     static SYSTEM: OnceLock<SharedAllocator> = OnceLock::new();
     SYSTEM.get_or_init(|| Arc::new(SystemAllocator)).clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn large_blocks_are_zeroed_aligned_writable_and_released() {
+        let alloc = SystemAllocator;
+        for size in [LARGE_BLOCK, LARGE_BLOCK + 1, 5 * LARGE_BLOCK + 12345] {
+            for zeroed in [true, false] {
+                let layout = MemLayout::from_size_align(size, MIN_ALIGN).unwrap();
+                let block = if zeroed { alloc.allocate_zeroed(layout) } else { alloc.allocate(layout) }.unwrap();
+                assert!(block.size() >= size);
+                assert_eq!(block.as_ptr() as usize % MIN_ALIGN, 0);
+                // SAFETY: the block holds `size` bytes, exclusively ours until released.
+                let bytes = unsafe { std::slice::from_raw_parts_mut(block.as_ptr(), size) };
+                if zeroed {
+                    assert!(bytes.iter().all(|&b| b == 0));
+                }
+                bytes.fill(7);
+                assert_eq!(bytes[size - 1], 7);
+                alloc.release(block);
+            }
+        }
+        // Small blocks still come from the heap.
+        let small = alloc.allocate_zeroed(MemLayout::from_size_align(4096, MIN_ALIGN).unwrap()).unwrap();
+        assert_ne!(small.tag(), MAPPED);
+        alloc.release(small);
+    }
 }

@@ -40,7 +40,7 @@ mod dtype;
 mod error;
 mod pool;
 
-pub use alloc::{Block, HostAllocator, MIN_ALIGN, SharedAllocator, SystemAllocator, system_allocator};
+pub use alloc::{Block, HostAllocator, LARGE_BLOCK, MIN_ALIGN, SharedAllocator, SystemAllocator, system_allocator};
 pub use buffer::Buffer;
 pub use dtype::{DType, Element, Layout};
 pub use error::BufferError;

@@ -6,6 +6,8 @@
 //!   listing one path per line, or an object store: `spdl bench s3://bucket/prefix` (feature `s3`; `--endpoint`
 //!   for S3-compatible servers) lists and reads it; `spdl bench KEYS.txt --store URL` reads listed keys from any
 //!   store (features `s3`, `http`). The read stage then awaits the store's GETs (`--io-concurrency` in flight).
+//! - `spdl bench --video DIR` (feature `ffmpeg`) runs the clip pipeline over a directory of videos: read →
+//!   decode `--clips` clips of `--frames` frames each (N threads, one video each) → batch.
 //! - `spdl probe FILE` prints what a media file holds.
 //! - `spdl gen-data DIR` writes the synthetic corpora the tests and benchmarks use.
 
@@ -14,6 +16,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 
+mod clips;
 mod corrupt;
 mod data;
 mod loader;
@@ -60,6 +63,17 @@ enum Command {
         /// Credentials and region come from the standard AWS chain (`AWS_ACCESS_KEY_ID`, `AWS_REGION`, ...).
         #[arg(long)]
         endpoint: Option<String>,
+        /// PATH is a directory of videos (mp4, mkv, webm, avi, mov): run the clip pipeline (read, decode
+        /// --clips clips of --frames frames at --size x --size from each video, batch). Needs the `ffmpeg`
+        /// feature.
+        #[arg(long, conflicts_with_all = ["store", "endpoint"])]
+        video: bool,
+        /// Clips per video (with --video).
+        #[arg(long, default_value_t = 4, requires = "video")]
+        clips: usize,
+        /// Consecutive frames per clip (with --video).
+        #[arg(long, default_value_t = 16, requires = "video")]
+        frames: usize,
         #[command(flatten)]
         opts: LoaderArgs,
     },
@@ -189,7 +203,10 @@ fn main() -> Result<()> {
             data::ensure_demo_dataset(&dir, images, !opts.json)?;
             loader::run(&dir, &opts, "demo", &loader::Remote::default())
         }
-        Command::Bench { path, store, endpoint, opts } => {
+        Command::Bench { path, video: true, clips, frames, opts, .. } => {
+            clips::run(&path, &opts, clips::ClipArgs { clips, frames })
+        }
+        Command::Bench { path, store, endpoint, opts, .. } => {
             loader::run(&path, &opts, "bench", &loader::Remote { store, endpoint })
         }
         Command::Probe { file, json } => probe::run(&file, json),

@@ -43,6 +43,8 @@ fn media() -> Vec<PathBuf> {
         make("vp9.webm", &["-c:v", "libvpx-vp9", "-deadline", "realtime", "-cpu-used", "8"], "25"),
         make("mpeg4_b.mkv", &["-c:v", "mpeg4", "-q:v", "4", "-bf", "2"], "20"),
         make("mpeg4.avi", &["-c:v", "mpeg4", "-q:v", "4"], "12"),
+        // A raw Annex B stream: no container timestamps, frames matched by output order.
+        make("raw_b.h264", &["-c:v", "libx264", "-preset", "veryfast", "-bf", "2", "-f", "h264"], "30"),
     ]
 }
 

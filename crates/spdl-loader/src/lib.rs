@@ -45,8 +45,15 @@ use spdl_exec::{
 use spdl_io::image::{BatchDecoder, BatchOptions, Normalize, ResizeFilter, Transform};
 use spdl_source::{DedicatedStore, FolderLayout, SourceError, StoreOptions};
 
+#[cfg(feature = "video")]
+mod clips;
+#[cfg(feature = "video")]
+pub use clips::{ClipBatch, ClipLoader, ClipLoaderOptions, ClipSampling, MAX_CLIP_FRAMES, MAX_CLIP_SIDE};
+
 /// Extensions a listing keeps by default.
 pub const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff"];
+/// Extensions a video listing keeps ([`Listing::open_with_extensions`]; the clip recipe, feature `video`).
+pub const VIDEO_EXTENSIONS: &[&str] = &["mp4", "mkv", "webm", "avi", "mov"];
 /// Most decode threads: each is a thread with its own buffers.
 pub const MAX_THREADS: usize = 1024;
 /// Most reads in flight.
@@ -75,11 +82,13 @@ pub enum LoaderError {
         #[source]
         source: SourceError,
     },
-    /// The listing found no image.
-    #[error("no images ({}) found in {location}", IMAGE_EXTENSIONS.join(", "))]
+    /// The listing found no file with the extensions it keeps.
+    #[error("no {} ({extensions}) found in {location}", if *extensions == IMAGE_EXTENSIONS.join(", ") { "images" } else { "files" })]
     Empty {
         /// The path or address.
         location: String,
+        /// The extensions looked for, comma-separated.
+        extensions: String,
     },
     /// A GPU is present but could not be set up.
     #[error("a GPU is present but could not be set up: {0}")]
@@ -145,6 +154,23 @@ impl Listing {
     /// or an object store address. With [`ListOptions::store`], `path` is a list file of keys
     /// in that store.
     pub fn open(path: &str, opts: &ListOptions) -> Result<Self, LoaderError> {
+        Self::open_with_extensions(path, opts, IMAGE_EXTENSIONS)
+    }
+
+    /// [`Listing::open`], keeping the files whose extension (case-insensitive) is one of `extensions`
+    /// when listing a directory or a store (a list file names what it names), e.g. [`VIDEO_EXTENSIONS`].
+    ///
+    /// ```
+    /// use spdl_loader::{ListOptions, Listing, LoaderError, VIDEO_EXTENSIONS};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// std::fs::write(dir.path().join("a.mp4"), b"not really a video")?;
+    /// std::fs::write(dir.path().join("b.jpg"), b"not an image")?;
+    /// let listing = Listing::open_with_extensions(dir.path().to_str().unwrap(), &ListOptions::default(), VIDEO_EXTENSIONS)?;
+    /// assert_eq!(listing.samples.len(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn open_with_extensions(path: &str, opts: &ListOptions, extensions: &[&str]) -> Result<Self, LoaderError> {
         let url = match &opts.store {
             Some(url) => Some(url.clone()),
             None if is_store_url(path) => Some(path.to_owned()),
@@ -157,7 +183,7 @@ impl Listing {
                     reason: "applies to s3:// stores only".into(),
                 });
             }
-            return Self::open_local(Path::new(path));
+            return Self::open_local(Path::new(path), extensions);
         };
         let mut store_opts = StoreOptions::default();
         if let Some(endpoint) = &opts.endpoint {
@@ -169,14 +195,14 @@ impl Listing {
             spdl_source::Dataset::from_manifest(Path::new(path)).map_err(list_error(path))?
         } else {
             store
-                .block_on(spdl_source::Dataset::from_store(&**store.store(), "", IMAGE_EXTENSIONS, FolderLayout::Auto))
+                .block_on(spdl_source::Dataset::from_store(&**store.store(), "", extensions, FolderLayout::Auto))
                 .map_err(list_error(&url))?
         };
         let samples = dataset.iter().map(|r| Sample { key: r.key.clone(), label: r.label.unwrap_or(-1) }).collect();
-        Self::checked(samples, url, store)
+        Self::checked(samples, url, store, extensions)
     }
 
-    fn open_local(path: &Path) -> Result<Self, LoaderError> {
+    fn open_local(path: &Path, extensions: &[&str]) -> Result<Self, LoaderError> {
         let location = path.display().to_string();
         let io = |e: std::io::Error| LoaderError::List {
             location: location.clone(),
@@ -191,7 +217,7 @@ impl Listing {
             });
         }
         let (dataset, root) = if meta.is_dir() {
-            let d = spdl_source::Dataset::from_dir_with_layout(path, IMAGE_EXTENSIONS, FolderLayout::Auto)
+            let d = spdl_source::Dataset::from_dir_with_layout(path, extensions, FolderLayout::Auto)
                 .map_err(list_error(&location))?;
             (d, path.to_path_buf())
         } else {
@@ -223,12 +249,17 @@ impl Listing {
         // anywhere its reader may read).
         let store_opts = StoreOptions { follow_links_outside_root: true, ..StoreOptions::default() };
         let store = open_store(&store_root.to_string_lossy(), &store_opts)?;
-        Self::checked(samples, location, store)
+        Self::checked(samples, location, store, extensions)
     }
 
-    fn checked(samples: Vec<Sample>, location: String, store: DedicatedStore) -> Result<Self, LoaderError> {
+    fn checked(
+        samples: Vec<Sample>,
+        location: String,
+        store: DedicatedStore,
+        extensions: &[&str],
+    ) -> Result<Self, LoaderError> {
         if samples.is_empty() {
-            return Err(LoaderError::Empty { location });
+            return Err(LoaderError::Empty { location, extensions: extensions.join(", ") });
         }
         Ok(Self { samples, location, store: Arc::new(store) })
     }

@@ -9,12 +9,12 @@
 #[macro_use]
 pub(crate) mod options;
 mod audio;
+#[cfg(feature = "ffmpeg")]
+mod clips;
 mod encode;
 #[cfg(feature = "ffmpeg")]
 mod media;
 mod tar;
-#[cfg(feature = "ffmpeg")]
-mod clips;
 #[cfg(feature = "ffmpeg")]
 mod video;
 

@@ -338,3 +338,57 @@ def test_a_pipeline_stopped_mid_epoch_leaves_the_source_reusable(ray_cluster):
         ids = [i for b in pipeline for i in b["id"].tolist()]
     assert sorted(ids) == list(range(20))  # the epoch read again, whole
     assert source.state_dict() == {"epoch": 1, "position": 0}
+
+
+@pytest.fixture(scope="module")
+def videos(tmp_path_factory):
+    if shutil.which("ffmpeg") is None:
+        pytest.fail("the ffmpeg CLI is needed to make the test videos")
+    if not io.has_video():
+        pytest.skip("built without the ffmpeg feature")
+    d = tmp_path_factory.mktemp("ray_videos")
+    paths = []
+    for i in range(4):
+        p = d / f"v{i}.mp4"
+        subprocess.run(
+            ["ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi", "-i",
+             f"testsrc2=size={64 + 16 * i}x48:rate=25", "-frames:v", str(40 + 10 * i), "-c:v", "libx264", "-g", "20",
+             "-pix_fmt", "yuv420p", str(p)],
+            check=True,
+            timeout=60,
+        )
+        paths.append(str(p))
+    return paths
+
+
+def test_clip_decoder_as_tasks_matches_load_clips(ray_cluster, videos):
+    from spdl_rs.ray import VideoClipDecoder
+
+    ray = ray_cluster
+    ds = ray.data.read_binary_files(videos, include_paths=True)
+    ds = ds.map_batches(VideoClipDecoder(3, 4, width=32, height=24, seed=5, num_threads=2), batch_size=2)
+    got = _by_path(ds.iter_batches(batch_size=4, batch_format="numpy"), column="clips")
+    assert sorted(got) == sorted(videos)
+    for path in videos:
+        want = np.asarray(io.clips_at_random_indices(path, 3, 4, seed=5, width=32, height=24, policy="repeat_last"))
+        assert got[path].shape == (3, 4, 24, 32, 3)
+        assert np.array_equal(got[path], want), path
+
+
+def test_clip_decoder_keys_seed_each_row_and_failed_rows_are_named_or_dropped(videos):
+    from spdl_rs.ray import VideoClipDecoder
+
+    data = [open(p, "rb").read() for p in videos[:2]] + [b"not a video"]
+    batch = {"bytes": np.array(data, dtype=object), "path": np.array(["a.mp4", "b.mp4", "bad.mp4"]),
+             "id": np.array([7, 8, 9])}
+    dec = VideoClipDecoder(2, 3, width=16, height=16, key_column="id", strict=False)
+    out = dec(batch)
+    assert out["clips"].shape == (2, 2, 3, 16, 16, 3) and list(out["path"]) == ["a.mp4", "b.mp4"]
+    again = dec({k: v[:1] for k, v in batch.items()})
+    assert np.array_equal(again["clips"][0], out["clips"][0])  # the same row, the same clips
+    with pytest.raises(RuntimeError, match=r"row 2 \(bad\.mp4\)"):
+        VideoClipDecoder(2, 3, width=16, height=16)(batch)
+    for bad in ({"sampler": "sometimes"}, {"policy": "pad"}, {"width": 0}):
+        kwargs = {"width": 16, "height": 16, **bad}
+        with pytest.raises(ValueError):
+            VideoClipDecoder(2, 3, **kwargs)

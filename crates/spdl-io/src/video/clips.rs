@@ -566,7 +566,15 @@ pub fn plan_on(timeline: &Timeline, packets: &Packets, request: &ClipRequest, op
         keep_packet[timeline.frames[i].1] = true;
     }
     let runs = match timeline.matching {
-        FrameMatch::Ordinal => uniq.last().map(|&i| vec![(0, timeline.frames[i].1)]).unwrap_or_default(),
+        // Output ordinals say nothing about which packet holds a frame (B-frames come out reordered): one
+        // run from the first packet, stopped as soon as every kept frame is out.
+        FrameMatch::Ordinal => {
+            if uniq.is_empty() {
+                Vec::new()
+            } else {
+                vec![(0, timeline.num_packets.saturating_sub(1))]
+            }
+        }
         FrameMatch::Pts => plan_runs(timeline, packets, &uniq),
     };
     Ok(ClipPlan {

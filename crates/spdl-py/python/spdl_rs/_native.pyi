@@ -434,10 +434,7 @@ class _DecodeOptions(TypedDict, total=False):
 
 class _VideoOptions(_DemuxOptions, _DecodeOptions, total=False): ...
 
-class _ClipOptions(TypedDict, total=False):
-    stride: int
-    fps: float | None
-    by: str  # "index" or "time"
+class _ClipOutputOptions(TypedDict, total=False):
     width: int | None
     height: int | None
     pix_fmt: str  # "rgb24" or "gray"
@@ -446,6 +443,11 @@ class _ClipOptions(TypedDict, total=False):
     threads: int
     skip_unused: bool
     limits: dict[str, int] | None
+
+class _ClipOptions(_ClipOutputOptions, total=False):
+    stride: int
+    fps: float | None
+    by: str  # "index" or "time"
 
 class _ClipBatchOptions(_ClipOptions, total=False):
     sampler: str | None  # "random_indices", "regular_indices", "random_timestamps", "regular_timestamps", "all_at_fps"
@@ -859,7 +861,7 @@ def clips_at_fps(
     *,
     name: str | None = None,
     return_info: bool = False,
-    **options: Unpack[_ClipOptions],
+    **options: Unpack[_ClipOutputOptions],
 ) -> Buffer | tuple[Buffer, dict[str, Any]]:
     """The whole video at ``fps`` in consecutive clips, as :py:func:`load_clips`."""
 

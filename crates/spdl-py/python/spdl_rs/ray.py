@@ -6,6 +6,8 @@ Two pieces, one for each side of a Ray Data job:
   with :py:func:`spdl_rs.io.load_image_batch` (resize, center crop or random resized crop, optional
   normalization) into one ``[N, H, W, C]`` column, in Rust, without the GIL. An instance runs as Ray tasks; the
   class itself (with ``fn_constructor_kwargs``) runs in an actor pool.
+- :py:class:`VideoClipDecoder`, the same for a column of videos: clips sampled from each (seeded) and decoded
+  once per GOP by :py:func:`spdl_rs.io.load_clips`, into one ``[N, clips, T, H, W, C]`` column.
 - :py:class:`RayDataSource`, which makes a ``ray.data.DataIterator`` (e.g. one of
   ``Dataset.streaming_split(n)``) the source of a :py:class:`spdl_rs.pipeline.Pipeline`, so that the trainer's
   pipeline does only the last steps (collate, pin, host-to-device copy).
@@ -41,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:
     import numpy
 
-__all__ = ["ImageBatchDecoder", "RayDataSource", "import_ray"]
+__all__ = ["ImageBatchDecoder", "RayDataSource", "VideoClipDecoder", "import_ray"]
 
 _LG = logging.getLogger(__name__)
 
@@ -262,6 +264,157 @@ class ImageBatchDecoder:
             images = images[keep]
             result = {name: np.asarray(values)[keep] for name, values in result.items()}
         result[self.output_column] = images
+        return result
+
+
+_CLIP_SAMPLERS = ("random_indices", "regular_indices", "random_timestamps", "regular_timestamps")
+
+
+class VideoClipDecoder:
+    """A Ray Data ``map_batches`` callable that decodes clips from a column of videos with spdl-rs.
+
+    Each row's video (encoded bytes, as ``ray.data.read_binary_files`` makes, or a path readable on the worker)
+    gives ``num_clips`` clips of ``num_frames`` frames, placed by ``sampler`` and decoded by
+    :py:func:`spdl_rs.io.load_clips` (each GOP once for every clip that needs it, without the GIL) into
+    ``output_column``: a ``uint8`` array ``[N, num_clips, num_frames, H, W, C]``.
+
+    .. code-block:: python
+
+        ds = ray.data.read_binary_files(video_paths, include_paths=True)
+        ds = ds.map_batches(VideoClipDecoder(4, 16, width=112, height=112, key_column="id"), batch_size=8)
+
+    Args:
+        num_clips, num_frames: Clips per video and frames per clip.
+        width, height: The output frame size (needed: every row must have the same shape).
+        sampler: ``"random_indices"`` (default), ``"regular_indices"``, ``"random_timestamps"`` or
+            ``"regular_timestamps"``.
+        stride: Frames between a clip's frames (``1``: consecutive).
+        seed: Seed of the random samplers (change it per epoch for new clips).
+        key_column: A column of non-negative integers (e.g. a row id) mixed into each row's seed: the same row
+            gets the same clips on every worker and in every run. Without it, every row uses ``seed`` alone.
+        policy: A clip past the end of a short video: ``"repeat_last"`` (default), ``"wrap"`` or ``"error"``.
+        column, output_column, keep_input, strict, name_column: As :py:class:`ImageBatchDecoder`.
+        num_threads: Videos decoded at once per batch.
+
+    Raises:
+        ValueError: An invalid argument (checked here, on the driver).
+    """
+
+    def __init__(
+        self,
+        num_clips: int,
+        num_frames: int,
+        *,
+        width: int,
+        height: int,
+        sampler: str = "random_indices",
+        stride: int = 1,
+        seed: int = 0,
+        key_column: str | None = None,
+        policy: str = "repeat_last",
+        pix_fmt: str = "rgb24",
+        column: str = "bytes",
+        output_column: str = "clips",
+        keep_input: bool = False,
+        strict: bool = True,
+        num_threads: int = 1,
+        name_column: str | None = "path",
+    ) -> None:
+        self.num_clips = _positive_int("num_clips", num_clips)
+        self.num_frames = _positive_int("num_frames", num_frames)
+        self.width = _positive_int("width", width)
+        self.height = _positive_int("height", height)
+        self.stride = _positive_int("stride", stride)
+        self.num_threads = _positive_int("num_threads", num_threads)
+        if sampler not in _CLIP_SAMPLERS:
+            raise ValueError(f"sampler must be one of {list(_CLIP_SAMPLERS)}, got {sampler!r}")
+        if policy not in ("repeat_last", "wrap", "error"):
+            raise ValueError(f'policy must be "repeat_last", "wrap" or "error", got {policy!r}')
+        if pix_fmt not in ("rgb24", "gray"):
+            raise ValueError(f'pix_fmt must be "rgb24" or "gray", got {pix_fmt!r}')
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+        self.sampler, self.policy, self.pix_fmt, self.seed = sampler, policy, pix_fmt, seed
+        self.column, self.output_column, self.keep_input = column, output_column, bool(keep_input)
+        self.key_column, self.strict, self.name_column = key_column, bool(strict), name_column
+
+    def __repr__(self) -> str:
+        return (
+            f"VideoClipDecoder({self.num_clips}, {self.num_frames}, width={self.width}, height={self.height}, "
+            f"sampler={self.sampler!r})"
+        )
+
+    def _decode(self, src: Any, seed: int, name: str) -> Any:
+        from . import io
+
+        fn = {
+            "random_indices": io.clips_at_random_indices,
+            "regular_indices": io.clips_at_regular_indices,
+            "random_timestamps": io.clips_at_random_timestamps,
+            "regular_timestamps": io.clips_at_regular_timestamps,
+        }[self.sampler]
+        extra: dict[str, Any] = {"seed": seed} if self.sampler.startswith("random") else {}
+        if not isinstance(src, str):
+            extra["name"] = name
+        return fn(
+            src, self.num_clips, self.num_frames, width=self.width, height=self.height, stride=self.stride,
+            policy=self.policy, pix_fmt=self.pix_fmt, **extra,
+        )
+
+    def __call__(self, batch: Mapping[str, Any]) -> dict[str, Any]:
+        """Decodes one batch (a dict of columns, ``batch_format="numpy"``); returns the output batch.
+
+        Raises:
+            TypeError, KeyError: As :py:class:`ImageBatchDecoder`.
+            RuntimeError: With ``strict``, a row failed; the message names it.
+        """
+        import numpy as np
+        from concurrent.futures import ThreadPoolExecutor
+
+        if not isinstance(batch, Mapping):
+            raise TypeError(f"VideoClipDecoder takes a dict of columns, got {type(batch).__name__}")
+        if self.column not in batch:
+            raise KeyError(f"VideoClipDecoder: column {self.column!r} is not in the batch (columns: {sorted(batch)})")
+        items = list(batch[self.column])
+        n = len(items)
+        names_col = batch.get(self.name_column) if self.name_column is not None else None
+        names = [str(names_col[i]) if names_col is not None else f"row {i}" for i in range(n)]
+        if self.key_column is not None:
+            if self.key_column not in batch:
+                raise KeyError(f"VideoClipDecoder: key_column {self.key_column!r} is not in the batch")
+            keys = [int(k) for k in np.asarray(batch[self.key_column])]
+            seeds = [(self.seed * 1_000_003 + k) % (2**63) for k in keys]
+        else:
+            seeds = [self.seed] * n
+        c = 3 if self.pix_fmt == "rgb24" else 1
+        out = np.zeros((n, self.num_clips, self.num_frames, self.height, self.width, c), dtype=np.uint8)
+        failures: list[tuple[int, str, str]] = []
+
+        def one(i: int) -> None:
+            item = items[i]
+            if isinstance(item, np.ndarray):
+                item = item.tobytes()
+            try:
+                out[i] = np.asarray(self._decode(item, seeds[i], names[i]))
+            except (RuntimeError, ValueError, OSError) as e:
+                failures.append((i, names[i], str(e)))
+
+        with ThreadPoolExecutor(max_workers=min(self.num_threads, max(n, 1))) as pool:
+            list(pool.map(one, range(n)))
+        failures.sort()
+        if failures and self.strict:
+            index, name, message = failures[0]
+            more = f" (and {len(failures) - 1} more rows of this batch)" if len(failures) > 1 else ""
+            raise RuntimeError(f"VideoClipDecoder: row {index} ({name}) failed to decode{more}: {message}")
+        result = {name: values for name, values in batch.items() if self.keep_input or name != self.column}
+        if failures:
+            failed = {index for index, _name, _message in failures}
+            keep = np.array([i not in failed for i in range(n)], dtype=bool)
+            for index, name, message in failures:
+                _LG.warning("VideoClipDecoder: dropped row %d (%s): %s", index, name, message)
+            out = out[keep]
+            result = {name: np.asarray(values)[keep] for name, values in result.items()}
+        result[self.output_column] = out
         return result
 
 

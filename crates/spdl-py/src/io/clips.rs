@@ -211,18 +211,24 @@ fn clips_result(py: Python<'_>, clips: Clips, return_info: bool) -> PyResult<Py<
     buffer_result(py, clips.buffer, info)
 }
 
+/// What one call asks for: where clips start, how long they are, and whether the info comes back.
+struct Want {
+    starts: Starts,
+    num_frames: usize,
+    return_info: bool,
+}
+
 fn run_one(
     py: Python<'_>,
     func: &str,
     src: &Bound<'_, PyAny>,
     name: Option<&str>,
-    starts: Starts,
-    num_frames: usize,
-    return_info: bool,
+    want: Want,
     options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<Py<PyAny>> {
     let spec = ClipArgs::from_kwargs(func, options)?.spec(py)?;
     let src = media_src(src, name)?;
+    let Want { starts, num_frames, return_info } = want;
     let clips = crate::lifecycle::detach(py, || load_one(&src, &starts, num_frames, &spec)).map_err(io_err)?;
     clips_result(py, clips, return_info)
 }
@@ -277,7 +283,7 @@ fn load_clips(
         .transpose()?
         .unwrap_or(false);
     let starts = Starts::Given(starts_from(starts, by_time)?);
-    run_one(py, "load_clips", src, name, starts, num_frames, return_info, options)
+    run_one(py, "load_clips", src, name, Want { starts, num_frames, return_info }, options)
 }
 
 /// Draws ``num_clips`` clip starts uniformly (with replacement) among the frame indices whose clip fits, from
@@ -298,7 +304,7 @@ fn clips_at_random_indices(
 ) -> PyResult<Py<PyAny>> {
     check_clip_count(num_clips)?;
     let s = Starts::Sampled(ClipSampler::RandomIndices { num_clips, seed });
-    run_one(py, "clips_at_random_indices", src, name, s, num_frames, return_info, options)
+    run_one(py, "clips_at_random_indices", src, name, Want { starts: s, num_frames, return_info }, options)
 }
 
 /// ``num_clips`` clip starts evenly spaced over the frame indices whose clip fits, decoded as
@@ -316,7 +322,7 @@ fn clips_at_regular_indices(
 ) -> PyResult<Py<PyAny>> {
     check_clip_count(num_clips)?;
     let s = Starts::Sampled(ClipSampler::RegularIndices { num_clips });
-    run_one(py, "clips_at_regular_indices", src, name, s, num_frames, return_info, options)
+    run_one(py, "clips_at_regular_indices", src, name, Want { starts: s, num_frames, return_info }, options)
 }
 
 /// ``num_clips`` clip start times drawn uniformly (with replacement) over the times whose clip fits, from
@@ -337,7 +343,7 @@ fn clips_at_random_timestamps(
 ) -> PyResult<Py<PyAny>> {
     check_clip_count(num_clips)?;
     let s = Starts::Sampled(ClipSampler::RandomTimes { num_clips, seed });
-    run_one(py, "clips_at_random_timestamps", src, name, s, num_frames, return_info, options)
+    run_one(py, "clips_at_random_timestamps", src, name, Want { starts: s, num_frames, return_info }, options)
 }
 
 /// ``num_clips`` clip start times evenly spaced over the times whose clip fits, decoded as
@@ -355,7 +361,7 @@ fn clips_at_regular_timestamps(
 ) -> PyResult<Py<PyAny>> {
     check_clip_count(num_clips)?;
     let s = Starts::Sampled(ClipSampler::RegularTimes { num_clips });
-    run_one(py, "clips_at_regular_timestamps", src, name, s, num_frames, return_info, options)
+    run_one(py, "clips_at_regular_timestamps", src, name, Want { starts: s, num_frames, return_info }, options)
 }
 
 /// The whole video at ``fps``, cut into consecutive clips of ``num_frames`` frames (the last one padded or
@@ -375,8 +381,11 @@ fn clips_at_fps(
         return Err(PyTypeError::new_err("clips_at_fps() takes its rate as fps; stride does not apply"));
     }
     let s = Starts::Sampled(ClipSampler::AllAtFps { fps });
-    run_one(py, "clips_at_fps", src, name, s, num_frames, return_info, options)
+    run_one(py, "clips_at_fps", src, name, Want { starts: s, num_frames, return_info }, options)
 }
+
+/// One video's plan and its slot of the batch, taken by the thread that decodes it.
+type Work<'a> = std::sync::Mutex<Option<(Planned, &'a mut [u8])>>;
 
 /// Plans each video (in parallel), checks they agree on the clip shape, then decodes each straight into
 /// its slot of one `[B, clips, T, H, W, C]` buffer.
@@ -411,7 +420,10 @@ fn run_batch(
     let mut plans = Vec::with_capacity(n);
     for (i, slot) in planned.into_iter().enumerate() {
         let r = slot.into_inner().unwrap_or_else(|e| e.into_inner());
-        plans.push(r.unwrap_or_else(|| Err(spdl_io::Error::InvalidOptions("not planned".into()))).map_err(|e| batch_item(i, e))?);
+        plans.push(
+            r.unwrap_or_else(|| Err(spdl_io::Error::InvalidOptions("not planned".into())))
+                .map_err(|e| batch_item(i, e))?,
+        );
     }
     // One shape for the batch: the clips of each video, and its output frame size.
     let (clips, (w, h)) = match plans.first() {
@@ -448,7 +460,7 @@ fn run_batch(
     let shape = [n, clips, num_frames, h as usize, w as usize, c];
     let mut buffer = Buffer::zeros(DType::U8, &shape, Layout::Nhwc, &system_allocator())?;
     if per_video > 0 {
-        let work: Vec<std::sync::Mutex<Option<(Planned, &mut [u8])>>> = plans
+        let work: Vec<Work<'_>> = plans
             .into_iter()
             .zip(buffer.as_bytes_mut().chunks_exact_mut(per_video))
             .map(|(p, dst)| std::sync::Mutex::new(Some((p, dst))))
@@ -513,10 +525,8 @@ impl BatchArgs {
                 if !nested {
                     return Ok(vec![Starts::Given(starts_from(obj, by_time)?)]);
                 }
-                let per: Vec<Starts> = obj
-                    .try_iter()?
-                    .map(|s| Ok(Starts::Given(starts_from(&s?, by_time)?)))
-                    .collect::<PyResult<_>>()?;
+                let per: Vec<Starts> =
+                    obj.try_iter()?.map(|s| Ok(Starts::Given(starts_from(&s?, by_time)?))).collect::<PyResult<_>>()?;
                 if let Some(v) = videos
                     && per.len() != v
                 {
@@ -602,7 +612,12 @@ impl LoadClipsOp {
     /// The op's starts for an item that is only a video.
     fn own_starts(&self, stage: &str) -> Result<Starts, Error> {
         self.starts.clone().ok_or_else(|| {
-            Error::wrong_input(stage, "load_clips", "a video alone".to_owned(), "a (src, starts) pair (the op has no starts or sampler)")
+            Error::wrong_input(
+                stage,
+                "load_clips",
+                "a video alone".to_owned(),
+                "a (src, starts) pair (the op has no starts or sampler)",
+            )
         })
     }
 }

@@ -157,6 +157,8 @@ def test_batch_is_one_buffer_of_every_videos_clips(videos):
 
 
 def test_native_ops_in_a_pipeline(videos):
+    # A direct call first: where FFmpeg is missing it raises the clear error (a pipeline counts it per item).
+    spdl_rs.io.load_clips(videos["h264"], [0], num_frames=1)
     paths = [videos["h264"], videos["vp9"], videos["mpeg4"]]
     p = (
         PipelineBuilder()
@@ -190,3 +192,35 @@ def test_native_ops_in_a_pipeline(videos):
     with p.auto_stop():
         (batch,) = list(p)
     assert np.asarray(batch).shape == (3, 2, 2, 64, 96, 3)
+
+
+def test_the_decode_memory_budget_refuses_before_allocating(videos):
+    from conftest import run_child
+
+    # Limits raised out of the way: 4,000 clips of 1,000 frames (74 GB) are refused by the process's decode
+    # memory budget from the arguments, in a child whose address space is capped at 2 GiB.
+    proc = run_child(
+        f"""
+        import spdl_rs.io as io
+        spdl_rs_budget = io.decode_memory_budget()
+        io.set_decode_memory_budget(1 << 30)
+        try:
+            io.load_clips({videos["h264"]!r}, [0] * 4000, num_frames=1000, policy="wrap",
+                          limits={{"max_frames": 1 << 40, "max_output_bytes": 1 << 50}})
+        except RuntimeError as e:
+            print("refused:", e)
+        """,
+        address_space=2 << 30,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "refused:" in proc.stdout and "clip output bytes" in proc.stdout, proc.stdout
+    # In this process: a batch over the budget, and a clip request over it.
+    old = spdl_rs.io.decode_memory_budget()
+    spdl_rs.io.set_decode_memory_budget(16 << 20)
+    try:
+        with pytest.raises(RuntimeError, match="clip output bytes"):
+            spdl_rs.io.load_clips(videos["h264"], list(range(60)), num_frames=20, policy="wrap")
+        with pytest.raises(RuntimeError, match="batch output bytes"):
+            spdl_rs.io.load_clips_batch([videos["h264"]] * 4, list(range(20)), num_frames=20, policy="wrap")
+    finally:
+        spdl_rs.io.set_decode_memory_budget(old)

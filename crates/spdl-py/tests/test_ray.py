@@ -364,6 +364,8 @@ def videos(tmp_path_factory):
 def test_clip_decoder_as_tasks_matches_load_clips(ray_cluster, videos):
     from spdl_rs.ray import VideoClipDecoder
 
+    io.load_clips(videos[0], [0], num_frames=1)  # the clear error where FFmpeg is missing
+
     ray = ray_cluster
     ds = ray.data.read_binary_files(videos, include_paths=True)
     ds = ds.map_batches(VideoClipDecoder(3, 4, width=32, height=24, seed=5, num_threads=2), batch_size=2)
@@ -377,6 +379,8 @@ def test_clip_decoder_as_tasks_matches_load_clips(ray_cluster, videos):
 
 def test_clip_decoder_keys_seed_each_row_and_failed_rows_are_named_or_dropped(videos):
     from spdl_rs.ray import VideoClipDecoder
+
+    io.load_clips(videos[0], [0], num_frames=1)  # the clear error where FFmpeg is missing
 
     data = [open(p, "rb").read() for p in videos[:2]] + [b"not a video"]
     batch = {"bytes": np.array(data, dtype=object), "path": np.array(["a.mp4", "b.mp4", "bad.mp4"]),

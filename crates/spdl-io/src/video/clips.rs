@@ -500,6 +500,8 @@ pub fn plan_on(timeline: &Timeline, packets: &Packets, request: &ClipRequest, op
             limit: limits.max_output_bytes,
         });
     }
+    // And to the process's decode memory budget: an output that could never fit is refused now.
+    crate::budget::check_fits(item, "clip output bytes", bytes)?;
     let n = timeline.frames.len();
     if n == 0 && num_clips > 0 {
         return Err(Error::Decode {

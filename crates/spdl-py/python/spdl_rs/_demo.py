@@ -5,8 +5,8 @@
 2. :py:class:`spdl_rs.loader.ImageLoader` over it: read, batch, decode and center-crop to 224x224 in Rust;
    prints the per-stage statistics (with the bottleneck), images/s, CPU seconds and peak RSS.
 3. Where video decoding works and the ``ffmpeg`` command is on PATH, a few short H.264 videos and a
-   :py:class:`spdl_rs.pipeline.PipelineBuilder` pipeline that calls :py:func:`spdl_rs.io.load_video` on one
-   window per clip; prints clips/s. Otherwise one line says why it was skipped and how to get video.
+   :py:class:`spdl_rs.pipeline.PipelineBuilder` pipeline whose one native stage decodes each video's clips
+   (:py:func:`spdl_rs.io.ops.load_clips`, each GOP once); prints clips/s. Otherwise one line says why it was skipped and how to get video.
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ _CLIP_SECONDS = 1.0
 _CLIP_FRAMES = 8
 _CLIP_SIZE = 112
 _CLIP_PASSES = 3
-_CLIPS_PER_BATCH = 4
 
 _VIDEO_BUILD_HINT = (
     "to decode video, use a build with the `ffmpeg` feature (the wheel of `cargo xtask wheel` has it) and "
@@ -266,13 +265,6 @@ def run_images(images_dir: Path, count: int, batch_size: int, threads: int, show
     }
 
 
-def _load_clip(item: tuple[str, float]) -> Any:
-    path, start = item
-    return spdl_rs.io.load_video(
-        path, start=start, duration=_CLIP_SECONDS, num_frames=_CLIP_FRAMES, width=_CLIP_SIZE, height=_CLIP_SIZE
-    )
-
-
 def _video_unavailable() -> str | None:
     """Why video cannot be decoded here (this loads FFmpeg): the loader's own message, which says what was
     looked for and how to install it."""
@@ -286,6 +278,7 @@ def _video_unavailable() -> str | None:
 def run_videos(videos_dir: Path, threads: int, show_progress: bool) -> dict[str, Any]:
     """Makes the test videos and runs a clip loader over them; returns its figures, or why it did not run
     (``ran`` is ``False``, ``reason`` says why, ``hint`` how to get video where that is the cause)."""
+    from .io import ops
     from .pipeline import PipelineBuilder
 
     result: dict[str, Any] = {"available": False, "ran": False, "reason": None, "hint": None}
@@ -304,24 +297,26 @@ def run_videos(videos_dir: Path, threads: int, show_progress: bool) -> dict[str,
     result["available"] = True
 
     starts = [float(s) for s in range(int(_VIDEO_SECONDS / _CLIP_SECONDS))]
-    clips = [(str(v), s) for _ in range(_CLIP_PASSES) for v in videos for s in starts]
-    builder: PipelineBuilder[tuple[str, float], Any] = PipelineBuilder()
-    pipeline = (
-        builder.add_source(clips)
-        .pipe(_load_clip, concurrency=threads, name="load_video")
-        .aggregate(_CLIPS_PER_BATCH)
-        .add_sink(3)
-        .build(num_threads=threads)
+    items = [str(v) for _ in range(_CLIP_PASSES) for v in videos]
+    total = len(items) * len(starts)
+    # One native stage: each video's clips (one per second, 8 frames at 8 fps) decoded once per GOP.
+    load = ops.load_clips(
+        num_frames=_CLIP_FRAMES, starts=starts, by="time", fps=_CLIP_FRAMES / _CLIP_SECONDS, width=_CLIP_SIZE,
+        height=_CLIP_SIZE,
     )
-    progress = _Progress(len(clips), "clips", show_progress)
+    builder: PipelineBuilder[str, Any] = PipelineBuilder()
+    pipeline = builder.add_source(items).pipe(load, concurrency=threads, name="load_clips").add_sink(3).build(
+        num_threads=threads
+    )
+    progress = _Progress(total, "clips", show_progress)
     done = 0
     interrupted = False
     started = time.monotonic()
     cpu0 = _cpu_seconds()
     try:
         with pipeline.auto_stop():
-            for batch in pipeline:
-                done += len(batch)
+            for clips in pipeline:
+                done += clips.shape[0]
                 progress.update(done)
     except KeyboardInterrupt:
         interrupted = True
@@ -335,7 +330,7 @@ def run_videos(videos_dir: Path, threads: int, show_progress: bool) -> dict[str,
         path=str(videos_dir),
         videos=len(videos),
         clips=done,
-        failed=len(clips) - done if not interrupted else 0,
+        failed=total - done if not interrupted else 0,
         frames_per_clip=_CLIP_FRAMES,
         clip_seconds=_CLIP_SECONDS,
         clip_size=_CLIP_SIZE,
@@ -382,7 +377,7 @@ def _print_videos(v: dict[str, Any], peak: int | None) -> None:
     print()
     print(
         f"video: {v['videos']} H.264 test videos in {v['path']}; clips of {v['frames_per_clip']} frames from "
-        f"{v['clip_seconds']:g} s windows at {v['clip_size']}x{v['clip_size']} (spdl_rs.io.load_video)"
+        f"{v['clip_seconds']:g} s at {v['clip_size']}x{v['clip_size']} (spdl_rs.io.ops.load_clips)"
     )
     print(v["stats_table"].rstrip())
     if v["interrupted"]:

@@ -448,13 +448,15 @@ fn run_batch(
     }
     let c = spec.opts.pixel_format.channels();
     let per_video = clips * num_frames * h as usize * w as usize * c;
+    // The batch buffer is one allocation: held to the output limit and to the decode memory budget.
     let total = (per_video as u64).saturating_mul(n as u64);
-    if total > spec.opts.limits.max_output_bytes {
+    let limit = spec.opts.limits.max_output_bytes.min(spdl_io::decode_memory_budget());
+    if total > limit {
         return Err(spdl_io::Error::LimitExceeded {
             item: format!("a batch of {n} videos"),
-            what: "output bytes".into(),
+            what: "batch output bytes".into(),
             value: total,
-            limit: spec.opts.limits.max_output_bytes,
+            limit,
         });
     }
     let shape = [n, clips, num_frames, h as usize, w as usize, c];

@@ -11,6 +11,8 @@ Runners (each run a process of its own, so that its peak RSS is its own):
 
 - ``spdl_rs-clips``: ``spdl_rs.io.load_clips(path, starts, num_frames=16, width=, height=)``: one buffer
   [clips, frames, H, W, 3] per video (skipped, with the reason, while spdl_rs has no ``load_clips``);
+- ``spdl_rs-clips-at-random-indices``: ``spdl_rs.io.clips_at_random_indices(path, 4, 16, seed=--seed)``: its own
+  seeded random starts, as torchcodec's sampler below draws its own;
 - ``spdl_rs-per-clip``: ``spdl_rs.io.load_video(path, start=, duration=)`` once per clip: a window from half a
   frame before the start frame's pts, 16 frames long (checked: exactly 16 frames come back);
 - ``spdl-0.8``: SPDL 0.8.0 ``spdl.io.load_video(path, timestamp=(t0, t1), decode_config=, filter_desc=)`` once per
@@ -81,13 +83,14 @@ MEDIA_VERSION = "clips-media-v1"  # change when the recipe below changes: the ca
 
 RUNNERS = [
     "spdl_rs-clips",
+    "spdl_rs-clips-at-random-indices",
     "spdl_rs-per-clip",
     "spdl-0.8",
     "spdl-0.8-sample",
     "torchcodec-get-frames-at",
     "torchcodec-clips-at-random-indices",
 ]
-SPDL_RS_RUNNERS = {"spdl_rs-clips", "spdl_rs-per-clip"}
+SPDL_RS_RUNNERS = {"spdl_rs-clips", "spdl_rs-clips-at-random-indices", "spdl_rs-per-clip"}
 CHECK_RUNNERS = ["spdl_rs-per-clip", "spdl_rs-clips", "torchcodec-get-frames-at", "spdl-0.8", "spdl-0.8-sample"]
 REFERENCE = "spdl_rs-clips"
 SKIP = 3  # a runner's exit status when it cannot run (import failure, unsupported size)
@@ -159,6 +162,23 @@ def build_job(runner: str, size: str, listing: dict, args: argparse.Namespace):
             def job(video: dict):
                 buf = load_clips(video["path"], video["starts"], num_frames=frames, width=width, height=height,
                                  **extra)
+                arr = np.asarray(buf)
+                _expect(arr.shape, (clips, frames), hw, video, runner)
+                return [arr]
+
+            return job, notes
+
+        if runner == "spdl_rs-clips-at-random-indices":
+            sampler = getattr(rs_io, "clips_at_random_indices", None)
+            if sampler is None:
+                raise Skip("spdl_rs.io has no clips_at_random_indices")
+            extra = {"threads": threads}
+            if hw is not None:
+                extra["filter"] = algo
+            notes.append(f"own random starts (seed={args.seed})")
+
+            def job(video: dict):
+                buf = sampler(video["path"], clips, frames, seed=args.seed, width=width, height=height, **extra)
                 arr = np.asarray(buf)
                 _expect(arr.shape, (clips, frames), hw, video, runner)
                 return [arr]

@@ -75,8 +75,57 @@ fn _build_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     Ok(d)
 }
 
+/// The result of an FFmpeg query, or the clear error of a machine (or build) without FFmpeg.
+fn ffmpeg<T: Send>(py: Python<'_>, f: impl Send + FnOnce() -> spdl_io::Result<T>) -> PyResult<T> {
+    #[cfg(feature = "ffmpeg")]
+    {
+        crate::lifecycle::detach(py, f).map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))
+    }
+    #[cfg(not(feature = "ffmpeg"))]
+    {
+        let _ = (py, f);
+        Err(pyo3::exceptions::PyRuntimeError::new_err("spdl_rs was built without the `ffmpeg` feature"))
+    }
+}
+
+/// The names of the FFmpeg filters available (loads FFmpeg).
+#[pyfunction]
+fn _ffmpeg_filters(py: Python<'_>) -> PyResult<Vec<String>> {
+    #[cfg(feature = "ffmpeg")]
+    let f = spdl_io::media::ffmpeg_filters;
+    #[cfg(not(feature = "ffmpeg"))]
+    let f = || Ok(Vec::new());
+    ffmpeg(py, f)
+}
+
+/// FFmpeg's log level (loads FFmpeg).
+#[pyfunction]
+fn _ffmpeg_log_level(py: Python<'_>) -> PyResult<i32> {
+    #[cfg(feature = "ffmpeg")]
+    let f = spdl_io::media::ffmpeg_log_level;
+    #[cfg(not(feature = "ffmpeg"))]
+    let f = || Ok(0);
+    ffmpeg(py, f)
+}
+
+/// Sets FFmpeg's log level (loads FFmpeg).
+#[pyfunction]
+fn _set_ffmpeg_log_level(py: Python<'_>, level: i32) -> PyResult<()> {
+    #[cfg(feature = "ffmpeg")]
+    let f = move || spdl_io::media::set_ffmpeg_log_level(level);
+    #[cfg(not(feature = "ffmpeg"))]
+    let f = move || {
+        let _ = level;
+        Ok(())
+    };
+    ffmpeg(py, f)
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_build_info, m)?)?;
     m.add_function(wrap_pyfunction!(_ffmpeg_status, m)?)?;
+    m.add_function(wrap_pyfunction!(_ffmpeg_filters, m)?)?;
+    m.add_function(wrap_pyfunction!(_ffmpeg_log_level, m)?)?;
+    m.add_function(wrap_pyfunction!(_set_ffmpeg_log_level, m)?)?;
     Ok(())
 }

@@ -55,6 +55,30 @@ pub(crate) fn versions() -> Vec<(String, String)> {
     }
 }
 
+/// The names of libavfilter's filters, sorted.
+pub(crate) fn filters() -> Vec<String> {
+    init();
+    let mut names = Vec::new();
+    let mut opaque: *mut std::ffi::c_void = std::ptr::null_mut();
+    loop {
+        // SAFETY: `av_filter_iterate` walks FFmpeg's static filter table with `opaque` as its cursor (null to
+        // start) and returns a pointer to a static `AVFilter`, or null at the end; its `name` is a static C
+        // string.
+        let f = unsafe { ff::ffi::av_filter_iterate(&mut opaque) };
+        if f.is_null() {
+            break;
+        }
+        // SAFETY: as above.
+        let name = unsafe { (*f).name };
+        if !name.is_null() {
+            // SAFETY: a static NUL-terminated string.
+            names.push(unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy().into_owned());
+        }
+    }
+    names.sort();
+    names
+}
+
 /// An FFmpeg error as a decode error of `item`.
 pub(crate) fn ff_error(item: &str, what: &str, e: ff::Error) -> Error {
     Error::Decode { item: item.to_owned(), format: what.to_owned(), cause: Box::new(e) }

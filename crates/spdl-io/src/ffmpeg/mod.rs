@@ -67,6 +67,22 @@ impl Backend for FfBackend {
         catch_or(Vec::new(), avio::versions)
     }
 
+    fn filters(&self) -> Vec<String> {
+        catch_or(Vec::new(), avio::filters)
+    }
+
+    fn log_level(&self) -> i32 {
+        avio::init();
+        // SAFETY: reads FFmpeg's global log level; no arguments.
+        catch_or(0, || unsafe { ffmpeg_next::ffi::av_log_get_level() })
+    }
+
+    fn set_log_level(&self, level: i32) {
+        avio::init();
+        // SAFETY: sets FFmpeg's global log level (an int FFmpeg reads before each message).
+        catch_or((), || unsafe { ffmpeg_next::ffi::av_log_set_level(level) })
+    }
+
     fn probe(&self, input: &MediaInput<'_>, item: &str, size_bytes: u64) -> Result<MediaInfo> {
         catch(item, || probe::probe_ffmpeg(input, item, size_bytes))
     }

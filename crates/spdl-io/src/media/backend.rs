@@ -28,6 +28,12 @@ use crate::{Error, Result};
 pub(crate) trait Backend: Send + Sync {
     /// `(library, version)` of the FFmpeg libraries in use (`("libavcodec", "59.37.100")`, ...).
     fn versions(&self) -> Vec<(String, String)>;
+    /// The names of the filters libavfilter has, sorted.
+    fn filters(&self) -> Vec<String>;
+    /// FFmpeg's log level (`av_log_get_level`).
+    fn log_level(&self) -> i32;
+    /// Sets FFmpeg's log level (`av_log_set_level`).
+    fn set_log_level(&self, level: i32);
     /// Every stream of any container FFmpeg reads.
     fn probe(&self, input: &MediaInput<'_>, item: &str, size_bytes: u64) -> Result<MediaInfo>;
     /// The best audio stream, decoded into the audio API's scratch.

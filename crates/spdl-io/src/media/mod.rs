@@ -371,6 +371,40 @@ impl Packets {
     }
 }
 
+/// The names of the filters of the FFmpeg in use, sorted (SPDL's `get_ffmpeg_filters`).
+///
+/// Errors: [`Error::Unavailable`] (no FFmpeg on this machine).
+///
+/// ```no_run
+/// let filters = spdl_io::media::ffmpeg_filters()?;
+/// assert!(filters.iter().any(|f| f == "scale"));
+/// # Ok::<(), spdl_io::Error>(())
+/// ```
+pub fn ffmpeg_filters() -> Result<Vec<String>> {
+    Ok(backend()?.filters())
+}
+
+/// FFmpeg's log level (`-8` quiet ... `56` trace; SPDL's `get_ffmpeg_log_level`). spdl-io keeps it at
+/// `fatal` (8) unless `SPDL_FFMPEG_LOG` or [`set_ffmpeg_log_level`] says otherwise.
+///
+/// Errors: [`Error::Unavailable`] (no FFmpeg on this machine).
+pub fn ffmpeg_log_level() -> Result<i32> {
+    Ok(backend()?.log_level())
+}
+
+/// Sets FFmpeg's log level, process-wide (SPDL's `set_ffmpeg_log_level`): `-8` quiet, `16` error,
+/// `24` warning, `32` info, `48` debug.
+///
+/// ```no_run
+/// spdl_io::media::set_ffmpeg_log_level(16)?; // FFmpeg's errors on stderr
+/// assert_eq!(spdl_io::media::ffmpeg_log_level()?, 16);
+/// # Ok::<(), spdl_io::Error>(())
+/// ```
+pub fn set_ffmpeg_log_level(level: i32) -> Result<()> {
+    backend()?.set_log_level(level);
+    Ok(())
+}
+
 /// How to open a source.
 #[derive(Debug, Clone, Default)]
 pub struct DemuxConfig {

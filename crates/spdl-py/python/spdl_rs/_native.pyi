@@ -13,6 +13,9 @@ from typing_extensions import TypedDict, Unpack
 __all__ = [
     "_build_info",
     "_ffmpeg_status",
+    "_ffmpeg_filters",
+    "_ffmpeg_log_level",
+    "_set_ffmpeg_log_level",
     "_check_count",
     "_check_duration",
     "_check_size",
@@ -112,6 +115,15 @@ def _build_info() -> dict[str, Any]:
 
 def _ffmpeg_status() -> dict[str, Any]:
     """Internal: what this process found of FFmpeg (loads it on first use)."""
+
+def _ffmpeg_filters() -> list[str]:
+    """The FFmpeg filters available (loads FFmpeg; ``RuntimeError`` without it)."""
+
+def _ffmpeg_log_level() -> int:
+    """FFmpeg's log level (loads FFmpeg)."""
+
+def _set_ffmpeg_log_level(level: int) -> None:
+    """Sets FFmpeg's log level (loads FFmpeg)."""
 
 def _wait_engine_threads() -> int:
     """Internal: waits (bounded) for engine threads running Python code to leave it; how many are left."""

@@ -60,7 +60,7 @@ def test_video_packets_frames_and_buffer(av):
     assert np.abs(np.asarray(buf).astype(int) - expected.astype(int)).mean() < 3
     # Decoding consumes the packets, as in SPDL.
     io.decode_packets(packets)
-    with pytest.raises(ValueError, match="already decoded"):
+    with pytest.raises(TypeError, match="already decoded"):  # as SPDL
         io.decode_packets(packets)
 
 
@@ -287,3 +287,29 @@ def test_objects_are_shared_between_threads(av):
     assert len(out) == 4
     for a in out:
         np.testing.assert_array_equal(a, expected)
+
+
+def test_encode_image_gray16_reads_the_bytes_in_the_named_order(tmp_path):
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("ffmpeg") is None:
+        pytest.skip("the ffmpeg CLI reads the 16-bit PNG back")
+    a = np.array([[108, 1, 0x1234], [65535, 256, 7]], dtype=np.uint16)
+
+    def written(pix_fmt: str) -> np.ndarray:
+        path = tmp_path / f"{pix_fmt}.png"
+        io.encode_image(str(path), a, pix_fmt=pix_fmt)
+        raw = subprocess.run(
+            ["ffmpeg", "-hide_banner", "-loglevel", "error", "-i", str(path), "-f", "rawvideo", "-pix_fmt",
+             "gray16le", "-"], check=True, capture_output=True, timeout=60,
+        ).stdout
+        return np.frombuffer(raw, dtype="<u2").reshape(a.shape)
+
+    # SPDL hands the array's bytes to FFmpeg as they are: gray16be reads them big-endian (108 -> 27648 on a
+    # little-endian machine), gray16le little-endian; "gray16" is the native order.
+    np.testing.assert_array_equal(written("gray16be"), a.byteswap() if sys.byteorder == "little" else a)
+    assert written("gray16be")[0, 0] == (27648 if sys.byteorder == "little" else 108)
+    np.testing.assert_array_equal(written("gray16le"), a if sys.byteorder == "little" else a.byteswap())
+    np.testing.assert_array_equal(written("gray16"), a)

@@ -287,3 +287,24 @@ def test_exports():
     assert spdl_rs.source.utils.__all__ == ["MergeIterator", "repeat_source", "embed_shuffle"]
     for name in ("IterableWithShuffle", "SizedIterable", "SizedIterableWithShuffle", "Sampler", "Store", "list_dataset"):
         assert name in spdl_rs.source.__all__ and hasattr(spdl_rs.source, name)
+
+
+def test_local_directory_lists_sorted_matches_and_shuffles_as_spdl(tmp_path):
+    import random
+
+    from spdl_rs.source.local_directory import LocalDirectory
+
+    for rel in ["b/2.mp4", "a/1.mp4", "a/skip.txt", "c/d/3.mp4", "0.mp4"]:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(b"x")
+    src = LocalDirectory(tmp_path, "*/*.mp4")
+    want = [tmp_path / "a/1.mp4", tmp_path / "b/2.mp4"]
+    assert list(src) == want and len(src) == 2
+    deep = LocalDirectory(str(tmp_path), "**/*.mp4")
+    assert list(deep) == sorted(tmp_path.glob("**/*.mp4")) and len(deep) == 4
+    # SPDL's shuffle: random.Random(seed).shuffle of the sorted list, in place.
+    expected = sorted(tmp_path.glob("**/*.mp4"))
+    random.Random(7).shuffle(expected)
+    deep.shuffle(7)
+    assert list(deep) == expected
+    assert list(LocalDirectory(tmp_path / "missing", "*")) == []

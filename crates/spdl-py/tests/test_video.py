@@ -65,7 +65,7 @@ def test_demux_then_decode_equals_load_video(media):
     t.join()
     np.testing.assert_array_equal(out["v"], expected)
     assert not packets.decodable
-    with pytest.raises(ValueError, match="already decoded"):
+    with pytest.raises(TypeError, match="already decoded"):  # as SPDL
         spdl_rs.io.decode_packets(packets)
     with open(media["mp4"], "rb") as f:
         from_bytes = spdl_rs.io.load_video(f.read(), name="clip.mp4", start=1.5, duration=1.0, num_frames=6,

@@ -223,8 +223,9 @@ impl PacketsState {
         }
     }
 
+    /// The error of packets used after a decode consumed them: a `TypeError`, as SPDL raises.
     fn spent(&self) -> PyErr {
-        PyValueError::new_err(format!(
+        pyo3::exceptions::PyTypeError::new_err(format!(
             "{}: these packets were already decoded (decoding consumes them; use .clone() to decode twice)",
             self.item
         ))

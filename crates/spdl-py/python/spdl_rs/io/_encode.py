@@ -48,7 +48,10 @@ def _pixels(data: Any, pix_fmt: str) -> tuple[bytes, int, int, str]:
                 raise ValueError(f"The input shape must be [H, W]. Found: {arr.shape}")
             if arr.dtype.itemsize != 2:
                 raise ValueError(f"The input dtype must be 16-bit. Found: {arr.dtype}")
-            arr = arr.view(numpy.uint16)
+            # FFmpeg's gray16be/gray16le name the byte order of the array's bytes (SPDL hands them to FFmpeg as
+            # they are): read them so, into native 16-bit values. "gray16" is native order.
+            order = {"gray16be": ">u2", "gray16le": "<u2"}.get(pix_fmt, "=u2")
+            arr = numpy.ascontiguousarray(arr).view(order).astype(numpy.uint16)
             layout = "gray16"
         case "yuv444p":
             raise ValueError(

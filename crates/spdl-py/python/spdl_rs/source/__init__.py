@@ -16,7 +16,8 @@ The protocols :py:class:`IterableWithShuffle`, :py:class:`SizedIterable` and
 (``MergeIterator``, ``embed_shuffle``, ``repeat_source``) live in :py:mod:`spdl_rs.source.utils`,
 as in ``spdl.source.utils``. SPDL's index samplers :py:class:`DistributedRandomSampler` and
 :py:class:`DistributedDeterministicSampler` are here too, and :py:mod:`spdl_rs.source.imagenet` is
-``spdl.source.imagenet``:
+``spdl.source.imagenet`` (over :py:class:`spdl_rs.source.local_directory.LocalDirectory`, SPDL's
+``spdl.source.local_directory``):
 
 .. code-block:: python
 

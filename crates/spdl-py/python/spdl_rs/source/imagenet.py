@@ -10,7 +10,6 @@
         ...
 """
 
-import random
 import re
 from collections.abc import Iterator
 from os import PathLike
@@ -18,6 +17,7 @@ from pathlib import Path
 
 from ._imagenet_wnids import WNIDS
 from ._types import IterableWithShuffle
+from .local_directory import LocalDirectory
 
 __all__ = ["ImageNet", "get_mappings", "parse_wnid"]
 
@@ -47,11 +47,11 @@ class ImageNet(IterableWithShuffle[tuple[Path, int]]):
         if split not in _SPLITS:
             raise ValueError(f"`split` must be one of {_SPLITS}")
         self._mappings: dict[str, int] = get_mappings()
-        self._files: list[Path] = sorted(Path(root).glob(f"{split}/*/*.JPEG"))
+        self._src = LocalDirectory(root, f"{split}/*/*.JPEG")
 
     def shuffle(self, seed: int) -> None:
         """Reorders the listing in place with ``random.Random(seed)``."""
-        random.Random(seed).shuffle(self._files)
+        self._src.shuffle(seed=seed)
 
     def __iter__(self) -> Iterator[tuple[Path, int]]:
         """Yields each image's path and class index.
@@ -60,7 +60,7 @@ class ImageNet(IterableWithShuffle[tuple[Path, int]]):
             ValueError: A path holds no WordNet ID.
             KeyError: A path's WordNet ID is not one of the 1000 classes.
         """
-        for path in self._files:
+        for path in self._src:
             yield path, self._mappings[parse_wnid(str(path))]
 
 

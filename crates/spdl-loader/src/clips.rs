@@ -174,6 +174,43 @@ impl ClipBatch {
     pub fn num_clips(&self) -> usize {
         self.clips.iter().map(|b| b.shape().first().copied().unwrap_or(0)).sum()
     }
+
+    /// The videos' clips in one `[B, clips, T, H, W, 3]` buffer from `allocator` (one copy of each), for a
+    /// training step that wants one tensor. The videos must share a shape (a fixed `size`).
+    ///
+    /// ```
+    /// use spdl_buffer::{Buffer, DType, Layout, system_allocator};
+    /// use spdl_loader::ClipBatch;
+    ///
+    /// let one = || Buffer::zeros(DType::U8, &[2, 4, 8, 8, 3], Layout::Nhwc, &system_allocator()).unwrap();
+    /// let batch = ClipBatch { clips: vec![one(), one()], labels: vec![0, 1], items: vec![], stats: vec![], failed: 0 };
+    /// assert_eq!(batch.stack(&system_allocator())?.shape(), &[2, 2, 4, 8, 8, 3]);
+    /// # Ok::<(), spdl_loader::LoaderError>(())
+    /// ```
+    pub fn stack(&self, allocator: &SharedAllocator) -> Result<Buffer, LoaderError> {
+        let shape: Vec<usize> = self.clips.first().map(|b| b.shape().to_vec()).unwrap_or_else(|| vec![0, 0, 0, 0, 3]);
+        if let Some((i, b)) = self.clips.iter().enumerate().find(|(_, b)| b.shape() != shape.as_slice()) {
+            return Err(LoaderError::InvalidOption {
+                option: "size",
+                reason: format!(
+                    "video {i} of the batch has clips of shape {:?}, the first {shape:?}: give a fixed size to \
+                     stack a batch",
+                    b.shape()
+                ),
+            });
+        }
+        let mut full = vec![self.clips.len()];
+        full.extend_from_slice(&shape);
+        let mut out = Buffer::zeros(spdl_buffer::DType::U8, &full, spdl_buffer::Layout::Nhwc, allocator)
+            .map_err(|e| LoaderError::InvalidOption { option: "batch_size", reason: format!("cannot allocate the batch: {e}") })?;
+        let per: usize = shape.iter().product();
+        if per > 0 {
+            for (dst, src) in out.as_bytes_mut().chunks_exact_mut(per).zip(&self.clips) {
+                dst.copy_from_slice(src.as_bytes());
+            }
+        }
+        Ok(out)
+    }
 }
 
 struct EncodedVideo {

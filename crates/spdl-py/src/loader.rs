@@ -188,7 +188,164 @@ impl ImageLoader {
     }
 }
 
+#[cfg(feature = "ffmpeg")]
+keyword_options! {
+    /// The clip loader's keyword options.
+    struct ClipArgs {
+        batch_size: Int = Int::from(8),
+        num_threads: Int = Int::from(4),
+        io_concurrency: Option<Int> = None,
+        epochs: Int = Int::from(1),
+        num_clips: Int = Int::from(4),
+        num_frames: Int = Int::from(16),
+        size: Int = Int::from(112),
+        sampling: String = "random".to_owned(),
+        seed: u64 = 0,
+        store: Option<String> = None,
+        endpoint: Option<String> = None,
+        limit: Option<Int> = None,
+    }
+}
+
+/// Loads batches of video clips from a directory of videos (class folders give labels), a list file or an
+/// object store, in Rust: each video is read through the store, `num_clips` clips of `num_frames` frames are
+/// sampled from it (seeded by `seed`, the epoch and the video) and decoded once per GOP at `size` x `size`.
+/// Iterating yields `(clips, labels)`: an `spdl_rs.Buffer` `[B, num_clips, num_frames, size, size, 3]` `uint8`
+/// and a list of ints (-1: no label). A video that fails is logged and counted (`failed_videos`).
+///
+/// A loader made before a `fork` raises `RuntimeError` in the child.
+#[cfg(feature = "ffmpeg")]
+#[pyclass(module = "spdl_rs._native", frozen)]
+pub struct ClipLoader {
+    inner: std::mem::ManuallyDrop<spdl_loader::ClipLoader>,
+    made_in: u64,
+}
+
+#[cfg(feature = "ffmpeg")]
+impl ClipLoader {
+    fn get(&self) -> PyResult<&spdl_loader::ClipLoader> {
+        crate::lifecycle::check_not_forked(self.made_in, "ClipLoader")?;
+        Ok(&self.inner)
+    }
+}
+
+#[cfg(feature = "ffmpeg")]
+impl std::fmt::Debug for ClipLoader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClipLoader").field("videos_per_epoch", &self.inner.videos_per_epoch()).finish_non_exhaustive()
+    }
+}
+
+#[cfg(feature = "ffmpeg")]
+impl Drop for ClipLoader {
+    fn drop(&mut self) {
+        if !crate::lifecycle::made_before_fork(self.made_in) {
+            // SAFETY: dropped once, here; `inner` is not used after.
+            unsafe { std::mem::ManuallyDrop::drop(&mut self.inner) };
+        }
+    }
+}
+
+#[cfg(feature = "ffmpeg")]
+#[pymethods]
+impl ClipLoader {
+    /// Lists `path` (videos: mp4, mkv, webm, avi, mov) and builds the pipeline (it starts on the first batch
+    /// asked). Keywords: `batch_size` (videos), `num_threads`, `io_concurrency`, `epochs`, `num_clips`,
+    /// `num_frames`, `size`, `sampling` (`"random"`, `"regular"`), `seed`, `store`, `endpoint`, `limit`.
+    #[new]
+    #[pyo3(signature = (path, **options))]
+    fn new(py: Python<'_>, path: String, options: Option<Bound<'_, pyo3::types::PyDict>>) -> PyResult<Self> {
+        use spdl_loader::{ClipLoaderOptions, ClipSampling, VIDEO_EXTENSIONS};
+        let args = ClipArgs::from_kwargs("ClipLoader", options.as_ref())?;
+        let sampling = match args.sampling.as_str() {
+            "random" => ClipSampling::Random,
+            "regular" => ClipSampling::Regular,
+            other => {
+                return Err(PyValueError::new_err(format!("sampling must be \"random\" or \"regular\", got {other:?}")));
+            }
+        };
+        let size = args::count("size", &args.size, 1, args::MAX_SIDE)? as u32;
+        let opts = ClipLoaderOptions {
+            batch_size: args::count("batch_size", &args.batch_size, 1, args::MAX_BATCH)?,
+            threads: args::count("num_threads", &args.num_threads, 1, args::MAX_THREADS)?,
+            io_concurrency: args::opt_count("io_concurrency", args.io_concurrency.as_ref(), 1, args::MAX_CONCURRENCY)?,
+            epochs: args::count("epochs", &args.epochs, 1, args::MAX_EPOCHS)?,
+            num_clips: args::count("num_clips", &args.num_clips, 1, spdl_loader::MAX_CLIP_FRAMES as u64)?,
+            num_frames: args::count("num_frames", &args.num_frames, 1, spdl_loader::MAX_CLIP_FRAMES as u64)?,
+            size: Some((size, size)),
+            sampling,
+            seed: args.seed,
+            ..ClipLoaderOptions::default()
+        };
+        let limit = args::opt_count("limit", args.limit.as_ref(), 0, u64::MAX)?;
+        let list_opts = ListOptions { store: args.store.clone(), endpoint: args.endpoint.clone() };
+        let made_in = crate::lifecycle::generation();
+        let inner = crate::lifecycle::detach(py, move || -> Result<spdl_loader::ClipLoader, Box<LoaderError>> {
+            let mut listing = Listing::open_with_extensions(&path, &list_opts, VIDEO_EXTENSIONS)?;
+            if let Some(n) = limit {
+                listing.truncate(n);
+            }
+            Ok(spdl_loader::ClipLoader::new(listing, opts)?)
+        });
+        Ok(Self { inner: std::mem::ManuallyDrop::new(inner.map_err(|e| loader_err(*e))?), made_in })
+    }
+
+    fn __iter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    /// The next batch, waiting without the GIL (Ctrl-C raises `KeyboardInterrupt`).
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<(Py<PyBuffer>, Vec<i64>)>> {
+        let pipeline = self.get()?.pipeline();
+        let next = wait_with_signals(py, || match pipeline.get_item(Some(SIGNAL_POLL)) {
+            Ok(Some(Item::Data(batch))) => Some(Ok(Some(batch))),
+            Ok(Some(Item::EpochEnd { .. })) => None,
+            Ok(None) => Some(Ok(None)),
+            Err(e) if e.is_timeout() => None,
+            Err(e) => Some(Err(e)),
+        })?;
+        match next {
+            Ok(Some(batch)) => {
+                let stacked = crate::lifecycle::detach(py, || {
+                    batch.stack(&spdl_buffer::system_allocator()).map_err(Box::new)
+                })
+                .map_err(|e| loader_err(*e))?;
+                Ok(Some((Py::new(py, PyBuffer::from_arc(Arc::new(stacked)))?, batch.labels)))
+            }
+            Ok(None) => Ok(None),
+            Err(e) => Err(PyRuntimeError::new_err(format!("the clip loader failed: {e}"))),
+        }
+    }
+
+    /// Videos per epoch (after `limit`).
+    #[getter]
+    fn videos_per_epoch(&self) -> PyResult<usize> {
+        Ok(self.get()?.videos_per_epoch())
+    }
+
+    /// Videos that failed to read or decode so far (each also logged).
+    #[getter]
+    fn failed_videos(&self) -> PyResult<u64> {
+        Ok(self.get()?.failed_videos())
+    }
+
+    /// The per-stage stats table (the bottleneck is marked).
+    fn stats_table(&self, py: Python<'_>) -> PyResult<String> {
+        let inner = self.get()?;
+        Ok(crate::lifecycle::detach(py, || inner.pipeline().stats().to_string()))
+    }
+
+    /// Stops the pipeline and joins its threads (GIL released); iteration then ends.
+    fn stop(&self, py: Python<'_>) -> PyResult<()> {
+        let inner = self.get()?;
+        crate::lifecycle::detach(py, || inner.pipeline().stop());
+        Ok(())
+    }
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ImageLoader>()?;
+    #[cfg(feature = "ffmpeg")]
+    m.add_class::<ClipLoader>()?;
     Ok(())
 }

@@ -3,6 +3,7 @@ native ops in a pipeline, policies past the end and the limits."""
 
 import shutil
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -224,3 +225,40 @@ def test_the_decode_memory_budget_refuses_before_allocating(videos):
             spdl_rs.io.load_clips_batch([videos["h264"]] * 4, list(range(20)), num_frames=20, policy="wrap")
     finally:
         spdl_rs.io.set_decode_memory_budget(old)
+
+
+def test_clip_loader_batches_every_video_once_per_epoch_and_counts_a_broken_one(videos, tmp_path):
+    import shutil as sh
+
+    from spdl_rs.loader import ClipLoader
+
+    spdl_rs.io.load_clips(videos["h264"], [0], num_frames=1)  # the clear error where FFmpeg is missing
+    root = tmp_path / "videos"
+    for cls, names in {"a": ["h264", "vp9"], "b": ["mpeg4"]}.items():
+        (root / cls).mkdir(parents=True)
+        for n in names:
+            sh.copy(videos[n], root / cls / f"{n}{Path(videos[n]).suffix}")
+    (root / "b" / "broken.mp4").write_bytes(b"\x00" * 4096)
+    loader = ClipLoader(str(root), batch_size=2, num_threads=2, num_clips=3, num_frames=4, size=32, epochs=2,
+                        sampling="regular")
+    assert loader.videos_per_epoch == 4
+    seen = []
+    for clips, labels in loader:
+        arr = np.asarray(clips)
+        assert arr.shape[1:] == (3, 4, 32, 32, 3) and arr.shape[0] == len(labels)
+        seen += labels
+    assert sorted(seen) == [0, 0, 0, 0, 1, 1]  # 3 good videos x 2 epochs, by class folder
+    assert loader.failed_videos == 2  # the broken one, once per epoch
+    assert "decode" in loader.stats_table()
+    # The same clips as load_clips' regular sampler at that size.
+    one = ClipLoader(str(root / "a"), batch_size=1, num_clips=3, num_frames=4, size=32, sampling="regular")
+    got = [np.asarray(c)[0] for c, _ in one]
+    want = {
+        n: np.asarray(spdl_rs.io.clips_at_regular_indices(videos[n], 3, 4, width=32, height=32))
+        for n in ("h264", "vp9")
+    }
+    assert len(got) == 2 and all(any(np.array_equal(g, w) for w in want.values()) for g in got)
+    with pytest.raises(ValueError):
+        ClipLoader(str(root), sampling="sometimes")
+    with pytest.raises(ValueError):
+        ClipLoader(str(root), num_frames=0)

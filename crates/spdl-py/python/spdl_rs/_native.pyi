@@ -40,6 +40,7 @@ __all__ = [
     "ThroughStep",
     "CoreOptions",
     "ImageLoader",
+    "ClipLoader",
     "NativeOp",
     "load_image",
     "decode_image",
@@ -1046,6 +1047,37 @@ class ImageLoader:
     def images_per_epoch(self) -> int: ...
     @property
     def failed_images(self) -> int: ...
+    def stats_table(self) -> str: ...
+    def stop(self) -> None: ...
+
+@final
+class ClipLoader:
+    """The video-clip recipe: batches of clips ``[B, clips, T, H, W, 3]`` from a directory of videos. Only in
+    builds with ``HAS_VIDEO``."""
+
+    def __new__(
+        cls,
+        path: str,
+        *,
+        batch_size: int = 8,
+        num_threads: int = 4,
+        io_concurrency: int | None = None,
+        epochs: int = 1,
+        num_clips: int = 4,
+        num_frames: int = 16,
+        size: int = 112,
+        sampling: str = "random",  # or "regular"
+        seed: int = 0,
+        store: str | None = None,
+        endpoint: str | None = None,
+        limit: int | None = None,
+    ) -> ClipLoader: ...
+    def __iter__(self) -> ClipLoader: ...
+    def __next__(self) -> tuple[Buffer, list[int]]: ...
+    @property
+    def videos_per_epoch(self) -> int: ...
+    @property
+    def failed_videos(self) -> int: ...
     def stats_table(self) -> str: ...
     def stop(self) -> None: ...
 

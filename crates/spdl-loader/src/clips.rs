@@ -201,8 +201,10 @@ impl ClipBatch {
         }
         let mut full = vec![self.clips.len()];
         full.extend_from_slice(&shape);
-        let mut out = Buffer::zeros(spdl_buffer::DType::U8, &full, spdl_buffer::Layout::Nhwc, allocator)
-            .map_err(|e| LoaderError::InvalidOption { option: "batch_size", reason: format!("cannot allocate the batch: {e}") })?;
+        let mut out =
+            Buffer::zeros(spdl_buffer::DType::U8, &full, spdl_buffer::Layout::Nhwc, allocator).map_err(|e| {
+                LoaderError::InvalidOption { option: "batch_size", reason: format!("cannot allocate the batch: {e}") }
+            })?;
         let per: usize = shape.iter().product();
         if per > 0 {
             for (dst, src) in out.as_bytes_mut().chunks_exact_mut(per).zip(&self.clips) {

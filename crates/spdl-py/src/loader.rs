@@ -16,6 +16,18 @@ use crate::buffer::PyBuffer;
 use crate::io::options::{KeywordOptions, keyword_options};
 use crate::signals::{SIGNAL_POLL, wait_with_signals};
 
+/// The next batch of `pipeline`, waiting without the GIL (Ctrl-C raises `KeyboardInterrupt`); `None` at the end.
+fn next_batch<T: Send + 'static>(py: Python<'_>, pipeline: &spdl_exec::Pipeline<T>, what: &str) -> PyResult<Option<T>> {
+    let next = wait_with_signals(py, || match pipeline.get_item(Some(SIGNAL_POLL)) {
+        Ok(Some(Item::Data(batch))) => Some(Ok(Some(batch))),
+        Ok(Some(Item::EpochEnd { .. })) => None,
+        Ok(None) => Some(Ok(None)),
+        Err(e) if e.is_timeout() => None,
+        Err(e) => Some(Err(e)),
+    })?;
+    next.map_err(|e| PyRuntimeError::new_err(format!("the {what} failed: {e}")))
+}
+
 fn loader_err(e: LoaderError) -> PyErr {
     match e {
         LoaderError::List { .. } => PyOSError::new_err(e.to_string()),
@@ -140,25 +152,12 @@ impl ImageLoader {
 
     /// The next batch, waiting without the GIL (Ctrl-C raises `KeyboardInterrupt`).
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<(Py<PyBuffer>, Vec<i64>)>> {
-        let pipeline = self.get()?.pipeline();
-        let next = wait_with_signals(py, || match pipeline.get_item(Some(SIGNAL_POLL)) {
-            Ok(Some(Item::Data(batch))) => Some(Ok(Some(batch))),
-            Ok(Some(Item::EpochEnd { .. })) => None,
-            Ok(None) => Some(Ok(None)),
-            Err(e) if e.is_timeout() => None,
-            Err(e) => Some(Err(e)),
-        })?;
-        match next {
-            Ok(Some(batch)) => match batch.images {
-                spdl_loader::Images::Host(buffer) => {
-                    Ok(Some((Py::new(py, PyBuffer::from_arc(Arc::new(buffer)))?, batch.labels)))
-                }
-                spdl_loader::Images::Device(_) => {
-                    Err(PyRuntimeError::new_err("a device batch from a host-only loader"))
-                }
-            },
-            Ok(None) => Ok(None),
-            Err(e) => Err(PyRuntimeError::new_err(format!("the image loader failed: {e}"))),
+        let Some(batch) = next_batch(py, self.get()?.pipeline(), "image loader")? else { return Ok(None) };
+        match batch.images {
+            spdl_loader::Images::Host(buffer) => {
+                Ok(Some((Py::new(py, PyBuffer::from_arc(Arc::new(buffer)))?, batch.labels)))
+            }
+            spdl_loader::Images::Device(_) => Err(PyRuntimeError::new_err("a device batch from a host-only loader")),
         }
     }
 
@@ -261,7 +260,9 @@ impl ClipLoader {
             "random" => ClipSampling::Random,
             "regular" => ClipSampling::Regular,
             other => {
-                return Err(PyValueError::new_err(format!("sampling must be \"random\" or \"regular\", got {other:?}")));
+                return Err(PyValueError::new_err(format!(
+                    "sampling must be \"random\" or \"regular\", got {other:?}"
+                )));
             }
         };
         let size = args::count("size", &args.size, 1, args::MAX_SIDE)? as u32;
@@ -296,25 +297,10 @@ impl ClipLoader {
 
     /// The next batch, waiting without the GIL (Ctrl-C raises `KeyboardInterrupt`).
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<(Py<PyBuffer>, Vec<i64>)>> {
-        let pipeline = self.get()?.pipeline();
-        let next = wait_with_signals(py, || match pipeline.get_item(Some(SIGNAL_POLL)) {
-            Ok(Some(Item::Data(batch))) => Some(Ok(Some(batch))),
-            Ok(Some(Item::EpochEnd { .. })) => None,
-            Ok(None) => Some(Ok(None)),
-            Err(e) if e.is_timeout() => None,
-            Err(e) => Some(Err(e)),
-        })?;
-        match next {
-            Ok(Some(batch)) => {
-                let stacked = crate::lifecycle::detach(py, || {
-                    batch.stack(&spdl_buffer::system_allocator()).map_err(Box::new)
-                })
-                .map_err(|e| loader_err(*e))?;
-                Ok(Some((Py::new(py, PyBuffer::from_arc(Arc::new(stacked)))?, batch.labels)))
-            }
-            Ok(None) => Ok(None),
-            Err(e) => Err(PyRuntimeError::new_err(format!("the clip loader failed: {e}"))),
-        }
+        let Some(batch) = next_batch(py, self.get()?.pipeline(), "clip loader")? else { return Ok(None) };
+        let stacked = crate::lifecycle::detach(py, || batch.stack(&spdl_buffer::system_allocator()).map_err(Box::new))
+            .map_err(|e| loader_err(*e))?;
+        Ok(Some((Py::new(py, PyBuffer::from_arc(Arc::new(stacked)))?, batch.labels)))
     }
 
     /// Videos per epoch (after `limit`).

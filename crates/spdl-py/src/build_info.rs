@@ -75,17 +75,16 @@ fn _build_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     Ok(d)
 }
 
-/// The result of an FFmpeg query, or the clear error of a machine (or build) without FFmpeg.
+/// The result of an FFmpeg query (GIL released), or the clear error of a machine without FFmpeg.
+#[cfg(feature = "ffmpeg")]
 fn ffmpeg<T: Send>(py: Python<'_>, f: impl Send + FnOnce() -> spdl_io::Result<T>) -> PyResult<T> {
-    #[cfg(feature = "ffmpeg")]
-    {
-        crate::lifecycle::detach(py, f).map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))
-    }
-    #[cfg(not(feature = "ffmpeg"))]
-    {
-        let _ = (py, f);
-        Err(pyo3::exceptions::PyRuntimeError::new_err("spdl_rs was built without the `ffmpeg` feature"))
-    }
+    crate::lifecycle::detach(py, f).map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))
+}
+
+/// The error of a build without FFmpeg.
+#[cfg(not(feature = "ffmpeg"))]
+fn ffmpeg<T>(_py: Python<'_>, _f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+    Err(pyo3::exceptions::PyRuntimeError::new_err("spdl_rs was built without the `ffmpeg` feature"))
 }
 
 /// The names of the FFmpeg filters available (loads FFmpeg).

@@ -11,11 +11,9 @@ use std::sync::Arc;
 use spdl_buffer::{Buffer, CachingPool, HeapBackend, PoolConfig, PoolStats, SharedAllocator};
 use spdl_exec::{BuildOptions, FailureBudget, OutputOrder, Pipeline, PipelineBuilder, Stage};
 use spdl_io::MediaInput;
-use spdl_io::video::{
-    ClipOptions, ClipSampler, ClipStats, ClipStep, DemuxOptions, PastEnd, Timeline, decode_clips, demux_video, plan_on,
-};
+use spdl_io::video::{ClipOptions, ClipSampler, ClipStats, ClipStep, PastEnd, load_sampled_clips};
 
-use crate::{Listing, LoaderError, MAX_BATCH_SIZE, MAX_IO_CONCURRENCY, MAX_THREADS, Sample, item_key};
+use crate::{Listing, LoaderError, Sample, check_pipeline_options, item_key};
 
 /// Most frames one video gives (`num_clips * num_frames`).
 pub const MAX_CLIP_FRAMES: usize = 1 << 16;
@@ -84,20 +82,7 @@ impl Default for ClipLoaderOptions {
 impl ClipLoaderOptions {
     fn check(&self) -> Result<(), LoaderError> {
         let bad = |option, reason: String| Err(LoaderError::InvalidOption { option, reason });
-        if self.threads == 0 || self.threads > MAX_THREADS {
-            return bad("threads", format!("must be within 1..={MAX_THREADS}, got {}", self.threads));
-        }
-        if self.batch_size == 0 || self.batch_size > MAX_BATCH_SIZE {
-            return bad("batch_size", format!("must be within 1..={MAX_BATCH_SIZE}, got {}", self.batch_size));
-        }
-        if let Some(c) = self.io_concurrency
-            && (c == 0 || c > MAX_IO_CONCURRENCY)
-        {
-            return bad("io_concurrency", format!("must be within 1..={MAX_IO_CONCURRENCY}, got {c}"));
-        }
-        if self.epochs == 0 {
-            return bad("epochs", "must be at least 1".into());
-        }
+        check_pipeline_options(self.threads, self.batch_size, self.io_concurrency, self.epochs)?;
         if self.num_clips == 0 || self.num_frames == 0 {
             return bad("num_clips", "clips and frames per clip must be at least 1".into());
         }
@@ -301,14 +286,17 @@ impl ClipLoader {
                 if msg.contains(&v.location) { msg } else { format!("{}: {msg}", v.location) }
             };
             let input = MediaInput::bytes(&v.bytes, &v.location);
-            let packets = demux_video(input, &DemuxOptions { window: None, limits: clip_opts.limits }).map_err(fail)?;
-            let timeline = Timeline::new(&packets);
-            let request = sampling
-                .sampler(v.key)
-                .request(&timeline, num_frames, ClipStep::Stride(1), PastEnd::RepeatLast)
-                .map_err(fail)?;
-            let plan = plan_on(&timeline, &packets, &request, &clip_opts).map_err(fail)?;
-            let clips = decode_clips(packets, &plan, &clip_opts, &allocator).map_err(fail)?;
+            let sampler = sampling.sampler(v.key);
+            let clips = load_sampled_clips(
+                input,
+                sampler,
+                num_frames,
+                ClipStep::Stride(1),
+                PastEnd::RepeatLast,
+                &clip_opts,
+                &allocator,
+            )
+            .map_err(fail)?;
             Ok::<_, String>(DecodedVideo {
                 location: v.location.clone(),
                 label: v.label,

@@ -353,23 +353,35 @@ pub fn eval_transform(size: u32) -> Transform {
     }
 }
 
+/// The bounds every recipe's pipeline options share: threads, batch size, reads in flight, epochs.
+pub(crate) fn check_pipeline_options(
+    threads: usize,
+    batch_size: usize,
+    io_concurrency: Option<usize>,
+    epochs: usize,
+) -> Result<(), LoaderError> {
+    let bad = |option, reason: String| Err(LoaderError::InvalidOption { option, reason });
+    if threads == 0 || threads > MAX_THREADS {
+        return bad("threads", format!("must be within 1..={MAX_THREADS}, got {threads}"));
+    }
+    if batch_size == 0 || batch_size > MAX_BATCH_SIZE {
+        return bad("batch_size", format!("must be within 1..={MAX_BATCH_SIZE}, got {batch_size}"));
+    }
+    if let Some(c) = io_concurrency
+        && (c == 0 || c > MAX_IO_CONCURRENCY)
+    {
+        return bad("io_concurrency", format!("must be within 1..={MAX_IO_CONCURRENCY}, got {c}"));
+    }
+    if epochs == 0 {
+        return bad("epochs", "must be at least 1".into());
+    }
+    Ok(())
+}
+
 impl LoaderOptions {
     fn check(&self) -> Result<(), LoaderError> {
         let bad = |option, reason: String| Err(LoaderError::InvalidOption { option, reason });
-        if self.threads == 0 || self.threads > MAX_THREADS {
-            return bad("threads", format!("must be within 1..={MAX_THREADS}, got {}", self.threads));
-        }
-        if self.batch_size == 0 || self.batch_size > MAX_BATCH_SIZE {
-            return bad("batch_size", format!("must be within 1..={MAX_BATCH_SIZE}, got {}", self.batch_size));
-        }
-        if let Some(c) = self.io_concurrency
-            && (c == 0 || c > MAX_IO_CONCURRENCY)
-        {
-            return bad("io_concurrency", format!("must be within 1..={MAX_IO_CONCURRENCY}, got {c}"));
-        }
-        if self.epochs == 0 {
-            return bad("epochs", "must be at least 1".into());
-        }
+        check_pipeline_options(self.threads, self.batch_size, self.io_concurrency, self.epochs)?;
         // The bytes of one batch, checked against the process's decode memory budget before any is paid.
         let (w, h) = self.transform.output_size().unwrap_or((0, 0));
         let sample = if self.normalize { 4u64 } else { 1 };

@@ -699,6 +699,37 @@ pub fn load_clips<'a>(
     decode_clips(packets, &plan, opts, allocator)
 }
 
+/// Demuxes `input` (the whole video stream), lets `sampler` place `num_frames`-frame clips `step` apart on
+/// its timeline, and decodes them ([`ClipSampler::request`] + [`plan_on`] + [`decode_clips`]).
+///
+/// ```no_run
+/// use spdl_buffer::system_allocator;
+/// use spdl_io::video::{ClipOptions, ClipSampler, ClipStep, PastEnd, load_sampled_clips};
+/// use std::path::Path;
+///
+/// let sampler = ClipSampler::RandomIndices { num_clips: 4, seed: 7 };
+/// let clips = load_sampled_clips(Path::new("clip.mp4"), sampler, 16, ClipStep::Stride(1), PastEnd::RepeatLast,
+///     &ClipOptions::default(), &system_allocator())?;
+/// assert_eq!(clips.buffer.shape()[..2], [4, 16]);
+/// # Ok::<(), spdl_io::Error>(())
+/// ```
+pub fn load_sampled_clips<'a>(
+    input: impl Into<MediaInput<'a>>,
+    sampler: ClipSampler,
+    num_frames: usize,
+    step: ClipStep,
+    past_end: PastEnd,
+    opts: &ClipOptions,
+    allocator: &SharedAllocator,
+) -> Result<Clips> {
+    opts.validate()?;
+    let packets = super::demux_video(input, &super::DemuxOptions { window: None, limits: opts.limits })?;
+    let timeline = Timeline::new(&packets);
+    let request = sampler.request(&timeline, num_frames, step, past_end)?;
+    let plan = plan_on(&timeline, &packets, &request, opts)?;
+    decode_clips(packets, &plan, opts, allocator)
+}
+
 /// How clip starts are chosen from a video: from a seed and the video alone, so a run can be reproduced.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum ClipSampler {
@@ -806,6 +837,7 @@ pub fn sample_starts(
     step: ClipStep,
 ) -> Result<ClipStarts> {
     let n = num_frames_in_video;
+    let (t_first, t_end) = clip_span_times(times);
     let count = match sampler {
         ClipSampler::RandomIndices { num_clips, .. }
         | ClipSampler::RegularIndices { num_clips }
@@ -815,9 +847,8 @@ pub fn sample_starts(
             if !(fps.is_finite() && fps > 0.0) {
                 return Err(Error::InvalidOptions(format!("fps must be finite and > 0, got {fps}")));
             }
-            let span = clip_span_times(times);
             let per_clip = num_frames.max(1) as f64 / fps;
-            let clips = ((span.1 - span.0) / per_clip).ceil();
+            let clips = ((t_end - t_first) / per_clip).ceil();
             if clips.is_finite() && clips <= MAX_SAMPLED_CLIPS as f64 { clips.max(1.0) as usize } else { usize::MAX }
         }
     };
@@ -836,7 +867,6 @@ pub fn sample_starts(
         let span = (num_frames as u64 - 1).saturating_mul(stride as u64);
         n.saturating_sub(1).saturating_sub(span)
     };
-    let (t_first, t_end) = clip_span_times(times);
     let clip_dur = match step {
         ClipStep::Fps(f) => (num_frames as f64 - 1.0) / f,
         ClipStep::Stride(k) => {

@@ -33,7 +33,8 @@ use crate::input::MediaInput;
 pub use crate::media::Packets;
 pub use clips::{
     ClipOptions, ClipPlan, ClipRequest, ClipSampler, ClipStarts, ClipStats, ClipStep, Clips, MAX_SAMPLED_CLIPS,
-    PastEnd, Timeline, decode_clips, decode_clips_into, load_clips, plan_clips, plan_on, sample_starts,
+    PastEnd, Timeline, decode_clips, decode_clips_into, load_clips, load_sampled_clips, plan_clips, plan_on,
+    sample_starts,
 };
 pub use options::{
     DecodeOptions, DemuxOptions, FrameSampling, Frames, PixelFormat, ScaleFilter, VideoLimits, VideoOptions,

@@ -75,6 +75,30 @@ def _positive_int(name: str, value: Any) -> int:
     return value
 
 
+def _output_batch(
+    who: str, batch: Mapping[str, Any], dec: Any, decoded: numpy.ndarray, failures: list[tuple[int, str, str]]
+) -> dict[str, Any]:
+    """The output batch of a decoder (``dec``: its ``column``, ``output_column``, ``keep_input``, ``strict``):
+    with ``strict``, the first failed row (sorted) raises ``RuntimeError`` naming it; otherwise failed rows are
+    dropped from every column and each is logged."""
+    import numpy as np
+
+    if failures and dec.strict:
+        index, name, message = failures[0]
+        more = f" (and {len(failures) - 1} more rows of this batch)" if len(failures) > 1 else ""
+        raise RuntimeError(f"{who}: row {index} ({name}) failed to decode{more}: {message}")
+    result = {name: values for name, values in batch.items() if dec.keep_input or name != dec.column}
+    if failures:
+        failed = {index for index, _name, _message in failures}
+        keep = np.array([i not in failed for i in range(len(decoded))], dtype=bool)
+        for index, name, message in failures:
+            _LG.warning("%s: dropped row %d (%s): %s", who, index, name, message)
+        decoded = decoded[keep]
+        result = {name: np.asarray(values)[keep] for name, values in result.items()}
+    result[dec.output_column] = decoded
+    return result
+
+
 class ImageBatchDecoder:
     """A Ray Data ``map_batches`` callable that decodes a column of images with spdl-rs.
 
@@ -249,22 +273,7 @@ class ImageBatchDecoder:
             for index, item, message in info.get("failures", []):
                 name = str(names[index]) if names is not None else item
                 failures.append((int(index), name, message))
-        if failures and self.strict:
-            index, name, message = failures[0]
-            more = f" (and {len(failures) - 1} more rows of this batch)" if len(failures) > 1 else ""
-            raise RuntimeError(f"ImageBatchDecoder: row {index} ({name}) failed to decode{more}: {message}")
-        result = {
-            name: values for name, values in batch.items() if self.keep_input or name != self.column
-        }
-        if failures:
-            failed = {index for index, _name, _message in failures}
-            keep = np.array([i not in failed for i in range(n)], dtype=bool)
-            for index, name, message in failures:
-                _LG.warning("ImageBatchDecoder: dropped row %d (%s): %s", index, name, message)
-            images = images[keep]
-            result = {name: np.asarray(values)[keep] for name, values in result.items()}
-        result[self.output_column] = images
-        return result
+        return _output_batch("ImageBatchDecoder", batch, self, images, failures)
 
 
 _CLIP_SAMPLERS = ("random_indices", "regular_indices", "random_timestamps", "regular_timestamps")
@@ -402,20 +411,7 @@ class VideoClipDecoder:
         with ThreadPoolExecutor(max_workers=min(self.num_threads, max(n, 1))) as pool:
             list(pool.map(one, range(n)))
         failures.sort()
-        if failures and self.strict:
-            index, name, message = failures[0]
-            more = f" (and {len(failures) - 1} more rows of this batch)" if len(failures) > 1 else ""
-            raise RuntimeError(f"VideoClipDecoder: row {index} ({name}) failed to decode{more}: {message}")
-        result = {name: values for name, values in batch.items() if self.keep_input or name != self.column}
-        if failures:
-            failed = {index for index, _name, _message in failures}
-            keep = np.array([i not in failed for i in range(n)], dtype=bool)
-            for index, name, message in failures:
-                _LG.warning("VideoClipDecoder: dropped row %d (%s): %s", index, name, message)
-            out = out[keep]
-            result = {name: np.asarray(values)[keep] for name, values in result.items()}
-        result[self.output_column] = out
-        return result
+        return _output_batch("VideoClipDecoder", batch, self, out, failures)
 
 
 class RayDataSource:

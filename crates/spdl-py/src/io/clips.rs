@@ -12,7 +12,7 @@ use pyo3::types::{PyBytes, PyDict, PyString};
 use spdl_buffer::{Buffer, DType, Layout, system_allocator};
 use spdl_io::video::{
     ClipOptions, ClipRequest, ClipSampler, ClipStarts, ClipStats, ClipStep, Clips, DemuxOptions, MAX_SAMPLED_CLIPS,
-    PastEnd, Timeline, decode_clips, decode_clips_into, demux_video, plan_on,
+    PastEnd, Timeline, decode_clips_into, demux_video, load_clips as load_clips_rs, load_sampled_clips, plan_on,
 };
 
 use super::media::limits_from;
@@ -175,8 +175,16 @@ fn plan_one(src: &Src, starts: &Starts, num_frames: usize, spec: &ClipSpec) -> s
 
 /// Demuxes, plans and decodes one video.
 fn load_one(src: &Src, starts: &Starts, num_frames: usize, spec: &ClipSpec) -> spdl_io::Result<Clips> {
-    let Planned { packets, plan } = plan_one(src, starts, num_frames, spec)?;
-    decode_clips(packets, &plan, &spec.opts, &system_allocator())
+    let alloc = system_allocator();
+    match starts {
+        Starts::Given(s) => {
+            let request = ClipRequest { starts: s.clone(), num_frames, step: spec.step, past_end: spec.past_end };
+            load_clips_rs(src.media(), &request, &spec.opts, &alloc)
+        }
+        Starts::Sampled(s) => {
+            load_sampled_clips(src.media(), *s, num_frames, spec.step, spec.past_end, &spec.opts, &alloc)
+        }
+    }
 }
 
 fn stats_dict<'py>(py: Python<'py>, s: &ClipStats) -> PyResult<Bound<'py, PyDict>> {
@@ -211,9 +219,10 @@ fn clips_result(py: Python<'_>, clips: Clips, return_info: bool) -> PyResult<Py<
     buffer_result(py, clips.buffer, info)
 }
 
-/// What one call asks for: where clips start, how long they are, and whether the info comes back.
-struct Want {
-    starts: Starts,
+/// What one call asks for: where clips start (made once the options say how starts are read), how long
+/// they are, and whether the info comes back.
+struct Want<F> {
+    starts: F,
     num_frames: usize,
     return_info: bool,
 }
@@ -223,12 +232,13 @@ fn run_one(
     func: &str,
     src: &Bound<'_, PyAny>,
     name: Option<&str>,
-    want: Want,
+    want: Want<impl FnOnce(&ClipSpec) -> PyResult<Starts>>,
     options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<Py<PyAny>> {
     let spec = ClipArgs::from_kwargs(func, options)?.spec(py)?;
+    let starts = (want.starts)(&spec)?;
     let src = media_src(src, name)?;
-    let Want { starts, num_frames, return_info } = want;
+    let Want { num_frames, return_info, .. } = want;
     let clips = crate::lifecycle::detach(py, || load_one(&src, &starts, num_frames, &spec)).map_err(io_err)?;
     clips_result(py, clips, return_info)
 }
@@ -277,12 +287,7 @@ fn load_clips(
     return_info: bool,
     options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<Py<PyAny>> {
-    let by_time = options
-        .and_then(|o| o.get_item("by").ok().flatten())
-        .map(|b| b.extract::<String>().map(|s| s == "time"))
-        .transpose()?
-        .unwrap_or(false);
-    let starts = Starts::Given(starts_from(starts, by_time)?);
+    let starts = |spec: &ClipSpec| Ok(Starts::Given(starts_from(starts, spec.by_time)?));
     run_one(py, "load_clips", src, name, Want { starts, num_frames, return_info }, options)
 }
 
@@ -304,7 +309,14 @@ fn clips_at_random_indices(
 ) -> PyResult<Py<PyAny>> {
     check_clip_count(num_clips)?;
     let s = Starts::Sampled(ClipSampler::RandomIndices { num_clips, seed });
-    run_one(py, "clips_at_random_indices", src, name, Want { starts: s, num_frames, return_info }, options)
+    run_one(
+        py,
+        "clips_at_random_indices",
+        src,
+        name,
+        Want { starts: move |_: &ClipSpec| Ok(s), num_frames, return_info },
+        options,
+    )
 }
 
 /// ``num_clips`` clip starts evenly spaced over the frame indices whose clip fits, decoded as
@@ -322,7 +334,14 @@ fn clips_at_regular_indices(
 ) -> PyResult<Py<PyAny>> {
     check_clip_count(num_clips)?;
     let s = Starts::Sampled(ClipSampler::RegularIndices { num_clips });
-    run_one(py, "clips_at_regular_indices", src, name, Want { starts: s, num_frames, return_info }, options)
+    run_one(
+        py,
+        "clips_at_regular_indices",
+        src,
+        name,
+        Want { starts: move |_: &ClipSpec| Ok(s), num_frames, return_info },
+        options,
+    )
 }
 
 /// ``num_clips`` clip start times drawn uniformly (with replacement) over the times whose clip fits, from
@@ -343,7 +362,14 @@ fn clips_at_random_timestamps(
 ) -> PyResult<Py<PyAny>> {
     check_clip_count(num_clips)?;
     let s = Starts::Sampled(ClipSampler::RandomTimes { num_clips, seed });
-    run_one(py, "clips_at_random_timestamps", src, name, Want { starts: s, num_frames, return_info }, options)
+    run_one(
+        py,
+        "clips_at_random_timestamps",
+        src,
+        name,
+        Want { starts: move |_: &ClipSpec| Ok(s), num_frames, return_info },
+        options,
+    )
 }
 
 /// ``num_clips`` clip start times evenly spaced over the times whose clip fits, decoded as
@@ -361,7 +387,14 @@ fn clips_at_regular_timestamps(
 ) -> PyResult<Py<PyAny>> {
     check_clip_count(num_clips)?;
     let s = Starts::Sampled(ClipSampler::RegularTimes { num_clips });
-    run_one(py, "clips_at_regular_timestamps", src, name, Want { starts: s, num_frames, return_info }, options)
+    run_one(
+        py,
+        "clips_at_regular_timestamps",
+        src,
+        name,
+        Want { starts: move |_: &ClipSpec| Ok(s), num_frames, return_info },
+        options,
+    )
 }
 
 /// The whole video at ``fps``, cut into consecutive clips of ``num_frames`` frames (the last one padded or
@@ -381,7 +414,28 @@ fn clips_at_fps(
         return Err(PyTypeError::new_err("clips_at_fps() takes its rate as fps; stride does not apply"));
     }
     let s = Starts::Sampled(ClipSampler::AllAtFps { fps });
-    run_one(py, "clips_at_fps", src, name, Want { starts: s, num_frames, return_info }, options)
+    run_one(py, "clips_at_fps", src, name, Want { starts: move |_: &ClipSpec| Ok(s), num_frames, return_info }, options)
+}
+
+/// Runs `f(i)` for every `i` in `0..n` on `threads` scoped threads, each taking the next index (videos differ
+/// in cost, so a shared counter balances better than fixed chunks).
+fn for_each_index(n: usize, threads: usize, f: impl Fn(usize) + Sync) {
+    let next = AtomicUsize::new(0);
+    let work = || {
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if i >= n {
+                break;
+            }
+            f(i);
+        }
+    };
+    std::thread::scope(|s| {
+        for _ in 1..threads {
+            s.spawn(work);
+        }
+        work();
+    });
 }
 
 /// One video's plan and its slot of the batch, taken by the thread that decodes it.
@@ -401,21 +455,10 @@ fn run_batch(
     let batch_item = |i: usize, e: spdl_io::Error| spdl_io::Error::BatchItem { index: i, source: Box::new(e) };
     let planned: Vec<std::sync::Mutex<Option<spdl_io::Result<Planned>>>> =
         (0..n).map(|_| std::sync::Mutex::new(None)).collect();
-    let next = AtomicUsize::new(0);
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= n {
-                        break;
-                    }
-                    let st = &starts[i.min(starts.len() - 1)];
-                    let r = plan_one(&srcs[i], st, num_frames, &spec);
-                    *planned[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
-                }
-            });
-        }
+    for_each_index(n, threads, |i| {
+        let st = &starts[i.min(starts.len() - 1)];
+        let r = plan_one(&srcs[i], st, num_frames, &spec);
+        *planned[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
     });
     let mut plans = Vec::with_capacity(n);
     for (i, slot) in planned.into_iter().enumerate() {
@@ -468,25 +511,13 @@ fn run_batch(
             .map(|(p, dst)| std::sync::Mutex::new(Some((p, dst))))
             .collect();
         let errors: std::sync::Mutex<Vec<(usize, spdl_io::Error)>> = std::sync::Mutex::new(Vec::new());
-        let next = AtomicUsize::new(0);
-        std::thread::scope(|s| {
-            for _ in 0..threads {
-                s.spawn(|| {
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        if i >= n {
-                            break;
-                        }
-                        let Some((Planned { packets, plan }, dst)) =
-                            work[i].lock().unwrap_or_else(|e| e.into_inner()).take()
-                        else {
-                            continue;
-                        };
-                        if let Err(e) = decode_clips_into(packets, &plan, &spec.opts, dst) {
-                            errors.lock().unwrap_or_else(|e| e.into_inner()).push((i, e));
-                        }
-                    }
-                });
+        for_each_index(n, threads, |i| {
+            let Some((Planned { packets, plan }, dst)) = work[i].lock().unwrap_or_else(|e| e.into_inner()).take()
+            else {
+                return;
+            };
+            if let Err(e) = decode_clips_into(packets, &plan, &spec.opts, dst) {
+                errors.lock().unwrap_or_else(|e| e.into_inner()).push((i, e));
             }
         });
         let mut errors = errors.into_inner().unwrap_or_else(|e| e.into_inner());

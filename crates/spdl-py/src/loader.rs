@@ -28,6 +28,45 @@ fn next_batch<T: Send + 'static>(py: Python<'_>, pipeline: &spdl_exec::Pipeline<
     next.map_err(|e| PyRuntimeError::new_err(format!("the {what} failed: {e}")))
 }
 
+/// A recipe made in this process: used only here (a forked child gets `RuntimeError`), and leaked rather than
+/// dropped in a child, whose copy of its pipeline's threads does not exist.
+struct MadeHere<T> {
+    inner: std::mem::ManuallyDrop<T>,
+    made_in: u64,
+    what: &'static str,
+}
+
+impl<T> MadeHere<T> {
+    fn new(inner: T, made_in: u64, what: &'static str) -> Self {
+        Self { inner: std::mem::ManuallyDrop::new(inner), made_in, what }
+    }
+
+    /// The recipe, if it was made in this process (not inherited through a fork).
+    fn get(&self) -> PyResult<&T> {
+        crate::lifecycle::check_not_forked(self.made_in, self.what)?;
+        Ok(&self.inner)
+    }
+}
+
+impl<T> Drop for MadeHere<T> {
+    fn drop(&mut self) {
+        if !crate::lifecycle::made_before_fork(self.made_in) {
+            // SAFETY: dropped once, here; `inner` is not used after.
+            unsafe { std::mem::ManuallyDrop::drop(&mut self.inner) };
+        }
+    }
+}
+
+/// The per-stage stats table of `pipeline` (GIL released).
+fn stats_table<T: Send + 'static>(py: Python<'_>, pipeline: &spdl_exec::Pipeline<T>) -> String {
+    crate::lifecycle::detach(py, || pipeline.stats().to_string())
+}
+
+/// Stops `pipeline` and joins its threads (GIL released).
+fn stop_pipeline<T: Send + 'static>(py: Python<'_>, pipeline: &spdl_exec::Pipeline<T>) {
+    crate::lifecycle::detach(py, || pipeline.stop());
+}
+
 fn loader_err(e: LoaderError) -> PyErr {
     match e {
         LoaderError::List { .. } => PyOSError::new_err(e.to_string()),
@@ -75,30 +114,19 @@ keyword_options! {
 /// parent's) and is leaked there, not stopped, when dropped.
 #[pyclass(module = "spdl_rs._native", frozen)]
 pub struct ImageLoader {
-    inner: std::mem::ManuallyDrop<spdl_loader::ImageLoader>,
-    made_in: u64,
+    inner: MadeHere<spdl_loader::ImageLoader>,
 }
 
 impl ImageLoader {
     /// The loader, if it was made in this process (not inherited through a fork).
     fn get(&self) -> PyResult<&spdl_loader::ImageLoader> {
-        crate::lifecycle::check_not_forked(self.made_in, "ImageLoader")?;
-        Ok(&self.inner)
-    }
-}
-
-impl Drop for ImageLoader {
-    fn drop(&mut self) {
-        if !crate::lifecycle::made_before_fork(self.made_in) {
-            // SAFETY: dropped once, here; `inner` is not used after.
-            unsafe { std::mem::ManuallyDrop::drop(&mut self.inner) };
-        }
+        self.inner.get()
     }
 }
 
 impl std::fmt::Debug for ImageLoader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.inner.fmt(f)
+        self.inner.inner.fmt(f)
     }
 }
 
@@ -143,7 +171,7 @@ impl ImageLoader {
             }
             Ok(spdl_loader::ImageLoader::new(listing, opts)?)
         });
-        Ok(Self { inner: std::mem::ManuallyDrop::new(inner.map_err(|e| loader_err(*e))?), made_in })
+        Ok(Self { inner: MadeHere::new(inner.map_err(|e| loader_err(*e))?, made_in, "ImageLoader") })
     }
 
     fn __iter__(slf: Py<Self>) -> Py<Self> {
@@ -175,14 +203,12 @@ impl ImageLoader {
 
     /// The per-stage stats table (the bottleneck is marked).
     fn stats_table(&self, py: Python<'_>) -> PyResult<String> {
-        let inner = self.get()?;
-        Ok(crate::lifecycle::detach(py, || inner.pipeline().stats().to_string()))
+        Ok(stats_table(py, self.get()?.pipeline()))
     }
 
     /// Stops the pipeline and joins its threads (GIL released); iteration then ends.
     fn stop(&self, py: Python<'_>) -> PyResult<()> {
-        let inner = self.get()?;
-        crate::lifecycle::detach(py, || inner.pipeline().stop());
+        stop_pipeline(py, self.get()?.pipeline());
         Ok(())
     }
 }
@@ -216,32 +242,22 @@ keyword_options! {
 #[cfg(feature = "ffmpeg")]
 #[pyclass(module = "spdl_rs._native", frozen)]
 pub struct ClipLoader {
-    inner: std::mem::ManuallyDrop<spdl_loader::ClipLoader>,
-    made_in: u64,
+    inner: MadeHere<spdl_loader::ClipLoader>,
 }
 
 #[cfg(feature = "ffmpeg")]
 impl ClipLoader {
     fn get(&self) -> PyResult<&spdl_loader::ClipLoader> {
-        crate::lifecycle::check_not_forked(self.made_in, "ClipLoader")?;
-        Ok(&self.inner)
+        self.inner.get()
     }
 }
 
 #[cfg(feature = "ffmpeg")]
 impl std::fmt::Debug for ClipLoader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClipLoader").field("videos_per_epoch", &self.inner.videos_per_epoch()).finish_non_exhaustive()
-    }
-}
-
-#[cfg(feature = "ffmpeg")]
-impl Drop for ClipLoader {
-    fn drop(&mut self) {
-        if !crate::lifecycle::made_before_fork(self.made_in) {
-            // SAFETY: dropped once, here; `inner` is not used after.
-            unsafe { std::mem::ManuallyDrop::drop(&mut self.inner) };
-        }
+        f.debug_struct("ClipLoader")
+            .field("videos_per_epoch", &self.inner.inner.videos_per_epoch())
+            .finish_non_exhaustive()
     }
 }
 
@@ -288,7 +304,7 @@ impl ClipLoader {
             }
             Ok(spdl_loader::ClipLoader::new(listing, opts)?)
         });
-        Ok(Self { inner: std::mem::ManuallyDrop::new(inner.map_err(|e| loader_err(*e))?), made_in })
+        Ok(Self { inner: MadeHere::new(inner.map_err(|e| loader_err(*e))?, made_in, "ClipLoader") })
     }
 
     fn __iter__(slf: Py<Self>) -> Py<Self> {
@@ -317,14 +333,12 @@ impl ClipLoader {
 
     /// The per-stage stats table (the bottleneck is marked).
     fn stats_table(&self, py: Python<'_>) -> PyResult<String> {
-        let inner = self.get()?;
-        Ok(crate::lifecycle::detach(py, || inner.pipeline().stats().to_string()))
+        Ok(stats_table(py, self.get()?.pipeline()))
     }
 
     /// Stops the pipeline and joins its threads (GIL released); iteration then ends.
     fn stop(&self, py: Python<'_>) -> PyResult<()> {
-        let inner = self.get()?;
-        crate::lifecycle::detach(py, || inner.pipeline().stop());
+        stop_pipeline(py, self.get()?.pipeline());
         Ok(())
     }
 }

@@ -179,15 +179,17 @@ def test_spdl_spellings(images):
     assert spdl_rs.io.to_numpy(batch).shape == (3, 8, 16, 3)
     with pytest.raises(ValueError, match="pix_fmt"):
         spdl_rs.io.load_image(images[0], pix_fmt="yuv420p")
-    # SPDL's filter_desc: None ("no filter graph") is accepted; a graph is refused, naming what to use.
+    # SPDL's filter_desc: None is the decoder's own format (rgb24 for these PNGs), a graph runs as given.
     assert spdl_rs.io.to_numpy(spdl_rs.io.load_image(images[5], filter_desc=None)).shape == (80, 101, 3)
-    with pytest.raises(ValueError, match=r"load_image_batch: filter_desc .* use width="):
-        spdl_rs.io.load_image_batch(images[:3], width=16, height=8, filter_desc="scale=16:8,format=rgb24")
+    batch = spdl_rs.io.load_image_batch(images[:3], width=16, height=8, filter_desc="scale=16:8,format=rgb24")
+    assert spdl_rs.io.to_numpy(batch).shape == (3, 8, 16, 3)
+    with pytest.raises(ValueError, match=r"cannot be combined with spdl_rs's normalize"):
+        spdl_rs.io.load_image_batch(images[:3], width=16, height=8, filter_desc=None, normalize="unit")
     # SPDL's config objects: None ("defaults") is accepted, anything else refused with the reason.
     none_configs = dict(demux_config=None, decode_config=None, device_config=None, storage=None)
     batch = spdl_rs.io.load_image_batch(images[:2], width=16, height=8, strict=True, **none_configs)
     assert spdl_rs.io.to_numpy(batch).shape == (2, 8, 16, 3)
     with open(images[5], "rb") as f:
         assert spdl_rs.io.to_numpy(spdl_rs.io.decode_image(f.read(), decode_config=None)).shape == (80, 101, 3)
-    with pytest.raises(ValueError, match="device_config"):
+    with pytest.raises(TypeError, match="device_config must be a CUDAConfig"):
         spdl_rs.io.load_image(images[0], device_config=object())

@@ -136,7 +136,7 @@ def test_spdl_demux_and_config_spellings(media):
     assert a.timestamps == b.timestamps
     v = spdl_rs.io.load_video(media["mp4"], timestamp=(0.0, 0.2), decode_config=None, device_config=None)
     assert v.shape == (5, H, W, 3)
-    with pytest.raises(ValueError, match="decode_config"):
+    with pytest.raises(TypeError, match="decode_config must be a DecodeConfig"):
         spdl_rs.io.load_video(media["mp4"], decode_config=object())
     annexb = spdl_rs.io.demux_video(media["mp4"], timestamp=(1.5, 2.5), bsf="h264_mp4toannexb")
     assert annexb.timestamps == b.timestamps and annexb.codec.name == "h264"

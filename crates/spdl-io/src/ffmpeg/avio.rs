@@ -86,11 +86,17 @@ pub(crate) fn ff_error(item: &str, what: &str, e: ff::Error) -> Error {
 
 /// Opens `input` for demuxing (headers and stream info read).
 pub(crate) fn open_input(input: &MediaInput<'_>, item: &str) -> Result<Input> {
-    open_input_with(input, item, &[])
+    open_input_with(input, item, &[], None)
 }
 
-/// Opens `input` for demuxing with demuxer `options` (FFmpeg's format-context options).
-pub(crate) fn open_input_with(input: &MediaInput<'_>, item: &str, options: &[(String, String)]) -> Result<Input> {
+/// Opens `input` for demuxing with demuxer `options` (FFmpeg's format-context options), as the container
+/// `format` (an FFmpeg demuxer name, e.g. `"s16le"` for raw samples) or, without one, as the content says.
+pub(crate) fn open_input_with(
+    input: &MediaInput<'_>,
+    item: &str,
+    options: &[(String, String)],
+    format: Option<&str>,
+) -> Result<Input> {
     init();
     input.check_not_empty()?;
     let (io, hint) = match *input {
@@ -112,6 +118,9 @@ pub(crate) fn open_input_with(input: &MediaInput<'_>, item: &str, options: &[(St
         }
         d
     });
+    if let Some(format) = format {
+        return open_as(io, hint, options, format, item);
+    }
     ff::format::input_from_stream(io, hint, options).map_err(|e| match e {
         ff::Error::InvalidData | ff::Error::DemuxerNotFound => {
             // Tell "not a format FFmpeg knows" from "a known format whose header or index is damaged"
@@ -131,6 +140,59 @@ pub(crate) fn open_input_with(input: &MediaInput<'_>, item: &str, options: &[(St
         }
         other => ff_error(item, "container", other),
     })
+}
+
+/// Opens `io` with the named demuxer (ffmpeg-next's `input_from_stream` has no format argument: the same
+/// steps, with `av_find_input_format`'s demuxer given to `avformat_open_input`).
+fn open_as(
+    mut io: StreamIo,
+    hint: Option<&str>,
+    options: Option<ff::Dictionary<'_>>,
+    format: &str,
+    item: &str,
+) -> Result<Input> {
+    use ff::ffi;
+    let bad = |m: String| Error::InvalidOptions(format!("{item}: demux format {format:?}: {m}"));
+    let name = std::ffi::CString::new(format).map_err(|_| bad("contains a NUL byte".into()))?;
+    let hint = hint.and_then(|h| std::ffi::CString::new(h).ok());
+    // SAFETY: `name` is a NUL-terminated string that outlives the call; the result is a static FFmpeg table
+    // entry or null.
+    let iformat = unsafe { ffi::av_find_input_format(name.as_ptr()) };
+    if iformat.is_null() {
+        return Err(bad("FFmpeg has no demuxer of that name (`ffmpeg -demuxers` lists them)".into()));
+    }
+    // SAFETY: the context is allocated here and either handed to `Input` (which frees it and owns `io`) or
+    // freed by `avformat_open_input` on failure (FFmpeg frees a user-supplied context when opening fails) or
+    // by `avformat_close_input`. `io`'s AVIO context is set as the context's `pb` with the custom-I/O flag, so
+    // FFmpeg does not close it; `io` outlives the context because `Input` keeps it. The options dictionary is
+    // disowned for the call and owned again after it (FFmpeg replaces it with the unused entries).
+    unsafe {
+        let mut ps = ffi::avformat_alloc_context();
+        if ps.is_null() {
+            return Err(bad("cannot allocate a format context".into()));
+        }
+        (*ps).pb = io.as_mut_ptr();
+        (*ps).flags |= ffi::AVFMT_FLAG_CUSTOM_IO;
+        let url = hint.as_ref().map_or(std::ptr::null(), |h| h.as_ptr());
+        let r = match options {
+            Some(opts) => {
+                let mut raw = opts.disown();
+                let r = ffi::avformat_open_input(&mut ps, url, iformat, &mut raw);
+                drop(ff::Dictionary::own(raw));
+                r
+            }
+            None => ffi::avformat_open_input(&mut ps, url, iformat, std::ptr::null_mut()),
+        };
+        if r < 0 {
+            return Err(ff_error(item, format, ff::Error::from(r)));
+        }
+        let r = ffi::avformat_find_stream_info(ps, std::ptr::null_mut());
+        if r < 0 {
+            ffi::avformat_close_input(&mut ps);
+            return Err(ff_error(item, format, ff::Error::from(r)));
+        }
+        Ok(Input::wrap_with_custom_io(ps, io))
+    }
 }
 
 /// The name of the demuxer whose content probe (not the file name) recognises `head`, if any.

@@ -593,7 +593,12 @@ fn shape_of(frames: &MediaFrames) -> Result<(Vec<usize>, DType, Layout)> {
     let item = &frames.item;
     let all = ffs(frames)?;
     let Some(first) = all.first().map(|f| info(f)) else {
-        return Err(Error::InvalidOptions(format!("{item}: no frames to convert")));
+        // SPDL's RuntimeError (a decode that gave no frame, e.g. of an empty window), not a bad option.
+        return Err(Error::Decode {
+            item: item.clone(),
+            format: "frames".into(),
+            cause: "No frame to convert to buffer (the frames are empty)".into(),
+        });
     };
     let name = frames.format_name();
     for f in all {

@@ -188,7 +188,7 @@ impl FfDemuxer {
     /// Errors: [`Error::UnknownFormat`], [`Error::Decode`] (a damaged header), [`Error::Io`].
     pub(crate) fn open(input: &MediaInput<'_>, config: &DemuxConfig) -> Result<FfDemuxer> {
         let item = input.name().into_owned();
-        let ictx = open_input_with(input, &item, &config.format_options)?;
+        let ictx = open_input_with(input, &item, &config.format_options, config.format.as_deref())?;
         Ok(FfDemuxer { item, ictx, limits: config.limits, fresh: true, stream: None })
     }
 
@@ -277,10 +277,10 @@ impl FfDemuxer {
     /// start; image: the first packet).
     pub(crate) fn demux(&mut self, kind: MediaType, window: Option<(f64, f64)>) -> Result<MediaPackets> {
         if let Some((s, e)) = window
-            && (s.is_nan() || e.is_nan() || s == f64::INFINITY || e <= s)
+            && (s.is_nan() || e.is_nan())
         {
             return Err(Error::InvalidOptions(format!(
-                "{}: the window must be (start, end) with start < end, got ({s}, {e})",
+                "{}: the window must be (start, end) in seconds, got ({s}, {e})",
                 self.item
             )));
         }
@@ -288,6 +288,13 @@ impl FfDemuxer {
             let stream = self.ictx.streams().best(ff_kind(kind)).ok_or_else(|| self.no_stream(kind))?;
             (stream.index(), codec_of_stream(&stream, kind))
         };
+        // An empty window (`end <= start`, SPDL's `(t, t)`) holds no packet, as in SPDL: its frames are none.
+        if let Some((s, e)) = window
+            && kind != MediaType::Image
+            && e <= s
+        {
+            return Ok(MediaPackets { item: self.item.clone(), codec, packets: Vec::new(), window, limits: self.limits });
+        }
         let pixels = u64::from(codec.width) * u64::from(codec.height);
         if pixels > self.limits.max_pixels {
             return Err(Error::LimitExceeded {
@@ -328,7 +335,8 @@ impl FfDemuxer {
                 break;
             }
         }
-        if packets.is_empty() {
+        // A window past the end holds no packet (SPDL's result too); a whole stream without one is an error.
+        if packets.is_empty() && (window.is_none() || kind == MediaType::Image) {
             return Err(Error::Decode {
                 item: self.item.clone(),
                 format: codec.name,

@@ -408,6 +408,9 @@ pub fn set_ffmpeg_log_level(level: i32) -> Result<()> {
 /// How to open a source.
 #[derive(Debug, Clone, Default)]
 pub struct DemuxConfig {
+    /// The container format (an FFmpeg demuxer name, e.g. `"s16le"` for raw samples, `"mjpeg"`); `None`:
+    /// detected from the content.
+    pub format: Option<String>,
     /// Options for the container's demuxer (FFmpeg's `AVFormatContext` options).
     pub format_options: Vec<(String, String)>,
     /// Bounds on what demuxing reads and keeps.
@@ -800,7 +803,9 @@ pub fn decode_all(
     } else if let Some(n) = num_frames.filter(|_| packets.codec.kind == MediaType::Video) {
         out.frames.truncate(n);
     }
-    if out.frames.is_empty() {
+    // A window that holds no frame (an empty one, or past the end) decodes to no frame, as in SPDL; an image,
+    // or a whole stream, without one is an error.
+    if out.frames.is_empty() && (packets.window.is_none() || packets.codec.kind == MediaType::Image) {
         return Err(Error::Decode {
             item: packets.item.clone(),
             format: packets.codec.name.clone(),

@@ -719,6 +719,7 @@ class MediaDemuxer:
         src: _Src,
         *,
         name: str | None = None,
+        format: str | None = None,
         format_options: dict[str, str] | None = None,
         limits: dict[str, int] | None = None,
     ) -> MediaDemuxer: ...

@@ -696,15 +696,17 @@ fn kind_of(name: &str) -> PyResult<MediaType> {
 impl PyMediaDemuxer {
     /// Opens ``src`` (a path, or encoded bytes named ``name`` in errors), GIL released.
     #[new]
-    #[pyo3(signature = (src, *, name=None, format_options=None, limits=None))]
+    #[pyo3(signature = (src, *, name=None, format=None, format_options=None, limits=None))]
     fn new(
         py: Python<'_>,
         src: &Bound<'_, PyAny>,
         name: Option<&str>,
+        format: Option<String>,
         format_options: Option<std::collections::BTreeMap<String, String>>,
         limits: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
         let config = DemuxConfig {
+            format,
             format_options: format_options.unwrap_or_default().into_iter().collect(),
             limits: limits_from(limits)?,
         };

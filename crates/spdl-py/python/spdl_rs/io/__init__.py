@@ -128,23 +128,87 @@ _SPDL_CONFIGS = {
 
 
 def _spdl_keywords(func: str, instead: str, configs: _SpdlKeywords) -> None:
-    """SPDL's keywords without a counterpart (:py:class:`_SpdlKeywords`). ``filter_desc`` is an FFmpeg filter
-    graph; spdl_rs decodes without one. ``None`` (SPDL's "no filter") is accepted; a graph is refused with the
-    keywords that do the same work here. SPDL's config objects (``demux_config``, ``decode_config``,
-    ``device_config``, ``storage``) are accepted as ``None`` and refused otherwise, naming what replaces them.
-    Any other keyword is a ``TypeError``, as for a function that does not take it."""
+    """SPDL's keywords of a function without SPDL's composite form (:py:class:`_SpdlKeywords`): ``None``
+    (SPDL's default) is accepted; anything else is refused with the keywords that do the same work here. Any
+    other keyword is a ``TypeError``, as for a function that does not take it."""
     unknown = sorted(set(configs) - {"filter_desc", *_SPDL_CONFIGS})
     if unknown:
         raise TypeError(f"{func}() got an unexpected keyword argument {unknown[0]!r}")
     filter_desc = configs.get("filter_desc")
     if filter_desc is not None:
         raise ValueError(
-            f"{func}: filter_desc (an FFmpeg filter graph, spdl.io.get_*_filter_desc) is not supported by spdl_rs; "
-            f"use {instead} instead"
+            f"{func}: filter_desc (an FFmpeg filter graph) is not taken here; use {instead} instead, or "
+            "spdl_rs.io.load_image/load_audio/load_video, which take it"
         )
     for key, instead_of in _SPDL_CONFIGS.items():
         if configs.get(key) is not None:
             raise ValueError(f"{func}: SPDL's {key} is not supported by spdl_rs ({instead_of})")
+
+
+def _spdl_form(func: str, configs: _SpdlKeywords, own: dict[str, object]) -> bool:
+    """Whether a call takes SPDL's composite form (demux, decode through an FFmpeg filter graph, convert):
+    ``filter_desc=`` given (``None`` included: the decoder's own format), or a ``demux_config``/
+    ``decode_config``. spdl_rs's own keywords (``own``, name to value, ``None`` or their default when not
+    given) cannot be combined with it."""
+    unknown = sorted(set(configs) - {"filter_desc", *_SPDL_CONFIGS})
+    if unknown:
+        raise TypeError(f"{func}() got an unexpected keyword argument {unknown[0]!r}")
+    spdl = "filter_desc" in configs or any(configs.get(k) is not None for k in ("demux_config", "decode_config"))
+    if spdl:
+        given = sorted(k for k, v in own.items() if v)
+        if given:
+            raise ValueError(
+                f"{func}: SPDL's filter_desc/demux_config/decode_config cannot be combined with spdl_rs's "
+                f"{', '.join(given)}; put the conversion into filter_desc (spdl_rs.io.get_filter_desc)"
+            )
+    if configs.get("storage") is not None:
+        raise ValueError(f"{func}: SPDL's storage is not supported by spdl_rs ({_SPDL_CONFIGS['storage']})")
+    return spdl
+
+
+def _check_configs(configs: _SpdlKeywords) -> None:
+    """SPDL's config objects, each of its own type (``TypeError`` naming the keyword otherwise)."""
+    from . import _cuda, _media
+
+    types = {"demux_config": (_media.DemuxConfig, "spdl_rs.io.demux_config(...)"),
+             "decode_config": (_media.DecodeConfig, "spdl_rs.io.decode_config(...)"),
+             "device_config": (_cuda.CUDAConfig, "spdl_rs.io.cuda_config(...)")}
+    for key, (cls, make) in types.items():
+        value = configs.get(key)
+        if value is not None and not isinstance(value, cls):
+            raise TypeError(f"{key} must be a {cls.__name__} ({make}), got {type(value).__name__}")
+    filter_desc = configs.get("filter_desc")
+    if filter_desc is not None and not isinstance(filter_desc, str):
+        raise TypeError(f"filter_desc must be a str or None, got {type(filter_desc).__name__}")
+
+
+def _empty(timestamp: tuple[float, float] | None) -> bool:
+    """An empty window (``(t, t)``, or end before start): SPDL's form, which decodes no frame."""
+    return timestamp is not None and not float(timestamp[1]) > float(timestamp[0])
+
+
+def _load_spdl(kind: str, src: Any, timestamp: Any, name: str | None, configs: _SpdlKeywords) -> Buffer:
+    """SPDL's ``load_audio``/``load_video``/``load_image``: demux, decode with ``filter_desc`` (default:
+    SPDL's conversion; ``None``: the decoder's format), convert, and move to ``device_config`` if given."""
+    from . import _media
+
+    _check_configs(configs)
+    filter_desc = configs.get("filter_desc", _FILTER_DESC_DEFAULT)
+    demux_config = configs.get("demux_config")
+    if kind == "image":
+        packets: Any = _media.demux_image(src, demux_config=demux_config, name=name)  # type: ignore[arg-type]
+    elif kind == "audio":
+        packets = _media.demux_audio(src, timestamp=timestamp, demux_config=demux_config, name=name)  # type: ignore[arg-type]
+    else:
+        packets = _media.demux_video(src, timestamp=timestamp, demux_config=demux_config, name=name)  # type: ignore[arg-type]
+    frames = _media.decode_packets(packets, filter_desc, configs.get("decode_config"))  # type: ignore[arg-type]
+    buffer = _media.convert_frames(frames)
+    device_config = configs.get("device_config")
+    if device_config is not None:
+        from ._cuda import transfer_buffer
+
+        return transfer_buffer(buffer, device_config=device_config)  # type: ignore[no-any-return]
+    return buffer
 
 
 _IMAGE_INSTEAD = "size=(width, height), filter= and pix_fmt="
@@ -177,9 +241,18 @@ def load_image(
         exif_orientation: Apply the EXIF orientation.
         name: The name of ``src`` in error messages when it is bytes.
         pix_fmt: SPDL's spelling of ``pixel_format`` (``"rgb24"``, ``"rgba"``, ``"gray"``).
-        filter_desc, demux_config, decode_config, device_config, storage: SPDL's; only ``None`` is accepted.
+        filter_desc, demux_config, decode_config, device_config: SPDL's form. Given any of them (``filter_desc``
+            given at all, ``None`` included), the call runs as SPDL's: demux, decode through the FFmpeg filter
+            graph (``None``: the decoder's own format), :py:func:`convert_frames`, and a transfer to the
+            device. spdl_rs's own keywords cannot be combined with it. ``storage``: ``None`` only.
     """
-    _spdl_keywords("load_image", _IMAGE_INSTEAD, spdl)
+    own = {"size": size, "pix_fmt": pix_fmt, "exif_orientation": exif_orientation,
+           "pixel_format": pixel_format != "rgb", "filter": filter != "bilinear"}
+    if _spdl_form("load_image", spdl, own):
+        return _load_spdl("image", src, None, None if name == "<bytes>" else name, spdl)
+    _spdl_keywords("load_image", _IMAGE_INSTEAD, {k: v for k, v in spdl.items() if k != "device_config"})
+    if spdl.get("device_config") is not None:
+        return _load_spdl("image", src, None, None if name == "<bytes>" else name, spdl)
     options = dict(size=size, pixel_format=_pixel_format(pixel_format, pix_fmt), filter=filter,
                    exif_orientation=exif_orientation)
     if _is_bytes(src):
@@ -230,8 +303,8 @@ def set_decode_memory_budget(nbytes: int) -> None:
 
 def load_image_batch(
     srcs: Sequence[str | PathLike[str] | bytes],
-    width: int,
-    height: int,
+    width: int | None = None,
+    height: int | None = None,
     *,
     layout: Literal["NHWC", "NCHW"] = "NHWC",
     normalize: str | tuple[Sequence[float], Sequence[float]] | None = None,
@@ -251,7 +324,8 @@ def load_image_batch(
 
     Args:
         srcs: Paths or encoded bytes.
-        width, height: The output size of every image.
+        width, height: The output size of every image. Either ``None``: SPDL's form (below) at the images' own
+            size in that dimension.
         layout: ``"NHWC"`` or ``"NCHW"``.
         normalize: ``None`` (``uint8`` output), ``"imagenet"``, ``"unit"`` or ``(mean, std)`` (``float32``
             output, ``(x / 255 - mean) / std``).
@@ -266,14 +340,63 @@ def load_image_batch(
             train: torchvision's ``RandomResizedCrop`` + a horizontal flip half the time).
         seed: Seed of the random crop and flip.
         keys: One integer per item that seeds its crop and flip with ``seed``; default: its position.
-        filter_desc, demux_config, decode_config, device_config, storage: SPDL's; only ``None`` is accepted.
+        filter_desc, demux_config, decode_config, device_config: SPDL's form, also taken where ``width`` or
+            ``height`` is ``None``: each image decoded through the FFmpeg filter graph (default: scaled, in
+            ``pix_fmt``), failed images logged and left out (``strict``: any failure raises), the rest converted
+            into one buffer (their shapes must agree). ``storage``: ``None`` only.
     """
+    own = {"layout": layout != "NHWC", "normalize": normalize, "pixel_format": pixel_format != "rgb",
+           "filter": filter != "bilinear", "num_threads": num_threads, "return_info": return_info,
+           "transform": transform != "resize", "seed": seed, "keys": keys}
+    if _spdl_form("load_image_batch", spdl, own) or width is None or height is None:
+        if width is None and height is None and any(own.values()):
+            raise ValueError("load_image_batch: width and height are needed with spdl_rs's keywords")
+        return _load_image_batch_spdl(srcs, width, height, pix_fmt, strict, spdl)
     _spdl_keywords("load_image_batch", "width=, height=, filter= and pix_fmt=", spdl)
     return _native_fn("load_image_batch")(
         srcs, width, height, return_info=return_info, keys=keys, layout=layout, normalize=normalize,
         pixel_format=_pixel_format(pixel_format, pix_fmt), filter=filter, strict=strict, num_threads=num_threads,
         transform=transform, seed=seed,
     )
+
+
+def _load_image_batch_spdl(
+    srcs: Sequence[Any], width: int | None, height: int | None, pix_fmt: str | None, strict: bool,
+    configs: _SpdlKeywords,
+) -> Buffer:
+    """SPDL's ``load_image_batch``: each image demuxed and decoded through the filter graph (default: scaled to
+    ``width`` x ``height`` where given, in ``pix_fmt``), the failures logged and left out (``strict``: any
+    failure raises), then one :py:func:`convert_frames` of the rest (their shapes must agree)."""
+    import logging
+
+    from . import _media
+    from ._filter_desc import get_video_filter_desc
+
+    if not srcs:
+        raise ValueError("`srcs` must not be empty.")
+    _check_configs(configs)
+    filter_desc = configs.get("filter_desc", _FILTER_DESC_DEFAULT)
+    if filter_desc == _FILTER_DESC_DEFAULT:
+        filter_desc = get_video_filter_desc(scale_width=width, scale_height=height, pix_fmt=pix_fmt or "rgb24")
+    frames = []
+    for src in srcs:
+        try:
+            packets = _media.demux_image(src, demux_config=configs.get("demux_config"))  # type: ignore[arg-type]
+            frames.append(_media.decode_packets(packets, filter_desc, configs.get("decode_config")))  # type: ignore[arg-type]
+        except Exception as err:
+            what = f"bytes object at {id(src)}" if isinstance(src, (bytes, bytearray, memoryview)) else repr(src)
+            logging.getLogger("spdl_rs.io").error("Failed to decode an image from %s: %s.", what, err)
+    if strict and len(frames) != len(srcs):
+        raise RuntimeError(f"Failed to load some images ({len(srcs) - len(frames)} of {len(srcs)}; logged).")
+    if not frames:
+        raise RuntimeError("Failed to load all the images.")
+    buffer = _media.convert_frames(frames)
+    device_config = configs.get("device_config")
+    if device_config is not None:
+        from ._cuda import transfer_buffer
+
+        return transfer_buffer(buffer, device_config=device_config)  # type: ignore[no-any-return]
+    return buffer
 
 
 def load_audio(
@@ -316,14 +439,21 @@ def load_audio(
         name: The name of ``src`` in error messages when it is bytes (its extension is a format hint).
         return_info: Also return a dict: ``sample_rate``, ``num_samples`` (samples decoded, before padding),
             ``start`` (seconds), ``codec``, ``container``, ``source_sample_rate``, ``source_channels``.
-        filter_desc, demux_config, decode_config, device_config, storage: SPDL's; only ``None`` is accepted.
+        filter_desc, demux_config, decode_config, device_config: SPDL's form. Given any of them (``filter_desc``
+            given at all, ``None`` included), the call runs as SPDL's: demux, decode through the FFmpeg filter
+            graph (``None``: the decoder's own format), :py:func:`convert_frames`, and a transfer to the
+            device. spdl_rs's own keywords cannot be combined with it. ``storage``: ``None`` only.
 
     Raises:
         OSError: The file cannot be read.
         ValueError: Invalid options (e.g. a channel the file does not have).
         RuntimeError: The input is empty, corrupt, in an unknown format or over a limit; the message names it.
     """
-    _spdl_keywords("load_audio", "sample_rate=, channels=, dtype= and layout=", spdl)
+    own = {"start": start is not None, "duration": duration is not None, "sample_rate": sample_rate,
+           "channels": channels, "dtype": dtype != "float32", "layout": layout != "channels_first",
+           "num_samples": num_samples, "backend": backend != "auto", "limits": limits, "return_info": return_info}
+    if _spdl_form("load_audio", spdl, own) or spdl.get("device_config") is not None or _empty(timestamp):
+        return _load_spdl("audio", src, timestamp, name, spdl)
     start, duration = _window(timestamp, start, duration)
     return _native_fn("load_audio")(
         src, name=name, return_info=return_info, start=start, duration=duration, sample_rate=sample_rate,
@@ -423,14 +553,21 @@ def load_video(
             ``max_output_bytes``, ``max_bad_packets``).
         name: The name of ``src`` in error messages when it is bytes.
         return_info: Also return a dict: ``pts`` (seconds, per frame), ``frame_rate``, ``codec``, ``item``.
-        filter_desc, demux_config, decode_config, device_config, storage: SPDL's; only ``None`` is accepted.
+        filter_desc, demux_config, decode_config, device_config: SPDL's form. Given any of them (``filter_desc``
+            given at all, ``None`` included), the call runs as SPDL's: demux, decode through the FFmpeg filter
+            graph (``None``: the decoder's own format), :py:func:`convert_frames`, and a transfer to the
+            device. spdl_rs's own keywords cannot be combined with it. ``storage``: ``None`` only.
 
     Raises:
         OSError: The file cannot be read.
         ValueError: Invalid options.
         RuntimeError: The input is corrupt, has no video stream or is over a limit; the message names it.
     """
-    _spdl_keywords("load_video", _VIDEO_INSTEAD, spdl)
+    own = {"start": start is not None, "duration": duration is not None, "fps": fps, "every_k": every_k,
+           "num_frames": num_frames, "width": width, "height": height, "pix_fmt": pix_fmt != "rgb24",
+           "filter": filter != "bicubic", "threads": threads != 1, "limits": limits, "return_info": return_info}
+    if _spdl_form("load_video", spdl, own) or spdl.get("device_config") is not None or _empty(timestamp):
+        return _load_spdl("video", src, timestamp, name, spdl)
     start, duration = _window(timestamp, start, duration)
     return _native_fn("load_video", "ffmpeg")(
         src, name=name, return_info=return_info, start=start, duration=duration, fps=fps, every_k=every_k,
@@ -457,11 +594,13 @@ def demux_video(
     taken too."""
     demux_config = spdl.pop("demux_config", None)
     _spdl_keywords("demux_video", "start=/duration=", spdl)
-    start, duration = _window(timestamp, start, duration)
-    if demux_config is not None:
+    if timestamp is not None and (start is not None or duration is not None):
+        raise ValueError("give either timestamp=(start, end) or start/duration, not both")
+    if demux_config is not None or timestamp is not None:
+        # SPDL's form: any window, an empty one ((t, t)) included, which holds no packet.
         from ._media import demux_video as _demux
 
-        window = None if start is None and duration is None else (
+        window = timestamp if timestamp is not None else None if start is None and duration is None else (
             start or 0.0, (start or 0.0) + duration if duration is not None else float("inf"))
         return _demux(src, timestamp=window, demux_config=demux_config, bsf=bsf, name=name, limits=limits)  # type: ignore[arg-type]
     packets = _native_fn("demux_video", "ffmpeg")(src, name=name, start=start, duration=duration, limits=limits)

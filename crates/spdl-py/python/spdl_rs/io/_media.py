@@ -96,8 +96,9 @@ class DemuxConfig:
     """How to open a source (SPDL's ``DemuxConfig``; see :py:func:`demux_config`).
 
     Args:
-        format: Forcing a container format is not supported: the container is detected from the content
-            (``None`` only).
+        format: The container format, an FFmpeg demuxer name (``ffmpeg -demuxers``; e.g. ``"s16le"`` for raw
+            samples, with ``format_options={"sample_rate": ..., "ch_layout": ...}``); ``None``: detected from
+            the content.
         format_options: Options of the container's demuxer (FFmpeg ``AVFormatContext`` options).
         buffer_size: Accepted for SPDL compatibility; the read buffer size is spdl-io's.
     """
@@ -105,11 +106,6 @@ class DemuxConfig:
     def __init__(
         self, format: str | None = None, format_options: Mapping[str, str] | None = None, buffer_size: int = 8096
     ) -> None:
-        if format is not None:
-            raise ValueError(
-                f"DemuxConfig: forcing the container format ({format!r}) is not supported by spdl_rs; the "
-                "container is detected from the content"
-            )
         if buffer_size <= 0:
             raise ValueError(f"DemuxConfig: buffer_size must be positive, got {buffer_size}")
         self.format = format
@@ -117,7 +113,7 @@ class DemuxConfig:
         self.buffer_size = buffer_size
 
     def __repr__(self) -> str:
-        return f"DemuxConfig(format_options={self.format_options!r})"
+        return f"DemuxConfig(format={self.format!r}, format_options={self.format_options!r})"
 
 
 class DecodeConfig:
@@ -172,8 +168,9 @@ def _window(window: tuple[TimeValue, TimeValue] | None) -> tuple[float, float] |
     s, e = float(Fraction(start)) if not isinstance(start, float) else start, (
         float(Fraction(end)) if not isinstance(end, float) else end
     )
-    if not e > s:
-        raise ValueError(f"the window must be (start, end) with start < end, got {window!r}")
+    if s != s or e != e:
+        raise ValueError(f"the window must be (start, end) in seconds, got {window!r}")
+    # As in SPDL, an empty window ((t, t), or end before start) is allowed: it holds no packet.
     return (s, e)
 
 
@@ -208,7 +205,8 @@ class Demuxer:
         if kwargs:
             raise TypeError(f"Demuxer() got an unexpected keyword argument {next(iter(kwargs))!r}")
         options = demux_config.format_options if demux_config is not None else None
-        self._demuxer = MediaDemuxer(_resolve_src(src), name=name, format_options=options, limits=limits)
+        fmt = demux_config.format if demux_config is not None else None
+        self._demuxer = MediaDemuxer(_resolve_src(src), name=name, format=fmt, format_options=options, limits=limits)
 
     def demux_audio(self, window: tuple[TimeValue, TimeValue] | None = None, *, bsf: str | None = None) -> AudioPackets:
         """The packets of the audio stream in ``window`` (``(start, end)`` seconds; ``None``: all)."""

@@ -1,6 +1,6 @@
 //! Failure accounting: every finished call is booked here (stats, failure log, kept causes),
-//! and each failure is judged against its stage's [`FailureBudget`] and the pipeline's. A spent
-//! budget stops feeding the stage and records the error that ends the pipeline.
+//! and each failure is judged against its stage's own [`FailureBudget`] where it has one, else the
+//! pipeline's. A spent budget stops feeding the stage and records the error that ends the pipeline.
 
 use std::sync::PoisonError;
 use std::sync::atomic::Ordering;
@@ -93,17 +93,20 @@ impl Shared {
         let failed = cell.failed.load(Ordering::Relaxed);
         let calls = cell.completed.load(Ordering::Relaxed);
         let causes = || cell.causes.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        if cell.budget.is_exceeded(failed, calls) {
-            self.trip(
-                cell,
-                PipelineError::StageBudgetExceeded {
-                    stage: cell.name.clone(),
-                    budget: cell.budget,
-                    failed,
-                    calls,
-                    causes: causes(),
-                },
-            );
+        // A stage with its own budget is judged by it alone (SPDL's per-stage `max_failures`).
+        if let Some(budget) = cell.budget {
+            if budget.is_exceeded(failed, calls) {
+                self.trip(
+                    cell,
+                    PipelineError::StageBudgetExceeded {
+                        stage: cell.name.clone(),
+                        budget,
+                        failed,
+                        calls,
+                        causes: causes(),
+                    },
+                );
+            }
             return;
         }
         if self.budget == FailureBudget::Unlimited {

@@ -67,8 +67,7 @@ impl Wiring {
     }
 
     pub(crate) fn cell(&mut self, name: String, kind: StageKind, concurrency: usize) -> Arc<StageCell> {
-        let budget = crate::failure::FailureBudget::Unlimited;
-        self.cell_with(name, kind, concurrency, budget)
+        self.cell_with(name, kind, concurrency, None)
     }
 
     pub(crate) fn cell_with(
@@ -76,7 +75,7 @@ impl Wiring {
         name: String,
         kind: StageKind,
         concurrency: usize,
-        budget: crate::failure::FailureBudget,
+        budget: Option<crate::failure::FailureBudget>,
     ) -> Arc<StageCell> {
         let (input_capacity, feed) = if kind == StageKind::Source {
             (0, Feed::None)
@@ -110,7 +109,7 @@ impl Wiring {
                 StageKind::Blocking,
                 1,
                 0,
-                crate::failure::FailureBudget::Unlimited,
+                None,
                 Feed::None,
             )),
         }
@@ -428,7 +427,9 @@ pub(crate) fn wire_pipe<T: Send + 'static, U: Send + 'static>(
     if options.concurrency == 0 {
         w.invalid(format!("stage `{name}`: concurrency"), "must be at least 1".into());
     }
-    if let Err(e) = crate::budget::validate(&options.failure_budget, &format!("stage `{name}`: failure_budget")) {
+    if let Some(budget) = &options.failure_budget
+        && let Err(e) = crate::budget::validate(budget, &format!("stage `{name}`: failure_budget"))
+    {
         w.error.get_or_insert(e);
     }
     let c = options.concurrency.max(1);

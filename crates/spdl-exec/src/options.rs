@@ -68,8 +68,10 @@ pub struct StageOptions {
     pub concurrency: usize,
     /// Output order (default [`OutputOrder::Completion`]).
     pub order: OutputOrder,
-    /// Failures this stage tolerates (default unlimited).
-    pub failure_budget: FailureBudget,
+    /// Failures this stage tolerates. `None` (the default): the stage is judged by the pipeline's
+    /// [`BuildOptions::failure_budget`]; `Some`: by this budget alone, as a stage-level `max_failures`
+    /// overrides the pipeline's in SPDL (its failures still count towards the pipeline's total).
+    pub failure_budget: Option<FailureBudget>,
     /// Capacity of the queue after this stage; `None` uses [`BuildOptions::queue_capacity`].
     pub output_capacity: Option<usize>,
     /// Whether [`BuildOptions::autotune`] may change `concurrency` (default [`Tune::Auto`]).
@@ -85,7 +87,7 @@ impl Default for StageOptions {
         Self {
             concurrency: 1,
             order: OutputOrder::Completion,
-            failure_budget: FailureBudget::Unlimited,
+            failure_budget: None,
             output_capacity: None,
             tune: Tune::Auto,
             item_bytes: None,

@@ -445,10 +445,11 @@ impl<T, U> Stage<T, U> {
         self
     }
 
-    /// The failures this stage tolerates.
+    /// The failures this stage tolerates: the stage is then judged by this budget instead of the
+    /// pipeline's ([`crate::StageOptions::failure_budget`]).
     #[must_use]
     pub fn failure_budget(mut self, budget: FailureBudget) -> Self {
-        self.options.failure_budget = budget;
+        self.options.failure_budget = Some(budget);
         self
     }
 

@@ -166,7 +166,8 @@ pub(crate) struct StageCell {
     pub(crate) output_tune: OnceLock<TunedQueue>,
     /// The stage's own measure of its items' size, if it takes one.
     pub(crate) item_size: OnceLock<crate::ItemSize>,
-    pub(crate) budget: FailureBudget,
+    /// The stage's own budget; `None`: the pipeline's judges it.
+    pub(crate) budget: Option<FailureBudget>,
     pub(crate) items_in: AtomicU64,
     pub(crate) items_out: AtomicU64,
     pub(crate) failed: AtomicU64,
@@ -188,7 +189,7 @@ impl StageCell {
         kind: StageKind,
         concurrency: usize,
         input_capacity: usize,
-        budget: FailureBudget,
+        budget: Option<FailureBudget>,
         feed: Feed,
     ) -> Self {
         Self {

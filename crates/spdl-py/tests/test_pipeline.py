@@ -240,9 +240,20 @@ def test_executor_runs_sync_ops_like_spdl():
 
     with cf.ThreadPoolExecutor(1) as ex:
         def gen(x):
-            yield x
+            for i in range(x):
+                yield threading.current_thread().name, i
 
-        with pytest.raises(ValueError, match="generator function"):
-            PipelineBuilder().add_source([1]).pipe(gen, executor=ex)
+        # As in SPDL, a generator op's steps run in the executor.
+        p = PipelineBuilder().add_source([2, 3]).pipe(gen, executor=ex).add_sink(10).build(num_threads=1)
+        with p.auto_stop():
+            out = list(p)
+        assert sorted(i for _, i in out) == [0, 0, 1, 1, 2]
+        assert all(name.startswith("ThreadPoolExecutor") for name, _ in out)
+
+        async def coro(x):
+            return x
+
+        with pytest.raises(ValueError, match="`executor` cannot be specified when op is async"):
+            PipelineBuilder().add_source([1]).pipe(coro, executor=ex)
         with pytest.raises(TypeError, match="executor"):
             PipelineBuilder().add_source([1]).pipe(abs, executor=object())

@@ -48,7 +48,13 @@ fn channel_layout_name(layout: &ff::ffi::AVChannelLayout) -> String {
         return String::new();
     }
     // SAFETY: FFmpeg NUL-terminated the description inside `buf`.
-    unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned()
+    let name = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned();
+    // An unspecified order is described as "N channels", which `abuffer`'s `channel_layout=` does not parse;
+    // "Nc" (SPDL's spelling) is the same layout in the form the option takes.
+    match name.strip_suffix(" channels").and_then(|n| n.parse::<u32>().ok()) {
+        Some(n) => format!("{n}c"),
+        None => name,
+    }
 }
 
 /// The codec of `stream`, for `kind`.

@@ -251,7 +251,8 @@ pub(crate) struct PipeSpec {
     pub(crate) op: OpImpl,
     pub(crate) concurrency: usize,
     pub(crate) order: OutputOrder,
-    pub(crate) budget: FailureBudget,
+    /// The stage's own budget (`None`: the pipeline's judges it).
+    pub(crate) budget: Option<FailureBudget>,
     /// A `disaggregate` follows: a Python op's `list`/`tuple` result is split into Rust values now, while
     /// the GIL is held, so that the `disaggregate` does not need it.
     pub(crate) split_output: bool,
@@ -471,7 +472,10 @@ where
     // A concurrency left at SPDL's default (1) may be tuned (`build(autotune=True)`); any other is fixed.
     let stage = stage.item_size(size);
     let stage = if concurrency == 1 { stage } else { stage.concurrency(concurrency) };
-    Ok(stage.order(order).failure_budget(budget))
+    Ok(match budget {
+        Some(budget) => stage.order(order).failure_budget(budget),
+        None => stage.order(order),
+    })
 }
 
 /// A Python generator being iterated by a lazy stage: each `next` takes the GIL for one `__next__`

@@ -30,6 +30,20 @@ pub(crate) fn budget(count: Option<u64>, fraction: Option<f64>) -> PyResult<Fail
     }
 }
 
+/// A stage's own failure budget: `None` (neither given) leaves the stage to the pipeline's budget; a count of
+/// -1 is "unlimited for this stage" (SPDL's per-pipe `max_failures=-1`), which the pipeline's does not judge.
+pub(crate) fn stage_budget(count: Option<i64>, fraction: Option<f64>) -> PyResult<Option<FailureBudget>> {
+    match (count, fraction) {
+        (None, None) => Ok(None),
+        (Some(-1), None) => Ok(Some(FailureBudget::Unlimited)),
+        (Some(n), None) => match u64::try_from(n) {
+            Ok(n) => Ok(Some(FailureBudget::Count(n))),
+            Err(_) => Err(PyValueError::new_err(format!("max_failures must be -1 (unlimited) or >= 0, got {n}"))),
+        },
+        (count, fraction) => budget(count.map(|c| c.max(0).unsigned_abs()), fraction).map(Some),
+    }
+}
+
 /// How the engine calls an op: `None` for a native op.
 fn op_kind(name: &str) -> PyResult<Option<PyOpKind>> {
     Ok(Some(match name {
@@ -200,7 +214,8 @@ pub struct PipeStep {
     pub(crate) op: Arc<Py<PyAny>>,
     pub(crate) concurrency: usize,
     pub(crate) order: OutputOrder,
-    pub(crate) budget: FailureBudget,
+    /// The stage's own budget (`None`: the pipeline's judges it).
+    pub(crate) budget: Option<FailureBudget>,
 }
 
 #[pymethods]
@@ -219,7 +234,7 @@ impl PipeStep {
         op: Py<PyAny>,
         concurrency: usize,
         output_order: &str,
-        max_failures: Option<u64>,
+        max_failures: Option<i64>,
         max_failure_fraction: Option<f64>,
     ) -> PyResult<Self> {
         if concurrency == 0 {
@@ -231,7 +246,7 @@ impl PipeStep {
             op: Arc::new(op),
             concurrency,
             order: order(output_order)?,
-            budget: budget(max_failures, max_failure_fraction)?,
+            budget: stage_budget(max_failures, max_failure_fraction)?,
         })
     }
 }

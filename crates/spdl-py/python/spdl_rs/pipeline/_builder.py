@@ -39,13 +39,19 @@ _MAX_SIZE = 2**48
 
 def _check_size(what: str, value: Any, *, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= _MAX_SIZE:
+        if isinstance(value, int) and not isinstance(value, bool) and value < minimum:
+            # SPDL's words first.
+            zero = " (0 is taken too: a large one)" if minimum == 0 else ""
+            raise ValueError(f"`{what}` must be greater than 0. Found: {value}{zero}")
         raise ValueError(f"{what} must be an integer in [{minimum}, 2**48], got {value!r}")
 
 
-def _budget(max_failures: int | Fraction | None, what: str) -> dict[str, Any]:
+def _budget(max_failures: int | Fraction | None, what: str, stage: bool = False) -> dict[str, Any]:
     """The engine's keywords for a failure budget: none (``None``/-1: unlimited), ``max_failures=n`` (an int
     n >= 0: stop after more than n failures) or ``max_failure_fraction=x`` (a Fraction in (0, 1]: stop when
-    more than that share of the calls failed, judged after 100 calls)."""
+    more than that share of the calls failed, judged after 100 calls). A ``stage``'s budget replaces the
+    pipeline's for that stage, as in SPDL: there -1 is kept (unlimited for the stage, whatever the pipeline's)
+    and ``None`` leaves the stage to the pipeline's."""
     if max_failures is None:
         return {}
     if isinstance(max_failures, bool):
@@ -56,7 +62,7 @@ def _budget(max_failures: int | Fraction | None, what: str) -> dict[str, Any]:
         return {"max_failure_fraction": float(max_failures)}
     if isinstance(max_failures, int):
         if max_failures == -1:
-            return {}
+            return {"max_failures": -1} if stage else {}
         if max_failures < 0:
             raise ValueError(f"{what} must be -1 (unlimited) or >= 0, got {max_failures}")
         return {"max_failures": max_failures}
@@ -82,16 +88,41 @@ def _op_kind(op: Any) -> tuple[str, Any]:
     return "sync", op
 
 
+def _generator_to_list(fn: Any, item: Any) -> list[Any]:
+    """Runs a generator op to its end (in a process pool's worker: only the whole result crosses back)."""
+    return list(fn(item))
+
+
 def _in_executor(kind: str, fn: Any, executor: Any) -> tuple[str, Any]:
-    """A sync op made into an async one that runs each call in ``executor`` (``pipe(..., executor=...)``)."""
+    """A sync op (function or generator function) made into an async one whose work runs in ``executor``
+    (``pipe(..., executor=...)``), as SPDL does: a function's call; a generator's each step (in a thread pool)
+    or whole run (in a process pool, where only the finished list can cross back)."""
     if not callable(getattr(executor, "submit", None)):
         raise TypeError(f"executor must be a concurrent.futures.Executor, got {type(executor).__name__}")
+    if kind == "gen":
+        from concurrent.futures import ProcessPoolExecutor
+
+        if isinstance(executor, ProcessPoolExecutor):
+
+            async def gen_in_process(item: Any) -> Any:
+                for value in await asyncio.wrap_future(executor.submit(_generator_to_list, fn, item)):
+                    yield value
+
+            return "asyncgen", gen_in_process
+
+        async def gen_in_executor(item: Any) -> Any:
+            done = object()
+            it = await asyncio.wrap_future(executor.submit(fn, item))
+            while (value := await asyncio.wrap_future(executor.submit(next, it, done))) is not done:
+                yield value
+
+        return "asyncgen", gen_in_executor
     if kind != "sync":
-        what = {"native": "a native op", "gen": "a generator function", "async": "an async function",
+        what = {"native": "a native op", "async": "an async function",
                 "asyncgen": "an async generator function"}.get(kind, kind)
         raise ValueError(
-            f"executor applies to sync functions only; this op is {what} (native ops run without the GIL on the "
-            "pipeline's threads, async ones on its event loop)"
+            f"`executor` cannot be specified when op is async (or native): this op is {what}; native ops run "
+            "without the GIL on the pipeline's threads, async ones on its event loop"
         )
 
     async def call_in_executor(item: Any) -> Any:
@@ -156,7 +187,7 @@ def _pipe_step(cfg: Any, hooks: list[Any] | None = None, ext: Extensions | None 
         fn,
         concurrency=concurrency,
         output_order=cfg.output_order,
-        **_budget(cfg.max_failures, "max_failures"),
+        **_budget(cfg.max_failures, "max_failures", stage=True),
     )
     return step, kind in ("async", "asyncgen")
 
@@ -620,8 +651,9 @@ class PipelineBuilder(Generic[T, U]):
                 region (the op runs on the worker's own threads).
             name: The stage's name in stats, logs and errors (default: the op's name).
             output_order: ``"completion"`` (as soon as each is done) or ``"input"`` (in input order).
-            max_failures: This stage's failure budget: an int (count) or a ``Fraction`` in (0, 1] (rate, judged
-                after 100 calls); ``None`` for none of its own.
+            max_failures: This stage's failure budget: an int (count; -1: unlimited) or a ``Fraction`` in (0, 1]
+                (rate, judged after 100 calls). As in SPDL it replaces ``build``'s ``max_failures`` for this
+                stage (whose failures still count towards that total); ``None``: ``build``'s judges it.
         """
         from . import defs
 

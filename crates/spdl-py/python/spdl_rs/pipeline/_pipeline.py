@@ -410,6 +410,8 @@ class Pipeline(Generic[T]):
             return
         self._failure_raised = True
         message, stage = err
+        # SPDL's words first, then which budget or stage and the first causes.
+        message = f"pipeline stages failed: {message}"
         excs = self._core.take_exceptions()
         if stage is not None:
             of_stage = [(s, e) for s, e in excs if s == stage]

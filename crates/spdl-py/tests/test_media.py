@@ -88,9 +88,14 @@ def test_window_and_num_frames(av):
     assert len(pair) == 2 and pair.get_timestamps() == pytest.approx([0.04, 0.08])
     assert picked.get_timestamps() == pytest.approx([0.0, 0.08])
     assert np.asarray(io.convert_frames(first)).shape == (H, W, 3)
-    assert np.asarray(io.convert_frames([five, five])).shape == (2, 5, H, W, 3)
+    assert np.asarray(io.convert_frames([five.clone(), five.clone()])).shape == (2, 5, H, W, 3)
     with pytest.raises(IndexError):
         five[5]
+    # As in SPDL, converting consumes the frames: every later use is a TypeError.
+    io.convert_frames(five)
+    for use in (len, repr, lambda f: f.clone(), lambda f: f.num_frames, lambda f: f[0], io.convert_frames):
+        with pytest.raises(TypeError, match="consumed by convert_frames"):
+            use(five)
 
 
 def test_audio_packets_and_frames(av):
@@ -188,7 +193,7 @@ def test_filter_graph_and_reference_frames():
     arr = rng.integers(0, 256, size=(3, 8, 10, 3), dtype=np.uint8)
     frames = io.create_reference_video_frame(arr, pix_fmt="rgb24", frame_rate=(30, 1), pts=5)
     assert frames.get_pts() == [5, 6, 7] and frames.time_base == (1, 30)
-    np.testing.assert_array_equal(np.asarray(io.convert_frames(frames)), arr)
+    np.testing.assert_array_equal(np.asarray(io.convert_frames(frames.clone())), arr)
     graph = io.FilterGraph("buffer=video_size=10x8:pix_fmt=rgb24:time_base=1/30:pixel_aspect=1/1,hflip,buffersink")
     graph.add_frames(frames)
     graph.flush()

@@ -4,11 +4,12 @@
 //! demuxes, decodes, filters or copies releases the GIL; every object is safe to share between threads
 //! (its mutable state sits behind a lock that is never held while Python runs).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PySlice};
+use pyo3::types::{PyDict, PyList, PySlice, PyString};
 use spdl_buffer::system_allocator;
 use spdl_io::media::{
     Bsf, Codec, DecodeConfig, Decoder, DemuxConfig, Demuxer, FilterGraph, MediaFrames, MediaPackets, MediaType,
@@ -176,7 +177,7 @@ picture_codec!(PyVideoCodec, "VideoCodec" {
 });
 picture_codec!(PyImageCodec, "ImageCodec" {});
 
-fn codec_object(py: Python<'_>, codec: Codec) -> PyResult<Py<PyAny>> {
+pub(super) fn codec_object(py: Python<'_>, codec: Codec) -> PyResult<Py<PyAny>> {
     Ok(match codec.kind {
         MediaType::Audio => Py::new(py, PyAudioCodec { codec })?.into_any(),
         MediaType::Video => Py::new(py, PyVideoCodec { codec })?.into_any(),
@@ -185,7 +186,7 @@ fn codec_object(py: Python<'_>, codec: Codec) -> PyResult<Py<PyAny>> {
 }
 
 /// The codec behind any of the three codec classes.
-fn codec_from(obj: &Bound<'_, PyAny>) -> PyResult<Codec> {
+pub(super) fn codec_from(obj: &Bound<'_, PyAny>) -> PyResult<Codec> {
     if let Ok(c) = obj.cast::<PyAudioCodec>() {
         return Ok(c.get().codec.clone());
     }
@@ -236,7 +237,7 @@ impl PacketsState {
         lock(&self.packets).take().ok_or_else(|| self.spent())
     }
 
-    fn cloned(&self) -> PyResult<MediaPackets> {
+    pub(crate) fn cloned(&self) -> PyResult<MediaPackets> {
         lock(&self.packets).as_ref().cloned().ok_or_else(|| self.spent())
     }
 
@@ -390,7 +391,7 @@ packets_class!(
     }
 );
 
-fn packets_object(py: Python<'_>, p: MediaPackets) -> PyResult<Py<PyAny>> {
+pub(super) fn packets_object(py: Python<'_>, p: MediaPackets) -> PyResult<Py<PyAny>> {
     Ok(match p.codec.kind {
         MediaType::Audio => Py::new(py, PyAudioPackets::from_packets(p))?.into_any(),
         MediaType::Video => Py::new(py, PyVideoPackets::from_packets(p))?.into_any(),
@@ -399,7 +400,7 @@ fn packets_object(py: Python<'_>, p: MediaPackets) -> PyResult<Py<PyAny>> {
 }
 
 /// The state behind any of the three packets classes.
-fn packets_state<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<&'a PacketsState> {
+pub(super) fn packets_state<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<&'a PacketsState> {
     if let Ok(p) = obj.cast::<PyAudioPackets>() {
         return Ok(&p.get().state);
     }
@@ -422,6 +423,7 @@ fn packets_state<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<&'a PacketsState> {
 #[derive(Debug)]
 pub struct PyAudioFrames {
     frames: MediaFrames,
+    consumed: AtomicBool,
 }
 
 /// Decoded video frames (SPDL's ``VideoFrames``).
@@ -429,6 +431,7 @@ pub struct PyAudioFrames {
 #[derive(Debug)]
 pub struct PyVideoFrames {
     frames: MediaFrames,
+    consumed: AtomicBool,
 }
 
 /// One decoded image (SPDL's ``ImageFrames``).
@@ -437,30 +440,107 @@ pub struct PyVideoFrames {
 pub struct PyImageFrames {
     frames: MediaFrames,
     pts: Option<f64>,
+    consumed: AtomicBool,
+}
+
+/// Frames objects that `convert_frames` consumes: afterwards every use raises a `TypeError`, as in SPDL (whose
+/// conversion relinquishes them). The data stay until the object is dropped.
+trait Consumable {
+    fn consumed_flag(&self) -> &AtomicBool;
+    fn item(&self) -> &str;
+    /// `Ok` while not consumed.
+    fn live(&self) -> PyResult<()> {
+        if self.consumed_flag().load(Ordering::Acquire) {
+            return Err(PyTypeError::new_err(format!(
+                "{}: these frames were consumed by convert_frames (clone them before converting to use them again)",
+                self.item()
+            )));
+        }
+        Ok(())
+    }
+}
+
+macro_rules! consumable {
+    ($($ty:ty),*) => {$(
+        impl Consumable for $ty {
+            fn consumed_flag(&self) -> &AtomicBool {
+                &self.consumed
+            }
+            fn item(&self) -> &str {
+                &self.frames.item
+            }
+        }
+    )*};
+}
+consumable!(PyAudioFrames, PyVideoFrames, PyImageFrames);
+
+impl PyAudioFrames {
+    fn new(frames: MediaFrames) -> Self {
+        Self { frames, consumed: AtomicBool::new(false) }
+    }
+}
+
+impl PyVideoFrames {
+    fn new(frames: MediaFrames) -> Self {
+        Self { frames, consumed: AtomicBool::new(false) }
+    }
+}
+
+impl PyImageFrames {
+    fn new(frames: MediaFrames, pts: Option<f64>) -> Self {
+        Self { frames, pts, consumed: AtomicBool::new(false) }
+    }
+}
+
+/// Attribute access on consumed frames: the `TypeError` of [`Consumable::live`], else the usual lookup.
+fn getattr_live<'py, T: Consumable>(this: &T, slf: &Bound<'py, PyAny>, name: &Bound<'py, PyString>) -> PyResult<Bound<'py, PyAny>> {
+    this.live()?;
+    // SAFETY: both pointers are live Python objects held by the bound references for the call; the generic
+    // lookup returns a new reference or null with an exception set, which `from_owned_ptr_or_err` takes over.
+    unsafe {
+        Bound::from_owned_ptr_or_err(slf.py(), pyo3::ffi::PyObject_GenericGetAttr(slf.as_ptr(), name.as_ptr()))
+    }
 }
 
 fn frames_object(py: Python<'_>, frames: MediaFrames) -> PyResult<Py<PyAny>> {
     Ok(match frames.kind {
-        MediaType::Audio => Py::new(py, PyAudioFrames { frames })?.into_any(),
-        MediaType::Video => Py::new(py, PyVideoFrames { frames })?.into_any(),
-        MediaType::Image => Py::new(py, PyImageFrames { frames, pts: None })?.into_any(),
+        MediaType::Audio => Py::new(py, PyAudioFrames::new(frames))?.into_any(),
+        MediaType::Video => Py::new(py, PyVideoFrames::new(frames))?.into_any(),
+        MediaType::Image => Py::new(py, PyImageFrames::new(frames, None))?.into_any(),
     })
 }
 
-fn frames_of<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<&'a MediaFrames> {
+pub(super) fn frames_of<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<&'a MediaFrames> {
+    Ok(&frames_cell(obj)?.0.frames)
+}
+
+/// The frames of a frames object, and its consumed flag; a `TypeError` if it is not one or was consumed.
+fn frames_cell<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<(FramesRef<'a>, &'a AtomicBool)> {
+    fn of<'a, T: Consumable>(t: &'a T, frames: &'a MediaFrames) -> PyResult<(FramesRef<'a>, &'a AtomicBool)> {
+        t.live()?;
+        Ok((FramesRef { frames }, t.consumed_flag()))
+    }
     if let Ok(f) = obj.cast::<PyAudioFrames>() {
-        return Ok(&f.get().frames);
+        let f = f.get();
+        return of(f, &f.frames);
     }
     if let Ok(f) = obj.cast::<PyVideoFrames>() {
-        return Ok(&f.get().frames);
+        let f = f.get();
+        return of(f, &f.frames);
     }
     if let Ok(f) = obj.cast::<PyImageFrames>() {
-        return Ok(&f.get().frames);
+        let f = f.get();
+        return of(f, &f.frames);
     }
     Err(PyTypeError::new_err(format!(
         "expected AudioFrames, VideoFrames or ImageFrames, got {}",
         obj.get_type().name()?
     )))
+}
+
+/// Borrowed frames of a frames object.
+struct FramesRef<'a> {
+    frames: &'a MediaFrames,
 }
 
 fn ts_range(f: &MediaFrames) -> String {
@@ -473,6 +553,9 @@ fn ts_range(f: &MediaFrames) -> String {
 
 #[pymethods]
 impl PyAudioFrames {
+    fn __getattribute__<'py>(slf: &Bound<'py, Self>, name: &Bound<'py, PyString>) -> PyResult<Bound<'py, PyAny>> {
+        getattr_live(slf.get(), slf.as_any(), name)
+    }
     /// Samples per channel (SPDL counts an audio "frame" as one sample of every channel).
     #[getter]
     fn num_frames(&self) -> usize {
@@ -495,25 +578,31 @@ impl PyAudioFrames {
     }
     /// A copy sharing the data.
     fn clone(&self) -> PyResult<Self> {
-        Ok(Self { frames: self.frames.try_clone().map_err(io_err)? })
+        self.live()?;
+        Ok(Self::new(self.frames.try_clone().map_err(io_err)?))
     }
-    fn __len__(&self) -> usize {
-        self.frames.num_frames()
+    fn __len__(&self) -> PyResult<usize> {
+        self.live()?;
+        Ok(self.frames.num_frames())
     }
-    fn __repr__(&self) -> String {
-        format!(
+    fn __repr__(&self) -> PyResult<String> {
+        self.live()?;
+        Ok(format!(
             "AudioFrames<num_frames={}, sample_format={:?}, sample_rate={}, num_channels={}, timestamp={}>",
             self.frames.num_frames(),
             self.frames.format_name(),
             self.frames.sample_rate(),
             self.frames.num_channels(),
             ts_range(&self.frames)
-        )
+        ))
     }
 }
 
 #[pymethods]
 impl PyVideoFrames {
+    fn __getattribute__<'py>(slf: &Bound<'py, Self>, name: &Bound<'py, PyString>) -> PyResult<Bound<'py, PyAny>> {
+        getattr_live(slf.get(), slf.as_any(), name)
+    }
     /// The number of frames.
     #[getter]
     fn num_frames(&self) -> usize {
@@ -554,14 +643,17 @@ impl PyVideoFrames {
     }
     /// A copy sharing the data.
     fn clone(&self) -> PyResult<Self> {
-        Ok(Self { frames: self.frames.try_clone().map_err(io_err)? })
+        self.live()?;
+        Ok(Self::new(self.frames.try_clone().map_err(io_err)?))
     }
-    fn __len__(&self) -> usize {
-        self.frames.num_frames()
+    fn __len__(&self) -> PyResult<usize> {
+        self.live()?;
+        Ok(self.frames.num_frames())
     }
     /// An ``int`` gives one frame as :py:class:`ImageFrames`; a slice or a sequence of ints the frames as
     /// :py:class:`VideoFrames`.
     fn __getitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.live()?;
         let n = self.frames.num_frames();
         if let Ok(i) = key.extract::<isize>() {
             let j = if i < 0 { i + n as isize } else { i };
@@ -570,7 +662,7 @@ impl PyVideoFrames {
             }
             let frames = self.frames.select(&[j as usize], MediaType::Image).map_err(io_err)?;
             let pts = self.frames.timestamps().get(j as usize).copied();
-            return Ok(Py::new(py, PyImageFrames { frames, pts })?.into_any());
+            return Ok(Py::new(py, PyImageFrames::new(frames, pts))?.into_any());
         }
         let idx: Vec<usize> = if let Ok(s) = key.cast::<PySlice>() {
             let ind = s.indices(n as isize)?;
@@ -597,10 +689,11 @@ impl PyVideoFrames {
                 .collect::<PyResult<_>>()?
         };
         let frames = self.frames.select(&idx, MediaType::Video).map_err(io_err)?;
-        Ok(Py::new(py, PyVideoFrames { frames })?.into_any())
+        Ok(Py::new(py, PyVideoFrames::new(frames))?.into_any())
     }
-    fn __repr__(&self) -> String {
-        format!(
+    fn __repr__(&self) -> PyResult<String> {
+        self.live()?;
+        Ok(format!(
             "VideoFrames<num_frames={}, pixel_format={:?}, num_planes={}, width={}, height={}, timestamp={}>",
             self.frames.num_frames(),
             self.frames.format_name(),
@@ -608,12 +701,15 @@ impl PyVideoFrames {
             self.frames.width(),
             self.frames.height(),
             ts_range(&self.frames)
-        )
+        ))
     }
 }
 
 #[pymethods]
 impl PyImageFrames {
+    fn __getattribute__<'py>(slf: &Bound<'py, Self>, name: &Bound<'py, PyString>) -> PyResult<Bound<'py, PyAny>> {
+        getattr_live(slf.get(), slf.as_any(), name)
+    }
     /// Planes of the frame.
     #[getter]
     fn num_planes(&self) -> u32 {
@@ -646,16 +742,18 @@ impl PyImageFrames {
     }
     /// A copy sharing the data.
     fn clone(&self) -> PyResult<Self> {
-        Ok(Self { frames: self.frames.try_clone().map_err(io_err)?, pts: self.pts })
+        self.live()?;
+        Ok(Self::new(self.frames.try_clone().map_err(io_err)?, self.pts))
     }
-    fn __repr__(&self) -> String {
-        format!(
+    fn __repr__(&self) -> PyResult<String> {
+        self.live()?;
+        Ok(format!(
             "ImageFrames<pixel_format={:?}, num_planes={}, width={}, height={}>",
             self.frames.format_name(),
             self.frames.num_planes(),
             self.frames.width(),
             self.frames.height()
-        )
+        ))
     }
 }
 
@@ -909,9 +1007,14 @@ fn convert_frames(py: Python<'_>, frames: &Bound<'_, PyAny>) -> PyResult<PyBuffe
     } else {
         return Err(PyTypeError::new_err("convert_frames takes frames or a sequence of frames"));
     };
-    let refs: Vec<&MediaFrames> = items.iter().map(|o| frames_of(o)).collect::<PyResult<_>>()?;
-    let buf = crate::lifecycle::detach(py, || convert_frames_rs(&refs, batch, &system_allocator())).map_err(io_err)?;
-    Ok(PyBuffer::new(buf))
+    let cells = items.iter().map(|o| frames_cell(o)).collect::<PyResult<Vec<_>>>()?;
+    let refs: Vec<&MediaFrames> = cells.iter().map(|(f, _)| f.frames).collect();
+    let buf = crate::lifecycle::detach(py, || convert_frames_rs(&refs, batch, &system_allocator()));
+    // As in SPDL, a conversion (even one that failed) consumes the frames.
+    for (_, consumed) in &cells {
+        consumed.store(true, Ordering::Release);
+    }
+    Ok(PyBuffer::new(buf.map_err(io_err)?))
 }
 
 /// Video frames copied from the bytes of an array of ``shape`` (elements of ``itemsize`` bytes).
@@ -965,7 +1068,9 @@ fn split_packets_at_indices(
 /// ``a`` then ``b`` (frames of one video stream) as one ``VideoFrames``, sharing the data.
 #[pyfunction]
 fn concat_video_frames(a: &PyVideoFrames, b: &PyVideoFrames) -> PyResult<PyVideoFrames> {
-    Ok(PyVideoFrames { frames: a.frames.concat(&b.frames).map_err(io_err)? })
+    a.live()?;
+    b.live()?;
+    Ok(PyVideoFrames::new(a.frames.concat(&b.frames).map_err(io_err)?))
 }
 
 /// A bitstream filter chain for packets of one codec (``spdl_rs.io.BSF`` wraps it). Thread-safe: calls

@@ -288,9 +288,11 @@ def test_an_orphaned_worker_exits(tmp_path, mp_context):
     wait_for(lambda: not alive(pid), timeout=20, what="the orphaned worker to exit")
 
 
-def test_bad_buffer_size():
+def test_buffer_size_of_zero_or_less_is_unbounded():
+    # As in SPDL (a multiprocessing.Queue's maxsize): no bound.
+    assert list(iterate_in_subprocess(numbers, buffer_size=-1)) == list(numbers())
     with pytest.raises(ValueError, match="buffer_size"):
-        iterate_in_subprocess(numbers, buffer_size=0)
+        iterate_in_subprocess(numbers, buffer_size="3")
 
 
 ################################################################################

@@ -424,6 +424,8 @@ pub(super) fn packets_state<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<&'a Packe
 pub struct PyAudioFrames {
     frames: MediaFrames,
     consumed: AtomicBool,
+    /// The array reference frames were made from, kept alive with them (SPDL's reference frames do).
+    source: Option<Py<PyAny>>,
 }
 
 /// Decoded video frames (SPDL's ``VideoFrames``).
@@ -432,6 +434,8 @@ pub struct PyAudioFrames {
 pub struct PyVideoFrames {
     frames: MediaFrames,
     consumed: AtomicBool,
+    /// As [`PyAudioFrames::source`].
+    source: Option<Py<PyAny>>,
 }
 
 /// One decoded image (SPDL's ``ImageFrames``).
@@ -476,13 +480,13 @@ consumable!(PyAudioFrames, PyVideoFrames, PyImageFrames);
 
 impl PyAudioFrames {
     fn new(frames: MediaFrames) -> Self {
-        Self { frames, consumed: AtomicBool::new(false) }
+        Self { frames, consumed: AtomicBool::new(false), source: None }
     }
 }
 
 impl PyVideoFrames {
     fn new(frames: MediaFrames) -> Self {
-        Self { frames, consumed: AtomicBool::new(false) }
+        Self { frames, consumed: AtomicBool::new(false), source: None }
     }
 }
 
@@ -1019,7 +1023,7 @@ fn convert_frames(py: Python<'_>, frames: &Bound<'_, PyAny>) -> PyResult<PyBuffe
 
 /// Video frames copied from the bytes of an array of ``shape`` (elements of ``itemsize`` bytes).
 #[pyfunction]
-#[pyo3(signature = (data, shape, itemsize, *, pix_fmt, frame_rate, pts))]
+#[pyo3(signature = (data, shape, itemsize, *, pix_fmt, frame_rate, pts, source=None))]
 fn reference_video_frame(
     py: Python<'_>,
     data: &[u8],
@@ -1028,17 +1032,18 @@ fn reference_video_frame(
     pix_fmt: &str,
     frame_rate: (i32, i32),
     pts: i64,
+    source: Option<Py<PyAny>>,
 ) -> PyResult<Py<PyAny>> {
     if frame_rate.0 <= 0 || frame_rate.1 <= 0 {
         return Err(PyValueError::new_err(format!("frame_rate must be positive, got {frame_rate:?}")));
     }
     let f = reference_video_frames(data, &shape, itemsize, pix_fmt, frame_rate, pts).map_err(io_err)?;
-    frames_object(py, f)
+    Ok(Py::new(py, PyVideoFrames { source, ..PyVideoFrames::new(f) })?.into_any())
 }
 
 /// An audio frame copied from the bytes of a 2D array of ``shape`` (elements of ``itemsize`` bytes).
 #[pyfunction]
-#[pyo3(signature = (data, shape, itemsize, *, sample_fmt, sample_rate, pts))]
+#[pyo3(signature = (data, shape, itemsize, *, sample_fmt, sample_rate, pts, source=None))]
 fn reference_audio_frame(
     py: Python<'_>,
     data: &[u8],
@@ -1047,9 +1052,10 @@ fn reference_audio_frame(
     sample_fmt: &str,
     sample_rate: u32,
     pts: i64,
+    source: Option<Py<PyAny>>,
 ) -> PyResult<Py<PyAny>> {
     let f = reference_audio_frame_rs(data, &shape, itemsize, sample_fmt, sample_rate, pts).map_err(io_err)?;
-    frames_object(py, f)
+    Ok(Py::new(py, PyAudioFrames { source, ..PyAudioFrames::new(f) })?.into_any())
 }
 
 /// Splits video ``packets`` (not consumed) so that each of the sorted, distinct frame ``indices`` decodes

@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
-use spdl_exec::{Branch, Inputs, MergeOptions, MergePolicy, MergeStop, OutputOrder, PipelineBuilder, Stage};
+use spdl_exec::{
+    Branch, FailureBudget, Inputs, MergeOptions, MergePolicy, MergeStop, OutputOrder, PipelineBuilder, Stage,
+};
 
 use super::bridge::{JobContext, JobKind, Produced, Submitter};
 use super::ops::{
@@ -397,7 +399,8 @@ impl<'py> RouteSpec<'py> {
                     _ => Err(gone()),
                 }
             }
-        })))
+        })
+        .failure_budget(ROUTER_BUDGET)))
     }
 
     fn item_classifier(&self, ctx: &Ctx<'_>) -> Stage<Value, (usize, Value)> {
@@ -418,6 +421,7 @@ impl<'py> RouteSpec<'py> {
                 run().map_err(|e| failures.record(py, &name, e))
             })
         })
+        .failure_budget(ROUTER_BUDGET)
     }
 
     fn item_branches(&self, ctx: &Ctx<'_>) -> PyResult<Vec<Branch<Value, Value>>> {
@@ -446,6 +450,7 @@ impl<'py> RouteSpec<'py> {
                 run().map_err(|e| failures.record(py, &name, e))
             })
         })
+        .failure_budget(ROUTER_BUDGET)
     }
 
     fn batch_branches(&self, ctx: &Ctx<'_>) -> PyResult<Vec<Branch<Vec<Value>, Vec<Value>>>> {
@@ -458,6 +463,10 @@ impl<'py> RouteSpec<'py> {
             .collect()
     }
 }
+
+/// A router that raises or returns an index out of range fails the pipeline, as in SPDL: routing is the
+/// pipeline's own logic, not a property of one item, so it has no failure budget (whatever `max_failures`).
+const ROUTER_BUDGET: FailureBudget = FailureBudget::Count(0);
 
 /// A router's index, checked against the number of paths.
 fn index(obj: &Bound<'_, PyAny>, n: usize) -> PyResult<usize> {

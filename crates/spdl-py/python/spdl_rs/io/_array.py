@@ -282,11 +282,19 @@ class _MemoryFile(io.RawIOBase):
 def _parse_zip(mv: memoryview) -> dict[str, tuple[int, int, int, int, int]]:
     """``{name: (payload offset, compressed size, uncompressed size, method, crc32)}`` from the central
     directory, each payload offset found from the entry's local header."""
+    # SPDL's words for the two ways a buffer is not a zip: too short for an end-of-central-directory record
+    # (22 bytes), or no record's signature in it.
+    if mv.nbytes < 22:
+        raise FormatError(f"The data is not a valid zip file. (load_npz: {mv.nbytes} bytes, shorter than a zip's "
+                          "end-of-central-directory record)")
+    if b"PK\x05\x06" not in bytes(mv[-(65535 + 22):]):
+        raise FormatError("Failed to locate the end of the central directory. (load_npz: the data is not a valid "
+                          "zip file)")
     try:
         with zipfile.ZipFile(_MemoryFile(mv)) as zf:
             infos = zf.infolist()
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, ValueError, struct.error) as e:
-        raise FormatError(f"load_npz: the data is not a valid zip file ({e})") from None
+        raise FormatError(f"The data is not a valid zip file. (load_npz: {e})") from None
     meta: dict[str, tuple[int, int, int, int, int]] = {}
     for info in infos:
         local = info.header_offset

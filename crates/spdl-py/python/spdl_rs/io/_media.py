@@ -718,10 +718,11 @@ def _array_bytes(array: Any) -> tuple[bytes, list[int], int]:
 def create_reference_audio_frame(array: Any, sample_fmt: str, sample_rate: int, pts: int) -> AudioFrames:
     """Audio frames made from a 2-D array (SPDL's ``create_reference_audio_frame``): ``[C, N]`` for planar
     ``sample_fmt`` (``"fltp"``, ``"s16p"``, ...) or ``[N, C]`` for packed ones (``"flt"``, ``"s16"``, ...),
-    whose dtype matches it; ``pts`` is the first sample's time in samples. The data are copied."""
+    whose dtype matches it; ``pts`` is the first sample's time in samples. The data are copied; the frames
+    keep ``array`` alive, as SPDL's do."""
     data, shape, itemsize = _array_bytes(array)
     return _native.reference_audio_frame(
-        data, shape, itemsize, sample_fmt=sample_fmt, sample_rate=sample_rate, pts=pts
+        data, shape, itemsize, sample_fmt=sample_fmt, sample_rate=sample_rate, pts=pts, source=array
     )
 
 
@@ -729,8 +730,9 @@ def create_reference_video_frame(array: Any, pix_fmt: str, frame_rate: tuple[int
     """Video frames made from an array (SPDL's ``create_reference_video_frame``): ``[N, H, W, 3]``
     (``"rgb24"``, ``"bgr24"``), ``[N, H, W, 4]`` (``"rgba"``, ...), ``[N, H, W]`` (``"gray8"``; ``"gray16"``
     with 16-bit elements) or ``[N, 3, H, W]`` (``"yuv444p"``); ``pts`` is the first frame's time in frames at
-    ``frame_rate``. The data are copied."""
+    ``frame_rate``. The data are copied; the frames keep ``array`` alive, as SPDL's do."""
     data, shape, itemsize = _array_bytes(array)
     return _native.reference_video_frame(
-        data, shape, itemsize, pix_fmt=pix_fmt, frame_rate=(int(frame_rate[0]), int(frame_rate[1])), pts=pts
+        data, shape, itemsize, pix_fmt=pix_fmt, frame_rate=(int(frame_rate[0]), int(frame_rate[1])), pts=pts,
+        source=array,
     )

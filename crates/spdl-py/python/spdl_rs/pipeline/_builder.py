@@ -58,7 +58,8 @@ def _budget(max_failures: int | Fraction | None, what: str, stage: bool = False)
         raise TypeError(f"{what} must be an int or a fractions.Fraction, got a bool")
     if isinstance(max_failures, Fraction):
         if not (0 < max_failures <= 1):
-            raise ValueError(f"{what} as a Fraction must be in (0, 1], got {max_failures}")
+            # SPDL's words.
+            raise ValueError(f"`{what}` Fraction must be in range (0, 1]. Got: {max_failures}")
         return {"max_failure_fraction": float(max_failures)}
     if isinstance(max_failures, int):
         if max_failures == -1:
@@ -716,7 +717,7 @@ class PipelineBuilder(Generic[T, U]):
         Args:
             router: ``router(item) -> int``, the path's index (sync or async). With ``batched``,
                 ``router(batch) -> sequence of int``, one index per element. A router exception or an index out
-                of range fails that item (logged, counted against the failure budgets).
+                of range fails the pipeline (``PipelineFailure``), as in SPDL, whatever ``max_failures``.
             paths: Each path a non-empty sequence of :py:func:`~spdl_rs.pipeline.defs.Pipe`,
                 :py:func:`~spdl_rs.pipeline.defs.Aggregate`, :py:func:`~spdl_rs.pipeline.defs.Disaggregate` or
                 nested :py:func:`~spdl_rs.pipeline.defs.PathVariants` configs; their stages show in the stats as

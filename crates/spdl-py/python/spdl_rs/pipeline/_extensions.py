@@ -141,6 +141,9 @@ class Extensions:
         if hooked and self._hook_factory is not None:
             hooks = self._hook_factory(info)
             stage.hooks = list(hooks) if hooks else []
+            # As SPDL does at build: a stage_hook that is not an async context manager is a ValueError now,
+            # not a failure of the running pipeline (making the managers runs none of their code).
+            _stage_hooks(stage.hooks)
         self.stages.append(stage)
         return stage
 

@@ -215,7 +215,8 @@ def iterate_in_subprocess(
     Args:
         fn: Makes the iterable (use :py:func:`functools.partial` for arguments). Must be picklable for the
             ``spawn``/``forkserver`` start methods, as must the items.
-        buffer_size: The most items waiting in the queue between the processes.
+        buffer_size: The most items waiting in the queue between the processes (0 or less: no bound, as a
+            ``multiprocessing.Queue``'s ``maxsize``, and as in SPDL).
         initializer: Functions called in the subprocess before ``fn``.
         mp_context: The start method (``None``: multiprocessing's default).
         timeout: The most seconds to wait for initialization or for one item (``None``: no limit while the
@@ -228,8 +229,8 @@ def iterate_in_subprocess(
     Raises:
         RuntimeError: The subprocess failed to initialize (the message holds the cause), died, or timed out.
     """
-    if not isinstance(buffer_size, int) or buffer_size < 1:
-        raise ValueError(f"buffer_size must be a positive integer, got {buffer_size!r}")
+    if isinstance(buffer_size, bool) or not isinstance(buffer_size, int):
+        raise ValueError(f"buffer_size must be an integer, got {buffer_size!r}")
     initializers = _normalize_initializers(initializer)
     ctx = mp.get_context(mp_context)
     if arena is not None and callable(use_context := getattr(arena, "_use_context", None)):
@@ -355,7 +356,7 @@ def iterate_in_subinterpreter(
 
     Args:
         fn: Makes the iterable; it and the items must be shareable (picklable) between interpreters.
-        buffer_size: The most items waiting in the queue between the interpreters.
+        buffer_size: The most items waiting in the queue between the interpreters (0 or less: no bound).
         initializer: Functions called in the subinterpreter before ``fn``.
         timeout: The most seconds to wait for initialization or for one item. Code running in a subinterpreter
             cannot be interrupted: on timeout, termination is requested cooperatively.
@@ -365,15 +366,15 @@ def iterate_in_subinterpreter(
     """
     if (error := _interpreters_unavailable("iterate_in_subinterpreter")) is not None:
         raise error
-    if not isinstance(buffer_size, int) or buffer_size < 1:
-        raise ValueError(f"buffer_size must be a positive integer, got {buffer_size!r}")
+    if isinstance(buffer_size, bool) or not isinstance(buffer_size, int):
+        raise ValueError(f"buffer_size must be an integer, got {buffer_size!r}")
     import concurrent.interpreters as interpreters  # type: ignore[import-not-found, unused-ignore]
 
     from . import _run_protocol
 
     payload = pickle.dumps((list(sys.path), pickle.dumps((fn, _normalize_initializers(initializer)))))
     cmd_q = interpreters.create_queue()
-    data_q = interpreters.create_queue(maxsize=buffer_size)
+    data_q = interpreters.create_queue(maxsize=max(buffer_size, 0))
     interp = interpreters.create()
     try:
         # The worker runs the protocol module loaded by path: the spdl_rs package cannot be imported there.

@@ -27,6 +27,7 @@ markers (``PlacementConfig`` with ``ProcessPoolExecutorConfig``, ``InterpreterPo
 from __future__ import annotations
 
 import abc
+import inspect
 from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -89,6 +90,14 @@ class PipeConfig(Generic[T, U]):
     executor: Executor | None = None
     output_order: str = "completion"
     max_failures: int | Fraction | None = None
+
+    def __post_init__(self) -> None:
+        if self.executor is not None:
+            target = self.op if inspect.isfunction(self.op) or inspect.ismethod(self.op) else getattr(
+                self.op, "__call__", self.op)
+            if inspect.iscoroutinefunction(target) or inspect.isasyncgenfunction(target):
+                # SPDL's words.
+                raise ValueError("`executor` cannot be specified when op is async.")
 
     def __repr__(self) -> str:
         args = [f"concurrency={self.concurrency}"]

@@ -104,14 +104,7 @@ impl Wiring {
         match self.cells.last() {
             Some(c) => Arc::clone(c),
             // Only called right after a stage is wired; a detached row keeps it total.
-            None => Arc::new(StageCell::new(
-                String::new(),
-                StageKind::Blocking,
-                1,
-                0,
-                None,
-                Feed::None,
-            )),
+            None => Arc::new(StageCell::new(String::new(), StageKind::Blocking, 1, 0, None, Feed::None)),
         }
     }
 

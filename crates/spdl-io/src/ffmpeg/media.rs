@@ -299,7 +299,13 @@ impl FfDemuxer {
             && kind != MediaType::Image
             && e <= s
         {
-            return Ok(MediaPackets { item: self.item.clone(), codec, packets: Vec::new(), window, limits: self.limits });
+            return Ok(MediaPackets {
+                item: self.item.clone(),
+                codec,
+                packets: Vec::new(),
+                window,
+                limits: self.limits,
+            });
         }
         let pixels = u64::from(codec.width) * u64::from(codec.height);
         if pixels > self.limits.max_pixels {

@@ -497,13 +497,15 @@ impl PyImageFrames {
 }
 
 /// Attribute access on consumed frames: the `TypeError` of [`Consumable::live`], else the usual lookup.
-fn getattr_live<'py, T: Consumable>(this: &T, slf: &Bound<'py, PyAny>, name: &Bound<'py, PyString>) -> PyResult<Bound<'py, PyAny>> {
+fn getattr_live<'py, T: Consumable>(
+    this: &T,
+    slf: &Bound<'py, PyAny>,
+    name: &Bound<'py, PyString>,
+) -> PyResult<Bound<'py, PyAny>> {
     this.live()?;
     // SAFETY: both pointers are live Python objects held by the bound references for the call; the generic
     // lookup returns a new reference or null with an exception set, which `from_owned_ptr_or_err` takes over.
-    unsafe {
-        Bound::from_owned_ptr_or_err(slf.py(), pyo3::ffi::PyObject_GenericGetAttr(slf.as_ptr(), name.as_ptr()))
-    }
+    unsafe { Bound::from_owned_ptr_or_err(slf.py(), pyo3::ffi::PyObject_GenericGetAttr(slf.as_ptr(), name.as_ptr())) }
 }
 
 fn frames_object(py: Python<'_>, frames: MediaFrames) -> PyResult<Py<PyAny>> {

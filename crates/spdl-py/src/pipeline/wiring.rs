@@ -389,18 +389,20 @@ impl<'py> RouteSpec<'py> {
         })?;
         let context =
             Arc::new(JobContext { stage: self.name.clone(), split: false, failures: Arc::clone(ctx.failures) });
-        Ok(Some(Stage::map_async(format!("{}/router", self.name), move |item: Value| {
-            let rx = submitter.submit(JobKind::Call, &op, item, &context);
-            let stage = context.stage.clone();
-            async move {
-                let gone = || Error::LoopGone { stage: stage.clone() };
-                match rx.ok_or_else(gone)?.await.map_err(|_| gone())?? {
-                    Produced::Items(mut v) if v.len() == 1 => Ok::<_, Error>(v.remove(0)),
-                    _ => Err(gone()),
+        Ok(Some(
+            Stage::map_async(format!("{}/router", self.name), move |item: Value| {
+                let rx = submitter.submit(JobKind::Call, &op, item, &context);
+                let stage = context.stage.clone();
+                async move {
+                    let gone = || Error::LoopGone { stage: stage.clone() };
+                    match rx.ok_or_else(gone)?.await.map_err(|_| gone())?? {
+                        Produced::Items(mut v) if v.len() == 1 => Ok::<_, Error>(v.remove(0)),
+                        _ => Err(gone()),
+                    }
                 }
-            }
-        })
-        .failure_budget(ROUTER_BUDGET)))
+            })
+            .failure_budget(ROUTER_BUDGET),
+        ))
     }
 
     fn item_classifier(&self, ctx: &Ctx<'_>) -> Stage<Value, (usize, Value)> {

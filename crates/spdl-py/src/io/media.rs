@@ -425,6 +425,7 @@ pub struct PyAudioFrames {
     frames: MediaFrames,
     consumed: AtomicBool,
     /// The array reference frames were made from, kept alive with them (SPDL's reference frames do).
+    #[allow(dead_code, reason = "held only to keep the array alive")]
     source: Option<Py<PyAny>>,
 }
 
@@ -435,6 +436,7 @@ pub struct PyVideoFrames {
     frames: MediaFrames,
     consumed: AtomicBool,
     /// As [`PyAudioFrames::source`].
+    #[allow(dead_code, reason = "held only to keep the array alive")]
     source: Option<Py<PyAny>>,
 }
 
@@ -517,7 +519,7 @@ fn frames_object(py: Python<'_>, frames: MediaFrames) -> PyResult<Py<PyAny>> {
 }
 
 pub(super) fn frames_of<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<&'a MediaFrames> {
-    Ok(&frames_cell(obj)?.0.frames)
+    Ok(frames_cell(obj)?.0.frames)
 }
 
 /// The frames of a frames object, and its consumed flag; a `TypeError` if it is not one or was consumed.
@@ -1026,6 +1028,7 @@ fn convert_frames(py: Python<'_>, frames: &Bound<'_, PyAny>) -> PyResult<PyBuffe
 /// Video frames copied from the bytes of an array of ``shape`` (elements of ``itemsize`` bytes).
 #[pyfunction]
 #[pyo3(signature = (data, shape, itemsize, *, pix_fmt, frame_rate, pts, source=None))]
+#[allow(clippy::too_many_arguments, reason = "SPDL's keywords, one per frame property")]
 fn reference_video_frame(
     py: Python<'_>,
     data: &[u8],
@@ -1046,6 +1049,7 @@ fn reference_video_frame(
 /// An audio frame copied from the bytes of a 2D array of ``shape`` (elements of ``itemsize`` bytes).
 #[pyfunction]
 #[pyo3(signature = (data, shape, itemsize, *, sample_fmt, sample_rate, pts, source=None))]
+#[allow(clippy::too_many_arguments, reason = "SPDL's keywords, one per frame property")]
 fn reference_audio_frame(
     py: Python<'_>,
     data: &[u8],

@@ -52,6 +52,18 @@ pub enum Error {
         #[source]
         cause: BoxError,
     },
+    /// Encoding or writing media failed: the output did not open, an encoder refused a frame, or the
+    /// container writer a packet (`crate::media::Muxer`, `AudioEncoder`, `VideoEncoder`).
+    #[error("{item}: {what}: {cause}")]
+    Encode {
+        /// The output (a muxer's destination, or `DST stream I (ENCODER)`).
+        item: String,
+        /// What failed ("encoding with libx264", "writing the mp4 header", "opening the output", ...).
+        what: String,
+        /// FFmpeg's error (an [`std::io::Error`] when the output did not open).
+        #[source]
+        cause: BoxError,
+    },
     /// The input would exceed a configured limit (decompression bomb, absurd header values).
     #[error("{item}: {what} is {value}, above the limit of {limit}")]
     LimitExceeded {
@@ -98,6 +110,7 @@ impl Error {
             Error::Empty { item }
             | Error::UnknownFormat { item, .. }
             | Error::Decode { item, .. }
+            | Error::Encode { item, .. }
             | Error::LimitExceeded { item, .. } => Some(item),
             Error::Io { path, .. } | Error::NotRegularFile { path, .. } => path.to_str(),
             Error::BatchItem { source, .. } => source.item(),

@@ -14,6 +14,8 @@ mod clips;
 mod encode;
 #[cfg(feature = "ffmpeg")]
 mod media;
+#[cfg(feature = "ffmpeg")]
+mod mux;
 mod tar;
 #[cfg(feature = "ffmpeg")]
 mod video;
@@ -625,5 +627,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     clips::register(m)?;
     #[cfg(feature = "ffmpeg")]
     media::register(m)?;
+    #[cfg(feature = "ffmpeg")]
+    mux::register(m)?;
     Ok(())
 }

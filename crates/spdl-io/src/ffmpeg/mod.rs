@@ -14,6 +14,8 @@
 //! - `probe`: every stream of any container FFmpeg reads.
 //! - `media`, `frames`, `bsf`: SPDL's streaming objects ([`crate::media`]): a demuxer kept open over a
 //!   source, a streaming decoder with an optional filter graph, bitstream filters, `convert_frames`.
+//! - `encode`: the way back: a muxer writing one container, with encoded or remuxed streams, and the
+//!   audio/video encoders (swscale when the frames' pixel format is not the encoder's).
 //!
 //! Every entry point catches its own panics (`catch`): in a loaded backend, a panic must not unwind into
 //! the loader's copy of the Rust runtime.
@@ -25,6 +27,7 @@ mod avio;
 mod bsf;
 mod clips;
 mod demux;
+mod encode;
 mod frames;
 mod media;
 mod probe;
@@ -39,8 +42,9 @@ use crate::Result;
 use crate::audio::{AudioLimits, Decoded};
 use crate::input::{MediaInput, TimeWindow};
 use crate::media::{
-    Backend, BsfOps, Codec, DecodeConfig, DecoderOps, DemuxConfig, DemuxerOps, FilterGraphOps, Fraction, Frame,
-    MediaFrames, MediaPackets, MediaType, Packets,
+    AudioEncodeConfig, Backend, BsfOps, Codec, DecodeConfig, DecoderOps, DemuxConfig, DemuxerOps, EncoderChoice,
+    EncoderOps, FilterGraphOps, Fraction, Frame, MediaFrames, MediaPackets, MediaType, MuxerOps, Packets,
+    VideoEncodeConfig,
 };
 use crate::probe::MediaInfo;
 use crate::video::{ClipOptions, ClipPlan, ClipStats, DecodeOptions, DemuxOptions, Frames, VideoLimits};
@@ -176,6 +180,10 @@ impl Backend for FfBackend {
             frames::reference_audio_frame(data, shape, itemsize, sample_fmt, sample_rate, pts)
         })
     }
+
+    fn new_muxer(&self, dst: &str, format: Option<&str>) -> Result<Box<dyn MuxerOps>> {
+        catch(dst, || Ok(Box::new(encode::FfMuxer::new(dst, format)?) as Box<dyn MuxerOps>))
+    }
 }
 
 impl DemuxerOps for media::FfDemuxer {
@@ -272,5 +280,78 @@ impl BsfOps for bsf::FfBsf {
 
     fn flush(&mut self, item: &str) -> Result<Option<MediaPackets>> {
         catch(item, || self.flush(item))
+    }
+}
+
+impl MuxerOps for encode::FfMuxer {
+    fn dst(&self) -> &str {
+        self.dst()
+    }
+
+    fn num_streams(&self) -> usize {
+        self.num_streams()
+    }
+
+    fn add_audio_stream(&mut self, config: &AudioEncodeConfig, choice: &EncoderChoice) -> Result<Box<dyn EncoderOps>> {
+        let dst = self.dst().to_owned();
+        catch(&dst, || Ok(Box::new(self.add_audio_stream(config, choice)?) as Box<dyn EncoderOps>))
+    }
+
+    fn add_video_stream(&mut self, config: &VideoEncodeConfig, choice: &EncoderChoice) -> Result<Box<dyn EncoderOps>> {
+        let dst = self.dst().to_owned();
+        catch(&dst, || Ok(Box::new(self.add_video_stream(config, choice)?) as Box<dyn EncoderOps>))
+    }
+
+    fn add_remux_stream(&mut self, codec: &Codec) -> Result<usize> {
+        let dst = self.dst().to_owned();
+        catch(&dst, || self.add_remux_stream(codec))
+    }
+
+    fn open(&mut self, options: &[(String, String)]) -> Result<()> {
+        let dst = self.dst().to_owned();
+        catch(&dst, || self.open(options))
+    }
+
+    fn write(&mut self, index: usize, packets: &MediaPackets) -> Result<()> {
+        let dst = self.dst().to_owned();
+        catch(&dst, || self.write(index, packets))
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        let dst = self.dst().to_owned();
+        catch(&dst, || self.flush())
+    }
+
+    fn close(&mut self) -> Result<()> {
+        let dst = self.dst().to_owned();
+        catch(&dst, || self.close())
+    }
+}
+
+impl EncoderOps for encode::FfEncoder {
+    fn item(&self) -> &str {
+        self.item()
+    }
+
+    fn codec(&self) -> &Codec {
+        self.codec()
+    }
+
+    fn stream_index(&self) -> usize {
+        self.stream_index()
+    }
+
+    fn frame_size(&self) -> usize {
+        self.frame_size()
+    }
+
+    fn encode(&mut self, frames: &MediaFrames) -> Result<Option<MediaPackets>> {
+        let item = self.item().to_owned();
+        catch(&item, || self.encode(frames))
+    }
+
+    fn flush(&mut self) -> Result<Option<MediaPackets>> {
+        let item = self.item().to_owned();
+        catch(&item, || self.flush())
     }
 }

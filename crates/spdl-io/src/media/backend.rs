@@ -17,7 +17,10 @@ use std::sync::OnceLock;
 
 use spdl_buffer::{Buffer, SharedAllocator};
 
-use super::{Codec, DecodeConfig, DemuxConfig, Fraction, Frame, MediaFrames, MediaPackets, MediaType, Packets};
+use super::{
+    AudioEncodeConfig, Codec, DecodeConfig, DemuxConfig, EncoderChoice, Fraction, Frame, MediaFrames, MediaPackets,
+    MediaType, Packets, VideoEncodeConfig,
+};
 use crate::audio::{AudioLimits, Decoded};
 use crate::input::{MediaInput, TimeWindow};
 use crate::probe::MediaInfo;
@@ -83,6 +86,8 @@ pub(crate) trait Backend: Send + Sync {
         sample_rate: u32,
         pts: i64,
     ) -> Result<MediaFrames>;
+    /// A muxer writing `dst` in container `format` (from the name when `None`); nothing opened yet.
+    fn new_muxer(&self, dst: &str, format: Option<&str>) -> Result<Box<dyn MuxerOps>>;
 }
 
 /// An open demuxer ([`super::Demuxer`]).
@@ -120,6 +125,29 @@ pub(crate) trait BsfOps: Send {
     fn output_codec(&self) -> &Codec;
     fn filter(&mut self, packets: &MediaPackets, flush: bool) -> Result<Option<MediaPackets>>;
     fn flush(&mut self, item: &str) -> Result<Option<MediaPackets>>;
+}
+
+/// A muxer ([`super::Muxer`]): streams are added, then it is opened, written, flushed and closed.
+pub(crate) trait MuxerOps: Send {
+    fn dst(&self) -> &str;
+    fn num_streams(&self) -> usize;
+    fn add_audio_stream(&mut self, config: &AudioEncodeConfig, choice: &EncoderChoice) -> Result<Box<dyn EncoderOps>>;
+    fn add_video_stream(&mut self, config: &VideoEncodeConfig, choice: &EncoderChoice) -> Result<Box<dyn EncoderOps>>;
+    fn add_remux_stream(&mut self, codec: &Codec) -> Result<usize>;
+    fn open(&mut self, options: &[(String, String)]) -> Result<()>;
+    fn write(&mut self, index: usize, packets: &MediaPackets) -> Result<()>;
+    fn flush(&mut self) -> Result<()>;
+    fn close(&mut self) -> Result<()>;
+}
+
+/// An encoder of one muxer stream ([`super::AudioEncoder`], [`super::VideoEncoder`]).
+pub(crate) trait EncoderOps: Send {
+    fn item(&self) -> &str;
+    fn codec(&self) -> &Codec;
+    fn stream_index(&self) -> usize;
+    fn frame_size(&self) -> usize;
+    fn encode(&mut self, frames: &MediaFrames) -> Result<Option<MediaPackets>>;
+    fn flush(&mut self) -> Result<Option<MediaPackets>>;
 }
 
 /// Seconds of `ts` in time base `tb`.

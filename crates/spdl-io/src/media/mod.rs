@@ -1,7 +1,8 @@
 //! SPDL's demuxing and decoding objects (feature `ffmpeg`): a [`Demuxer`] kept open over one source
 //! (demux audio, video or an image, or stream packets in bounded chunks), owned [`MediaPackets`] and
 //! [`MediaFrames`], a streaming [`Decoder`] with an optional [`FilterGraph`], bitstream filters ([`Bsf`]) and
-//! [`convert_frames`] into one buffer in SPDL's shapes.
+//! [`convert_frames`] into one buffer in SPDL's shapes; and the way back: a [`Muxer`] with streams encoded
+//! by an [`AudioEncoder`]/[`VideoEncoder`] or copied from demuxed packets (`encode.rs`).
 //!
 //! These types are the API; the FFmpeg work behind them is done by a backend ([`ffmpeg_status`] tells which),
 //! loaded on the first call that needs one. What FFmpeg owns (packet data, codec parameters, decoded frames)
@@ -9,6 +10,7 @@
 //! reading it never calls FFmpeg.
 
 mod backend;
+mod encode;
 
 use std::any::Any;
 use std::collections::BTreeMap;
@@ -22,6 +24,11 @@ pub use backend::{BACKEND_DIR_ENV, FFMPEG_DIR_ENV, FfmpegStatus, ffmpeg_status};
 // The backend (`crate::ffmpeg`, with `ffmpeg-linked`) implements these.
 #[cfg_attr(not(feature = "ffmpeg-linked"), allow(unused_imports))]
 pub(crate) use backend::{Backend, BsfOps, DecoderOps, DemuxerOps, FilterGraphOps, backend, seconds_ts, ts_seconds};
+#[cfg_attr(not(feature = "ffmpeg-linked"), allow(unused_imports))]
+pub(crate) use backend::{EncoderOps, MuxerOps};
+#[cfg_attr(not(feature = "ffmpeg-linked"), allow(unused_imports))]
+pub(crate) use encode::stream_kind;
+pub use encode::{AudioEncodeConfig, AudioEncoder, EncoderChoice, Muxer, VideoEncodeConfig, VideoEncoder};
 
 use crate::input::MediaInput;
 use crate::video::VideoLimits;

@@ -68,6 +68,11 @@ __all__ = [
     "MediaDecoder",
     "MediaBSF",
     "FilterGraph",
+    "AudioEncodeConfig",
+    "VideoEncodeConfig",
+    "AudioEncoder",
+    "VideoEncoder",
+    "MediaMuxer",
     "media_decode_packets",
     "convert_frames",
     "reference_video_frame",
@@ -768,6 +773,117 @@ class FilterGraph:
     def get_frames(self, *, key: str | None = None) -> _AnyFrames | None: ...
     def dump(self) -> str: ...
 
+@final
+class AudioEncodeConfig:
+    """How to encode audio (SPDL's ``AudioEncodeConfig``; see ``spdl_rs.io.audio_encode_config``)."""
+
+    def __new__(
+        cls,
+        *,
+        num_channels: int,
+        sample_rate: int,
+        sample_fmt: str | None = None,
+        bit_rate: int = ...,
+        compression_level: int = ...,
+        qscale: int = ...,
+    ) -> AudioEncodeConfig: ...
+    @property
+    def num_channels(self) -> int: ...
+    @property
+    def sample_rate(self) -> int: ...
+    @property
+    def sample_fmt(self) -> str | None: ...
+    @property
+    def bit_rate(self) -> int: ...
+    @property
+    def compression_level(self) -> int: ...
+    @property
+    def qscale(self) -> int: ...
+
+@final
+class VideoEncodeConfig:
+    """How to encode video (SPDL's ``VideoEncodeConfig``; see ``spdl_rs.io.video_encode_config``)."""
+
+    def __new__(
+        cls,
+        *,
+        height: int,
+        width: int,
+        frame_rate: tuple[int, int] | None = None,
+        pix_fmt: str | None = None,
+        bit_rate: int = ...,
+        compression_level: int = ...,
+        qscale: int = ...,
+        gop_size: int = ...,
+        max_b_frames: int = ...,
+        colorspace: str | None = None,
+        color_primaries: str | None = None,
+        color_trc: str | None = None,
+    ) -> VideoEncodeConfig: ...
+    @property
+    def height(self) -> int: ...
+    @property
+    def width(self) -> int: ...
+    @property
+    def frame_rate(self) -> tuple[int, int] | None: ...
+    @property
+    def pix_fmt(self) -> str | None: ...
+    @property
+    def bit_rate(self) -> int: ...
+    @property
+    def compression_level(self) -> int: ...
+    @property
+    def qscale(self) -> int: ...
+    @property
+    def gop_size(self) -> int: ...
+    @property
+    def max_b_frames(self) -> int: ...
+    @property
+    def colorspace(self) -> str | None: ...
+    @property
+    def color_primaries(self) -> str | None: ...
+    @property
+    def color_trc(self) -> str | None: ...
+
+@final
+class AudioEncoder:
+    """Encodes audio frames into the packets of one muxer stream (SPDL's ``AudioEncoder``)."""
+
+    def encode(self, frames: AudioFrames, /) -> AudioPackets | None: ...
+    def flush(self) -> AudioPackets | None: ...
+    @property
+    def frame_size(self) -> int:
+        """Samples per channel each frame must hold (only the last may hold fewer); ``0``: any."""
+
+@final
+class VideoEncoder:
+    """Encodes video frames into the packets of one muxer stream (SPDL's ``VideoEncoder``)."""
+
+    def encode(self, frames: VideoFrames, /) -> VideoPackets | None: ...
+    def flush(self) -> VideoPackets | None: ...
+
+@final
+class MediaMuxer:
+    """A container being written (``spdl_rs.io.Muxer`` wraps it)."""
+
+    def __new__(cls, dst: str | PathLike[str], *, format: str | None = None) -> MediaMuxer: ...
+    @property
+    def dst(self) -> str: ...
+    @property
+    def num_streams(self) -> int: ...
+    def add_encode_stream(
+        self,
+        config: AudioEncodeConfig | VideoEncodeConfig,
+        *,
+        encoder: str | None = None,
+        encoder_config: dict[str, str] | None = None,
+    ) -> AudioEncoder | VideoEncoder: ...
+    def add_remux_stream(self, codec: _Codec) -> int: ...
+    def open(self, muxer_config: dict[str, str] | None = None) -> None: ...
+    def write(self, stream_index: int, packets: _AnyPackets) -> None: ...
+    def flush(self) -> None: ...
+    def close(self) -> None: ...
+
 def media_decode_packets(
     packets: _AnyPackets,
     *,
@@ -778,10 +894,12 @@ def media_decode_packets(
 ) -> Any: ...
 def convert_frames(frames: Any) -> Buffer: ...
 def reference_video_frame(
-    data: bytes, shape: Sequence[int], itemsize: int, *, pix_fmt: str, frame_rate: tuple[int, int], pts: int
+    data: bytes, shape: Sequence[int], itemsize: int, *, pix_fmt: str, frame_rate: tuple[int, int], pts: int,
+    source: object = None,
 ) -> VideoFrames: ...
 def reference_audio_frame(
-    data: bytes, shape: Sequence[int], itemsize: int, *, sample_fmt: str, sample_rate: int, pts: int
+    data: bytes, shape: Sequence[int], itemsize: int, *, sample_fmt: str, sample_rate: int, pts: int,
+    source: object = None,
 ) -> AudioFrames: ...
 def split_packets_at_indices(packets: VideoPackets, indices: Sequence[int]) -> list[tuple[VideoPackets, list[int]]]: ...
 def concat_video_frames(a: VideoFrames, b: VideoFrames) -> VideoFrames: ...

@@ -26,9 +26,9 @@ with an import change.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from os import PathLike
-from typing import TYPE_CHECKING, Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal, cast
 
 from .. import _native
 from .._lazy import lazy_attributes as _lazy_attributes
@@ -145,7 +145,7 @@ def _spdl_keywords(func: str, instead: str, configs: _SpdlKeywords) -> None:
             raise ValueError(f"{func}: SPDL's {key} is not supported by spdl_rs ({instead_of})")
 
 
-def _spdl_form(func: str, configs: _SpdlKeywords, own: dict[str, object]) -> bool:
+def _spdl_form(func: str, configs: _SpdlKeywords, own: Mapping[str, object]) -> bool:
     """Whether a call takes SPDL's composite form (demux, decode through an FFmpeg filter graph, convert):
     ``filter_desc=`` given (``None`` included: the decoder's own format), or a ``demux_config``/
     ``decode_config``. spdl_rs's own keywords (``own``, name to value, ``None`` or their default when not
@@ -201,13 +201,15 @@ def _load_spdl(kind: str, src: Any, timestamp: Any, name: str | None, configs: _
         packets = _media.demux_audio(src, timestamp=timestamp, demux_config=demux_config, name=name)  # type: ignore[arg-type]
     else:
         packets = _media.demux_video(src, timestamp=timestamp, demux_config=demux_config, name=name)  # type: ignore[arg-type]
-    frames = _media.decode_packets(packets, filter_desc, configs.get("decode_config"))  # type: ignore[arg-type]
+    decode_config: Any = configs.get("decode_config")
+    frames = _media.decode_packets(packets, filter_desc, decode_config)
     buffer = _media.convert_frames(frames)
-    device_config = configs.get("device_config")
+    device_config: Any = configs.get("device_config")
     if device_config is not None:
         from ._cuda import transfer_buffer
 
-        return transfer_buffer(buffer, device_config=device_config)  # type: ignore[no-any-return]
+        moved: Any = transfer_buffer(buffer, device_config=device_config)
+        return moved
     return buffer
 
 
@@ -250,7 +252,7 @@ def load_image(
            "pixel_format": pixel_format != "rgb", "filter": filter != "bilinear"}
     if _spdl_form("load_image", spdl, own):
         return _load_spdl("image", src, None, None if name == "<bytes>" else name, spdl)
-    _spdl_keywords("load_image", _IMAGE_INSTEAD, {k: v for k, v in spdl.items() if k != "device_config"})
+    _spdl_keywords("load_image", _IMAGE_INSTEAD, cast("_SpdlKeywords", {k: v for k, v in spdl.items() if k != "device_config"}))
     if spdl.get("device_config") is not None:
         return _load_spdl("image", src, None, None if name == "<bytes>" else name, spdl)
     options = dict(size=size, pixel_format=_pixel_format(pixel_format, pix_fmt), filter=filter,
@@ -382,7 +384,8 @@ def _load_image_batch_spdl(
     for src in srcs:
         try:
             packets = _media.demux_image(src, demux_config=configs.get("demux_config"))  # type: ignore[arg-type]
-            frames.append(_media.decode_packets(packets, filter_desc, configs.get("decode_config")))  # type: ignore[arg-type]
+            decode_config: Any = configs.get("decode_config")
+            frames.append(_media.decode_packets(packets, filter_desc, decode_config))
         except Exception as err:
             what = f"bytes object at {id(src)}" if isinstance(src, (bytes, bytearray, memoryview)) else repr(src)
             logging.getLogger("spdl_rs.io").error("Failed to decode an image from %s: %s.", what, err)
@@ -391,11 +394,12 @@ def _load_image_batch_spdl(
     if not frames:
         raise RuntimeError("Failed to load all the images.")
     buffer = _media.convert_frames(frames)
-    device_config = configs.get("device_config")
+    device_config: Any = configs.get("device_config")
     if device_config is not None:
         from ._cuda import transfer_buffer
 
-        return transfer_buffer(buffer, device_config=device_config)  # type: ignore[no-any-return]
+        moved: Any = transfer_buffer(buffer, device_config=device_config)
+        return moved
     return buffer
 
 
@@ -766,6 +770,14 @@ _LAZY: dict[str, str] = {
     # encoding
     "encode_image": "._encode",
     "save_image": "._encode",
+    # encoding and muxing media
+    "Muxer": "._mux",
+    "AudioEncoder": "._mux",
+    "VideoEncoder": "._mux",
+    "AudioEncodeConfig": "._mux",
+    "VideoEncodeConfig": "._mux",
+    "audio_encode_config": "._mux",
+    "video_encode_config": "._mux",
     # host/device memory
     "transfer_tensor": "._cuda",
     "transfer_tensor_h2d": "._cuda",

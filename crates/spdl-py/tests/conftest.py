@@ -115,8 +115,14 @@ def pytest_runtest_makereport(item, call):
     if NO_FFMPEG and report.failed and call.excinfo is not None:
         text = "".join(str(e) for e in _exception_chain(call.excinfo.value))
         if is_clear_ffmpeg_error(text):
-            report.outcome = "passed"
-            report.longrepr = None
+            if call.when == "setup":
+                # A fixture met it: the test cannot run (a setup report marked passed would run the test
+                # without its fixture), so it is reported as skipped for that reason.
+                report.outcome = "skipped"
+                report.longrepr = (str(item.path), 0, f"Skipped: a fixture met the clear error ({FFMPEG_ERROR_START})")
+            else:
+                report.outcome = "passed"
+                report.longrepr = None
             item.config.stash.setdefault(_MET_FFMPEG_ERROR, []).append(item.nodeid)
     return report
 

@@ -471,10 +471,11 @@ def test_batched_router_with_endless_indices_is_a_failure():
         .add_sink(2)
         .build(num_threads=1)
     )
-    with p.auto_stop(timeout=WAIT):
-        assert list(p.get_iterator(timeout=WAIT)) == []
-    excs = p._core.take_exceptions()
-    assert len(excs) == 2 and all("more indices" in str(e) for _, e in excs)
+    # A router's error fails the pipeline (as in SPDL), after reading at most len(batch) + 1 indices.
+    with pytest.raises(PipelineFailure) as info:
+        with p.auto_stop(timeout=WAIT):
+            assert list(p.get_iterator(timeout=WAIT)) == []
+    assert any("more indices" in str(e) for e in info.value.exceptions)
 
 
 def test_batched_route_branch_returning_an_endless_iterable_is_a_failure():

@@ -187,6 +187,16 @@ def _empty(timestamp: tuple[float, float] | None) -> bool:
     return timestamp is not None and not float(timestamp[1]) > float(timestamp[0])
 
 
+def _to_device(buffer: Buffer, configs: _SpdlKeywords) -> Any:
+    """``buffer``, moved to SPDL's ``device_config`` when one is given."""
+    device_config: Any = configs.get("device_config")
+    if device_config is None:
+        return buffer
+    from ._cuda import transfer_buffer
+
+    return transfer_buffer(buffer, device_config=device_config)
+
+
 def _load_spdl(kind: str, src: Any, timestamp: Any, name: str | None, configs: _SpdlKeywords) -> Buffer:
     """SPDL's ``load_audio``/``load_video``/``load_image``: demux, decode with ``filter_desc`` (default:
     SPDL's conversion; ``None``: the decoder's format), convert, and move to ``device_config`` if given."""
@@ -203,14 +213,7 @@ def _load_spdl(kind: str, src: Any, timestamp: Any, name: str | None, configs: _
         packets = _media.demux_video(src, timestamp=timestamp, demux_config=demux_config, name=name)  # type: ignore[arg-type]
     decode_config: Any = configs.get("decode_config")
     frames = _media.decode_packets(packets, filter_desc, decode_config)
-    buffer = _media.convert_frames(frames)
-    device_config: Any = configs.get("device_config")
-    if device_config is not None:
-        from ._cuda import transfer_buffer
-
-        moved: Any = transfer_buffer(buffer, device_config=device_config)
-        return moved
-    return buffer
+    return _to_device(_media.convert_frames(frames), configs)
 
 
 _IMAGE_INSTEAD = "size=(width, height), filter= and pix_fmt="
@@ -393,14 +396,7 @@ def _load_image_batch_spdl(
         raise RuntimeError(f"Failed to load some images ({len(srcs) - len(frames)} of {len(srcs)}; logged).")
     if not frames:
         raise RuntimeError("Failed to load all the images.")
-    buffer = _media.convert_frames(frames)
-    device_config: Any = configs.get("device_config")
-    if device_config is not None:
-        from ._cuda import transfer_buffer
-
-        moved: Any = transfer_buffer(buffer, device_config=device_config)
-        return moved
-    return buffer
+    return _to_device(_media.convert_frames(frames), configs)
 
 
 def load_audio(

@@ -226,3 +226,42 @@ fn muxers_and_encoders_move_between_threads() {
     std::thread::spawn(move || encode_clip(&p)).join().unwrap();
     assert!(mean_abs(&decode_video(&path), &clip()) < 4.0);
 }
+
+/// Decodes `packets` into one rgb24 buffer (the frames through a filter graph, as `decode_video` does).
+fn decode_packets_rgb(packets: &MediaPackets) -> Vec<u8> {
+    let graph = format!(
+        "buffer=video_size={W}x{H}:pix_fmt={}:time_base={}/{}:pixel_aspect=1/1,format=pix_fmts=rgb24,buffersink",
+        packets.codec.pix_fmt, packets.codec.time_base.0, packets.codec.time_base.1
+    );
+    let frames = decode_all(packets, &DecodeConfig::default(), Some(&graph), None).unwrap();
+    convert_frames(&[&frames], false, &system_allocator()).unwrap().as_bytes().to_vec()
+}
+
+#[test]
+fn serialized_packets_decode_identically_copied_or_viewed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v.mkv");
+    encode_clip(&path);
+    let packets = Demuxer::open(path.as_path(), &DemuxConfig::default()).unwrap().demux_video(None).unwrap();
+    let expected = decode_packets_rgb(&packets);
+    let bytes = packets.serialize().unwrap();
+
+    let copied = MediaPackets::deserialize(&bytes).unwrap();
+    assert_eq!(copied.num_packets(), packets.num_packets());
+    assert_eq!(copied.codec.name, packets.codec.name);
+    assert_eq!(copied.timestamps(true), packets.timestamps(true));
+    assert_eq!(decode_packets_rgb(&copied), expected);
+
+    let shared: std::sync::Arc<Vec<u8>> = std::sync::Arc::new(bytes.clone());
+    let viewed = MediaPackets::deserialize_view(shared.clone()).unwrap();
+    assert!(std::sync::Arc::strong_count(&shared) > 1, "the view holds its bytes");
+    assert_eq!(decode_packets_rgb(&viewed), expected);
+    drop(viewed);
+    assert_eq!(std::sync::Arc::strong_count(&shared), 1, "the view released its bytes");
+
+    // Truncated or foreign bytes: an error naming the cause, never a read past the end.
+    for bad in [&bytes[..0], &bytes[..20], &bytes[..bytes.len() / 2], b"SPDLPKT1 but nothing else".as_slice()] {
+        let err = MediaPackets::deserialize(bad).unwrap_err();
+        assert!(err.to_string().contains("serialized packets"), "{err}");
+    }
+}

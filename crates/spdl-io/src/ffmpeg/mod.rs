@@ -14,6 +14,7 @@
 //! - `probe`: every stream of any container FFmpeg reads.
 //! - `media`, `frames`, `bsf`: SPDL's streaming objects ([`crate::media`]): a demuxer kept open over a
 //!   source, a streaming decoder with an optional filter graph, bitstream filters, `convert_frames`.
+//! - `serialize`: packets as bytes and back (pickling, and zero-copy views of serialized packets).
 //! - `encode`: the way back: a muxer writing one container, with encoded or remuxed streams, and the
 //!   audio/video encoders (swscale when the frames' pixel format is not the encoder's).
 //!
@@ -31,6 +32,7 @@ mod encode;
 mod frames;
 mod media;
 mod probe;
+mod serialize;
 mod video;
 
 use std::collections::BTreeMap;
@@ -43,7 +45,7 @@ use crate::audio::{AudioLimits, Decoded};
 use crate::input::{MediaInput, TimeWindow};
 use crate::media::{
     AudioEncodeConfig, Backend, BsfOps, Codec, DecodeConfig, DecoderOps, DemuxConfig, DemuxerOps, EncoderChoice,
-    EncoderOps, FilterGraphOps, Fraction, Frame, MediaFrames, MediaPackets, MediaType, MuxerOps, Packets,
+    EncoderOps, FilterGraphOps, Fraction, Frame, MediaFrames, MediaPackets, MediaType, MuxerOps, Packets, SharedBytes,
     VideoEncodeConfig,
 };
 use crate::probe::MediaInfo;
@@ -183,6 +185,14 @@ impl Backend for FfBackend {
 
     fn new_muxer(&self, dst: &str, format: Option<&str>) -> Result<Box<dyn MuxerOps>> {
         catch(dst, || Ok(Box::new(encode::FfMuxer::new(dst, format)?) as Box<dyn MuxerOps>))
+    }
+
+    fn serialize_packets(&self, packets: &MediaPackets) -> Result<Vec<u8>> {
+        catch(&packets.item, || serialize::serialize(packets))
+    }
+
+    fn deserialize_packets(&self, data: &[u8], keeper: Option<&SharedBytes>) -> Result<MediaPackets> {
+        catch("serialized packets", || serialize::deserialize(data, keeper))
     }
 }
 

@@ -19,7 +19,7 @@ use spdl_buffer::{Buffer, SharedAllocator};
 
 use super::{
     AudioEncodeConfig, Codec, DecodeConfig, DemuxConfig, EncoderChoice, Fraction, Frame, MediaFrames, MediaPackets,
-    MediaType, Packets, VideoEncodeConfig,
+    MediaType, Packets, SharedBytes, VideoEncodeConfig,
 };
 use crate::audio::{AudioLimits, Decoded};
 use crate::input::{MediaInput, TimeWindow};
@@ -88,6 +88,11 @@ pub(crate) trait Backend: Send + Sync {
     ) -> Result<MediaFrames>;
     /// A muxer writing `dst` in container `format` (from the name when `None`); nothing opened yet.
     fn new_muxer(&self, dst: &str, format: Option<&str>) -> Result<Box<dyn MuxerOps>>;
+    /// `packets` as bytes, codec parameters and side data included ([`MediaPackets::serialize`]).
+    fn serialize_packets(&self, packets: &MediaPackets) -> Result<Vec<u8>>;
+    /// Packets from bytes that `serialize_packets` wrote: pointing into `data` when `keeper` (the owner of
+    /// `data`'s memory) is given, else copied out of it.
+    fn deserialize_packets(&self, data: &[u8], keeper: Option<&SharedBytes>) -> Result<MediaPackets>;
 }
 
 /// An open demuxer ([`super::Demuxer`]).

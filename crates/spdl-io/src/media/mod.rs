@@ -133,6 +133,10 @@ impl Packet {
     }
 }
 
+/// The owner of memory that [`MediaPackets::deserialize_view`] points packets into: the memory stays alive,
+/// and must stay unmodified, while any of those packets (or a clone of them) is alive.
+pub type SharedBytes = Arc<dyn AsRef<[u8]> + Send + Sync>;
+
 /// Packets of one stream, owned and `Send + Sync` (SPDL's `AudioPackets`/`VideoPackets`/`ImagePackets`).
 /// Cloning shares the packet data.
 #[derive(Clone)]
@@ -195,6 +199,38 @@ impl MediaPackets {
     /// True if there is no packet.
     pub fn is_empty(&self) -> bool {
         self.packets.is_empty()
+    }
+
+    /// These packets as bytes: the codec parameters (extradata included), every packet's timing, flags,
+    /// side data and data, and the window and limits, so that [`MediaPackets::deserialize`] (in this
+    /// process or another) rebuilds packets that decode the same. Each packet's data is followed by FFmpeg's
+    /// zeroed input padding, so that [`MediaPackets::deserialize_view`] can decode in place.
+    ///
+    /// ```no_run
+    /// use std::path::Path;
+    /// use spdl_io::media::{DemuxConfig, Demuxer, MediaPackets};
+    /// let mut demuxer = Demuxer::open(Path::new("clip.mp4"), &DemuxConfig::default())?;
+    /// let packets = demuxer.demux_video(None)?;
+    /// let bytes = packets.serialize()?;
+    /// let again = MediaPackets::deserialize(&bytes)?;
+    /// assert_eq!(again.num_packets(), packets.num_packets());
+    /// # Ok::<(), spdl_io::Error>(())
+    /// ```
+    pub fn serialize(&self) -> Result<Vec<u8>> {
+        backend()?.serialize_packets(self)
+    }
+
+    /// Packets from bytes that [`MediaPackets::serialize`] wrote, their data copied out of `data`. Bytes
+    /// that were not written so, truncated or damaged, are an error naming what is wrong.
+    pub fn deserialize(data: &[u8]) -> Result<MediaPackets> {
+        backend()?.deserialize_packets(data, None)
+    }
+
+    /// Like [`MediaPackets::deserialize`], without copying: the packets point into `bytes`' memory and
+    /// keep it alive (SPDL's `deserialize_view`, for packets sent through shared memory).
+    pub fn deserialize_view(bytes: SharedBytes) -> Result<MediaPackets> {
+        let data: &[u8] = (*bytes).as_ref();
+        backend()?.deserialize_packets(data, Some(&bytes))
     }
 
     /// The packets for the frame-sampling decoder of [`crate::video`].

@@ -246,10 +246,112 @@ impl PacketsState {
     }
 }
 
+/// CPython's `Py_buffer` (the same layout in every CPython 3), and the two calls that fill and release it:
+/// exported by every CPython 3, declared here because the stable ABI this module builds against has them
+/// only from Python 3.11.
+mod raw_buffer {
+    use std::ffi::{c_char, c_int, c_void};
+
+    use pyo3::ffi::PyObject;
+
+    #[repr(C)]
+    pub(super) struct PyBufferView {
+        pub(super) buf: *mut c_void,
+        obj: *mut PyObject,
+        pub(super) len: isize,
+        itemsize: isize,
+        readonly: c_int,
+        ndim: c_int,
+        format: *mut c_char,
+        shape: *mut isize,
+        strides: *mut isize,
+        suboffsets: *mut isize,
+        internal: *mut c_void,
+    }
+
+    impl PyBufferView {
+        pub(super) fn empty() -> Self {
+            // SAFETY: every field is a pointer or an integer, for which all-zero is a valid value.
+            unsafe { std::mem::zeroed() }
+        }
+    }
+
+    unsafe extern "C" {
+        pub(super) fn PyObject_GetBuffer(obj: *mut PyObject, view: *mut PyBufferView, flags: c_int) -> c_int;
+        pub(super) fn PyBuffer_Release(view: *mut PyBufferView);
+    }
+}
+
+/// Memory of a Python buffer (``bytes``, a ``memoryview`` of shared memory, ...) that packets made by
+/// ``deserialize_view`` point into: holding it keeps the buffer exported, so its memory stays put.
+struct ViewedBuffer(Box<raw_buffer::PyBufferView>);
+
+// SAFETY: the view only holds the exporter's memory and a reference to it; the memory is read from any thread
+// (it is not written while exported: the caller's contract), and the export is released with the GIL held.
+unsafe impl Send for ViewedBuffer {}
+// SAFETY: as above: shared references only read the memory.
+unsafe impl Sync for ViewedBuffer {}
+
+impl AsRef<[u8]> for ViewedBuffer {
+    fn as_ref(&self) -> &[u8] {
+        if self.0.len == 0 || self.0.buf.is_null() {
+            return &[];
+        }
+        // SAFETY: a simple (C-contiguous) export of `len` bytes at `buf`, held while `self` lives.
+        unsafe { std::slice::from_raw_parts(self.0.buf.cast::<u8>(), self.0.len as usize) }
+    }
+}
+
+impl Drop for ViewedBuffer {
+    fn drop(&mut self) {
+        // Without an interpreter to attach to (it has finalized), its memory is gone with it: nothing to release.
+        let _ = Python::try_attach(|_| {
+            // SAFETY: the view was filled by `PyObject_GetBuffer` and not released yet; the GIL is held.
+            unsafe { raw_buffer::PyBuffer_Release(&raw mut *self.0) }
+        });
+    }
+}
+
+/// The contiguous bytes of Python buffer `data`, held exported.
+fn viewed(data: &Bound<'_, PyAny>) -> PyResult<ViewedBuffer> {
+    let mut view = Box::new(raw_buffer::PyBufferView::empty());
+    // SAFETY: `data` is a live object and the GIL is held; flags 0 (PyBUF_SIMPLE) asks for contiguous bytes.
+    if unsafe { raw_buffer::PyObject_GetBuffer(data.as_ptr(), &raw mut *view, 0) } != 0 {
+        let cause = PyErr::take(data.py()).map(|e| e.to_string()).unwrap_or_default();
+        return Err(PyTypeError::new_err(format!(
+            "serialized packets must be bytes-like (bytes, bytearray, a contiguous memoryview), got {}: {cause}",
+            data.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+        )));
+    }
+    Ok(ViewedBuffer(view))
+}
+
+/// Packets of `kind` from the bytes of `data` (what ``__getstate__`` returned): copied, or (``view``)
+/// pointing into `data`, which they keep alive.
+fn packets_from_state(py: Python<'_>, data: &Bound<'_, PyAny>, kind: MediaType, view: bool) -> PyResult<MediaPackets> {
+    let buf = viewed(data)?;
+    let packets = if view {
+        let keeper: spdl_io::media::SharedBytes = std::sync::Arc::new(buf);
+        crate::lifecycle::detach(py, move || MediaPackets::deserialize_view(keeper))
+    } else {
+        crate::lifecycle::detach(py, || MediaPackets::deserialize(buf.as_ref()))
+    }
+    .map_err(io_err)?;
+    if packets.codec.kind != kind {
+        return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
+            "Media type mismatch during deserialization: {} holds serialized {} packets, not {} packets",
+            packets.item,
+            packets.codec.kind.name(),
+            kind.name()
+        )));
+    }
+    Ok(packets)
+}
+
 macro_rules! packets_class {
-    ($ty:ident, $name:literal, $doc:literal { $($extra:tt)* }) => {
+    ($ty:ident, $name:literal, $kind:expr, $doc:literal { $($extra:tt)* }) => {
         #[doc = $doc]
-        #[pyclass(name = $name, module = "spdl_rs._native", frozen)]
+        #[pyclass(name = $name, module = "spdl_rs._native", frozen, weakref)]
         #[derive(Debug)]
         pub struct $ty {
             pub(crate) state: PacketsState,
@@ -288,6 +390,32 @@ macro_rules! packets_class {
             fn clone(&self) -> PyResult<Self> {
                 Ok(Self::from_packets(self.state.cloned()?))
             }
+            /// The packets as bytes (what pickling sends): codec parameters with extradata, every
+            /// packet's timing, flags, side data and data (each followed by FFmpeg's zeroed padding).
+            /// ``deserialize`` and ``deserialize_view`` read them back.
+            fn __getstate__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+                let packets = self.state.cloned()?;
+                let bytes = crate::lifecycle::detach(py, move || packets.serialize()).map_err(io_err)?;
+                Ok(pyo3::types::PyBytes::new(py, &bytes))
+            }
+            fn __reduce__<'py>(
+                slf: &Bound<'py, Self>,
+            ) -> PyResult<(Bound<'py, PyAny>, (Bound<'py, pyo3::types::PyBytes>,))> {
+                let state = slf.get().__getstate__(slf.py())?;
+                Ok((slf.get_type().getattr("deserialize")?, (state,)))
+            }
+            /// Packets from the bytes that ``__getstate__`` returned (copied).
+            #[staticmethod]
+            fn deserialize(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Self> {
+                Ok(Self::from_packets(packets_from_state(py, data, $kind, false)?))
+            }
+            /// Packets from the bytes that ``__getstate__`` returned, without copying: they point into
+            /// ``data`` (a ``memoryview`` of shared memory, say), which they keep alive; it must not be
+            /// modified while they, or clones of them, are alive.
+            #[staticmethod]
+            fn deserialize_view(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Self> {
+                Ok(Self::from_packets(packets_from_state(py, data, $kind, true)?))
+            }
             fn __len__(&self) -> usize {
                 self.state.len
             }
@@ -308,6 +436,7 @@ macro_rules! packets_class {
 packets_class!(
     PyAudioPackets,
     "AudioPackets",
+    MediaType::Audio,
     "Packets of an audio stream (SPDL's ``AudioPackets``), owned by Rust; a decode consumes them." {
     /// The window asked for when demuxing, ``(start, end)`` in seconds, or ``None``.
     #[getter]
@@ -329,6 +458,7 @@ packets_class!(
 packets_class!(
     PyVideoPackets,
     "VideoPackets",
+    MediaType::Video,
     "Packets of a video stream (SPDL's ``VideoPackets``; ``spdl_rs.io.Packets`` is the same class), owned by \
      Rust; a decode consumes them." {
     /// The window asked for when demuxing, ``(start, end)`` in seconds, or ``None``.
@@ -372,6 +502,7 @@ packets_class!(
 packets_class!(
     PyImagePackets,
     "ImagePackets",
+    MediaType::Image,
     "The packet of an image (SPDL's ``ImagePackets``), owned by Rust; a decode consumes it." {
     /// The pixel format (``"yuvj420p"``, ...).
     #[getter]

@@ -747,7 +747,32 @@ class _TorchHandler:
         return flat.reshape(shape), (flat if zero_copy else None)
 
 
-_HANDLERS: tuple[_Handler, ...] = (_BytesHandler(), _NumpyHandler(), _TorchHandler())
+class _PacketsHandler:
+    """``spdl_rs.io`` packets: their ``__getstate__`` bytes go to the arena. The pool restores packets that
+    point into the segment (``deserialize_view``; they are their own anchor), the ring a copy. Matched by
+    class name and ``deserialize_view``, so this module needs no import of ``spdl_rs.io``."""
+
+    kind = "packets"
+    _NAMES = frozenset(("AudioPackets", "VideoPackets", "ImagePackets"))
+
+    def matches(self, obj: object, threshold: int) -> bool:
+        cls = type(obj)
+        if cls.__name__ not in self._NAMES or not hasattr(cls, "deserialize_view"):
+            return False
+        return int(getattr(obj, "nbytes", 0)) >= threshold
+
+    def get_buffer(self, obj: Any) -> tuple[memoryview, tuple[object, ...]]:
+        return memoryview(obj.__getstate__()), (type(obj),)
+
+    def from_buffer(self, buf: memoryview, meta: tuple[object, ...], zero_copy: bool) -> tuple[object, object]:
+        cls: Any = meta[0]
+        if zero_copy:
+            obj = cls.deserialize_view(buf)
+            return obj, obj
+        return cls.deserialize(buf), None
+
+
+_HANDLERS: tuple[_Handler, ...] = (_BytesHandler(), _NumpyHandler(), _TorchHandler(), _PacketsHandler())
 _BY_KIND: dict[str, _Handler] = {h.kind: h for h in _HANDLERS}
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import queue
 import threading
@@ -14,12 +13,14 @@ from fractions import Fraction
 from typing import Any, Generic, TypeVar
 
 from .. import _native
-from . import _checkpoint
+from . import _bg_task, _checkpoint, defs
 from ._bg_task import BackgroundTaskFactory
 from ._extensions import Extensions, _next_pipeline_id
+from ._failure import EOF, EPOCH_END, is_eof, is_epoch_end
 from ._hooks import StageInfo, TaskHook
-from ._queues import AsyncQueue
+from ._op import _op_kind, _op_name
 from ._pipeline import Pipeline, _EventLoop
+from ._queues import AsyncQueue
 
 __all__ = ["PipelineBuilder", "build_pipeline"]
 
@@ -70,25 +71,6 @@ def _budget(max_failures: int | Fraction | None, what: str, stage: bool = False)
     raise TypeError(f"{what} must be an int or a fractions.Fraction, got {type(max_failures).__name__}")
 
 
-def _op_kind(op: Any) -> tuple[str, Any]:
-    """How the engine calls ``op``: ``native``, ``asyncgen``, ``async``, ``gen`` or ``sync``."""
-    if isinstance(op, _native.NativeOp):
-        return "native", op
-    if not callable(op):
-        if hasattr(op, "__getitem__"):  # a dict, list, ... : look the item up
-            return "sync", op.__getitem__
-        raise TypeError(f"op must be callable (or a container with __getitem__), got {type(op).__name__}")
-    call = op if inspect.isfunction(op) or inspect.ismethod(op) else getattr(op, "__call__", op)
-    for target in (op, call):
-        if inspect.isasyncgenfunction(target):
-            return "asyncgen", op
-        if inspect.iscoroutinefunction(target):
-            return "async", op
-        if inspect.isgeneratorfunction(target):
-            return "gen", op
-    return "sync", op
-
-
 def _generator_to_list(fn: Any, item: Any) -> list[Any]:
     """Runs a generator op to its end (in a process pool's worker: only the whole result crosses back)."""
     return list(fn(item))
@@ -130,17 +112,6 @@ def _in_executor(kind: str, fn: Any, executor: Any) -> tuple[str, Any]:
         return await asyncio.wrap_future(executor.submit(fn, item))
 
     return "async", call_in_executor
-
-
-def _op_name(op: Any) -> str:
-    for attr in ("name", "__name__"):
-        n = getattr(op, attr, None)
-        if isinstance(n, str):
-            return n
-    func = getattr(op, "func", None)  # functools.partial
-    if func is not None:
-        return _op_name(func)
-    return type(op).__name__
 
 
 def _check_source(source: Any, continuous: bool) -> None:
@@ -224,7 +195,6 @@ class _Conversion:
 
 
 def _source_continuity(src: Any) -> set[bool]:
-    from . import defs
 
     if isinstance(src, defs.MergeConfig):
         return set().union(*(_source_continuity(c.src) for c in src.pipeline_configs))
@@ -232,7 +202,6 @@ def _source_continuity(src: Any) -> set[bool]:
 
 
 def _convert_source(src: Any, conv: _Conversion) -> Any:
-    from . import defs
 
     if isinstance(src, defs.SourceConfig):
         spec, loop = _source_spec(src.source, src.continuous)
@@ -285,7 +254,6 @@ def _relay_steps(stage: Any, buffer_size: int, conv: _Conversion) -> list[Any]:
 def _convert_step(cfg: Any, conv: _Conversion) -> list[Any]:
     """The engine steps of one stage config (not a placement marker): the stage's own, then the relay of its
     custom output queue, if any."""
-    from . import defs
 
     ext = conv.ext
     if isinstance(cfg, defs.PipeConfig):
@@ -353,7 +321,6 @@ def _convert_step(cfg: Any, conv: _Conversion) -> list[Any]:
 def _convert_steps(pipes: Sequence[Any], conv: _Conversion) -> list[Any]:
     """The engine steps of a pipeline's ``pipes``: each ``.to()`` region (the stages between a marker with a
     worker-pool target and the next marker, or the end) becomes one ``through`` step running them in the pool."""
-    from . import defs
 
     steps: list[Any] = []
     target: Any = defs.MAIN_PROCESS
@@ -382,7 +349,7 @@ def _convert_steps(pipes: Sequence[Any], conv: _Conversion) -> list[Any]:
 def _region_step(
     stages: list[Any], target: Any, input_buffer_size: int, output_buffer_size: int, conv: _Conversion
 ) -> Any:
-    from . import _region, defs
+    from . import _region
 
     if isinstance(target, defs.InterpreterPoolExecutorConfig):
         _region.check_interpreters_available()
@@ -410,7 +377,6 @@ def _check_buffer_size(buffer_size: Any) -> None:
 
 
 def _has_ordered_pipe(cfg: Any) -> bool:
-    from . import defs
 
     if isinstance(cfg, defs.PipeConfig):
         return cfg.output_order == "input"
@@ -422,7 +388,7 @@ def _has_ordered_pipe(cfg: Any) -> bool:
 def _validate_regions(pipes: Sequence[Any]) -> None:
     """SPDL's checks of the ``.to()`` markers (made by ``get_config``/``build``): no empty region, no
     ``output_order="input"`` stage inside one, every region closed before the sink, subinterpreters on 3.14+."""
-    from . import _region, defs
+    from . import _region
 
     in_region = False
     has_stage = False
@@ -483,15 +449,13 @@ def _build(
         _check_size("max_memory_bytes", max_memory_bytes, minimum=1)
     ext = None
     if extensions:
-        from ._bg_task import get_default_background_tasks
-
         ext = Extensions(
             pipeline_id=_next_pipeline_id(),
             stage_id=stage_id,
             report_stats_interval=report_stats_interval,
             queue_class=queue_class,
             task_hook_factory=task_hook_factory,
-            background_tasks=[*(get_default_background_tasks() or []), *(background_tasks or [])],
+            background_tasks=[*(_bg_task.get_default_background_tasks() or []), *(background_tasks or [])],
             num_threads=num_threads,
         )
         ext.continuous = True in _source_continuity(src)
@@ -540,7 +504,6 @@ def _build(
 
 def _config_of(src: Any, pipes: Sequence[Any], buffer_size: int) -> Any:
     """The ``PipelineConfig`` of a builder's parts (what SPDL's ``build`` hands the build callback)."""
-    from . import defs
 
     sink = defs.SinkConfig(buffer_size) if buffer_size > 0 else _UnboundedSink()
     return defs.PipelineConfig(src=src, pipes=list(pipes), sink=sink)
@@ -618,7 +581,6 @@ class PipelineBuilder(Generic[T, U]):
                 current :py:meth:`Pipeline.get_iterator` (``get_item`` raises ``EOFError``). Not for async
                 iterables.
         """
-        from . import defs
 
         if self._src is not None:
             raise ValueError("Source is already set.")
@@ -656,7 +618,6 @@ class PipelineBuilder(Generic[T, U]):
                 (rate, judged after 100 calls). As in SPDL it replaces ``build``'s ``max_failures`` for this
                 stage (whose failures still count towards that total); ``None``: ``build``'s judges it.
         """
-        from . import defs
 
         if not callable(op) and hasattr(op, "__getitem__"):
             op = op.__getitem__
@@ -685,7 +646,6 @@ class PipelineBuilder(Generic[T, U]):
             drop_last: Drop the incomplete last batch; for an aggregator, ``flush``'s result at an epoch end
                 is discarded and ``flush`` is not called at the end of the input.
         """
-        from . import defs
 
         defs._aggregator_step(num_items, bool(drop_last))  # validates
         op = defs.Collate(num_items) if isinstance(num_items, int) and not isinstance(num_items, bool) else num_items
@@ -698,7 +658,6 @@ class PipelineBuilder(Generic[T, U]):
 
     def disaggregate(self) -> PipelineBuilder[T, U]:
         """Splits each item (a list, tuple or other iterable) into its elements."""
-        from . import defs
 
         self._pipes.append(defs.Disaggregate())
         return self
@@ -728,7 +687,6 @@ class PipelineBuilder(Generic[T, U]):
                 (an empty one is dropped). See :py:func:`spdl_rs.pipeline.defs.PathVariants`.
             output_order: (spdl_rs only) ``"completion"`` (default, SPDL's) or ``"input"``.
         """
-        from . import defs
 
         cfg = defs.PathVariants(router, paths, name=name, batched=batched, output_order=output_order)
         _convert_step(
@@ -756,7 +714,6 @@ class PipelineBuilder(Generic[T, U]):
                 marker opening a region, back out for the one closing it). A partial transfer is sent at the
                 end of the input and of each epoch; stages still see single items.
         """
-        from . import defs
 
         if isinstance(target, Executor):
             raise TypeError(
@@ -793,7 +750,6 @@ class PipelineBuilder(Generic[T, U]):
             ValueError: A ``to()`` region is empty, holds an ``output_order="input"`` stage, or is not
                 closed with ``to(MAIN_PROCESS)``.
         """
-        from . import defs
 
         if self._src is None:
             raise RuntimeError("Source is not set. Did you call `add_source`?")
@@ -1066,7 +1022,6 @@ class _CustomMerge:
             loop.close()
 
     async def _main(self) -> None:
-        from ._failure import EOF, EPOCH_END, is_eof, is_epoch_end
 
         loop = asyncio.get_running_loop()
         executor = ThreadPoolExecutor(max_workers=len(self._inputs) + 1, thread_name_prefix="spdl_rs-merge")
@@ -1190,7 +1145,6 @@ def build_pipeline(
             :py:func:`spdl_rs.pipeline.config.set_default_background_tasks`); each task's ``run()`` runs on the
             pipeline's event loop while the pipeline runs, and is cancelled when it ends. Failures are logged.
     """
-    from . import defs
 
     del use_thread_output_queue
     if not isinstance(pipeline_cfg, defs.PipelineConfig):

@@ -28,6 +28,9 @@ import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
+from . import defs
+from ._op import _op_kind
+
 __all__ = ["Tracker", "instrument"]
 
 #: Version of the state's format.
@@ -507,8 +510,6 @@ class _KeyedAggregator:
 
 
 def _instrument_pipes(pipes: Sequence[Any], tracker: Tracker) -> list[Any]:
-    from . import defs
-    from ._builder import _op_kind
 
     out: list[Any] = []
     for cfg in pipes:
@@ -537,7 +538,6 @@ def _instrument_pipes(pipes: Sequence[Any], tracker: Tracker) -> list[Any]:
 
 
 def _instrument_source(src: Any, tracker: Tracker) -> Any:
-    from . import defs
 
     if isinstance(src, defs.SourceConfig):
         if not _is_stateful(src.source):

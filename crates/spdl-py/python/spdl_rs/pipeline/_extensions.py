@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack
 from typing import Any
 
+from . import _hooks, _queues, _stats
 from ._failure import EOF
 from ._hooks import StageInfo, TaskHook, TaskStatsHook, _ShieldedHook, _stage_hooks, _task_hooks, create_task
 
@@ -74,27 +75,24 @@ class Extensions:
         background_tasks: Sequence[Callable[[], Any]],
         num_threads: int,
     ) -> None:
-        from ._hooks import get_default_hook_class
-        from ._queues import AsyncQueue, StatsQueue, get_default_queue_class
-
         self.pipeline_id = pipeline_id
         self._next_stage_id = stage_id
         self.interval = report_stats_interval
         if queue_class is None:
-            default_q: Any = get_default_queue_class()
+            default_q: Any = _queues.get_default_queue_class()
             self._queue_factory: Callable[[StageInfo, int], Any] | None = (
                 None
-                if default_q in (StatsQueue, AsyncQueue)
+                if default_q in (_queues.StatsQueue, _queues.AsyncQueue)
                 else (lambda info, n: default_q(info, buffer_size=n, interval=report_stats_interval))
             )
         else:
-            if not (isinstance(queue_class, type) and issubclass(queue_class, AsyncQueue)):
+            if not (isinstance(queue_class, type) and issubclass(queue_class, _queues.AsyncQueue)):
                 raise TypeError(f"queue_class must be a class that inherits AsyncQueue, got {queue_class!r}")
             self._queue_factory = (
-                None if queue_class is AsyncQueue else (lambda info, n: queue_class(info, buffer_size=n))
+                None if queue_class is _queues.AsyncQueue else (lambda info, n: queue_class(info, buffer_size=n))
             )
         if task_hook_factory is None:
-            hook_class = get_default_hook_class()
+            hook_class = _hooks.get_default_hook_class()
             self._hook_factory: Callable[[StageInfo], list[TaskHook]] | None = (
                 None
                 if hook_class in (TaskStatsHook, None)
@@ -104,8 +102,8 @@ class Extensions:
             self._hook_factory = task_hook_factory
         #: Whether the default hook (``TaskStatsHook``) and the default queue (``StatsQueue``) are in place: the
         #: engine's counters stand for them and their reports are logged from those.
-        self.native_task_stats = task_hook_factory is None and get_default_hook_class() is TaskStatsHook
-        self.native_queue_stats = queue_class is None and get_default_queue_class() is StatsQueue
+        self.native_task_stats = task_hook_factory is None and _hooks.get_default_hook_class() is TaskStatsHook
+        self.native_queue_stats = queue_class is None and _queues.get_default_queue_class() is _queues.StatsQueue
         self.native_stats = self.native_task_stats or self.native_queue_stats
         self.background_factories = list(background_tasks)
         self.num_threads = num_threads
@@ -418,16 +416,12 @@ class Extensions:
         return names, rows
 
     def _log_native(self, names: list[Any], rows: list[dict[str, Any]]) -> None:
-        from ._hooks import _task_stats_line
-        from ._queues import _queue_stats_line
-        from ._stats import from_raw
-
         for i, (name, row) in enumerate(zip(names, rows)):
-            st = from_raw(row, rows[i + 1] if i + 1 < len(rows) else None)
+            st = _stats.from_raw(row, rows[i + 1] if i + 1 < len(rows) else None)
             if self.native_task_stats and st.kind not in ("source", "sink"):
-                _LG.info(*_task_stats_line(name, st.task))
+                _LG.info(*_hooks._task_stats_line(name, st.task))
             if self.native_queue_stats:
-                _LG.info(*_queue_stats_line(f"{name}_queue", st.queue))
+                _LG.info(*_queues._queue_stats_line(f"{name}_queue", st.queue))
 
     def report_native_stats(self, core: Any) -> None:
         """Logs, once, what the default ``TaskStatsHook`` and ``StatsQueue`` log at the end of each stage (in

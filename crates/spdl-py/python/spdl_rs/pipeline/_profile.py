@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from . import defs
 from ._hooks import _get_env_bool
 from ._pipeline import Pipeline
 
@@ -171,7 +172,6 @@ def _stats_of(window: dict[str, Any], concurrency: int, num_outputs: int) -> _Pr
 
 
 def _fetch_inputs(src: Any, num_items: int) -> list[Any]:
-    from . import defs
 
     pipeline = _build_plain(defs.PipelineConfig(src=src, pipes=[], sink=defs.SinkConfig(1)), 1)
     items: list[Any] = []
@@ -189,7 +189,6 @@ def _fetch_inputs(src: Any, num_items: int) -> list[Any]:
 def _profile_pipe(
     inputs: list[Any], pipe: Any, hook: ProfileHook, callback: Callable[[ProfileResult], None]
 ) -> tuple[list[Any], ProfileResult]:
-    from . import defs
 
     if not inputs:
         raise RuntimeError(f"An empty input was provided to stage {pipe.name}")
@@ -214,7 +213,6 @@ def _profile_pipe(
 def _profile_pipeline(
     cfg: Any, num_inputs: int, hook: ProfileHook, callback: Callable[[ProfileResult], None]
 ) -> tuple[list[Any], list[ProfileResult]]:
-    from . import defs
 
     _LG.info("Fetching %d inputs.", num_inputs)
     results: list[ProfileResult] = []

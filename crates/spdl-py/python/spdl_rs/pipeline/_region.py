@@ -34,6 +34,9 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from . import defs
+from ._op import _op_kind
+
 __all__ = ["Region", "check_interpreters_available", "strip_executor"]
 
 _LG = logging.getLogger("spdl_rs.pipeline")
@@ -76,7 +79,6 @@ def check_interpreters_available() -> None:
 def strip_executor(cfg: Any) -> Any:
     """The stage config without its ``executor`` (recursively in path variants): in a region, ops run on the
     worker's own threads, and a live executor does not cross the process boundary."""
-    from . import defs
 
     if isinstance(cfg, defs.PipeConfig) and cfg.executor is not None:
         return dataclasses.replace(cfg, executor=None)
@@ -87,8 +89,6 @@ def strip_executor(cfg: Any) -> Any:
 
 def _threads_needed(cfg: Any) -> int:
     """Threads a stage keeps busy in the worker's pool (SPDL's sizing: sync pipes' concurrency, a sync router)."""
-    from . import defs
-    from ._builder import _op_kind
 
     if isinstance(cfg, defs.PipeConfig):
         kind, _ = _op_kind(cfg.op)
@@ -343,8 +343,6 @@ import _spdl_rs_region
 
 def _plain_stages(stages: Sequence[Any]) -> list[tuple[Any, ...]]:
     """The stage configs as tuples of plain Python objects, for a worker that cannot import spdl_rs."""
-    from . import defs
-    from ._builder import _op_kind
 
     out: list[tuple[Any, ...]] = []
     for cfg in stages:
@@ -702,7 +700,6 @@ class Region:
         report_stats_interval: float,
         stage_buffer_size: int,
     ) -> None:
-        from . import defs
 
         self.stages = list(stages)
         self.target = target

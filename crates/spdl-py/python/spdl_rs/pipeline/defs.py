@@ -35,7 +35,7 @@ from fractions import Fraction
 from typing import Any, Generic, TypeVar
 
 from .. import _native
-from ._builder import _op_name
+from ._op import _op_name
 
 __all__ = [
     "MAIN_PROCESS",

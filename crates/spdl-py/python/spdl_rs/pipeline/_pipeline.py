@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import threading
 import time
 import weakref
@@ -302,6 +303,14 @@ def _stop_all_at_shutdown() -> None:
             _LG.warning("%d pipeline op(s) were still running Python code at interpreter exit", left)
 
 
+def _forget_parent_pipelines() -> None:
+    """``os.register_at_fork(after_in_child=...)``: a forked child (a process pool's worker, say) inherits the
+    parent's pipeline objects but none of their engine threads, whose locks may have been held at the fork.
+    The child's shutdown hook must not stop them: that could wait forever on such a lock."""
+    _LIVE_CORES.clear()
+
+
+os.register_at_fork(after_in_child=_forget_parent_pipelines)
 with contextlib.suppress(RuntimeError):  # imported while the interpreter shuts down: nothing to register
     threading._register_atexit(_stop_all_at_shutdown)  # type: ignore[attr-defined]
 

@@ -204,6 +204,10 @@ class PyTorchDataLoader(Iterable[V]):
 
     def _get_pipeline(self) -> tuple[ProcessPoolExecutor, Pipeline[V]]:
         executor = self._get_executor()
+        # The pool starts its workers at its first submit. Made here, on the caller's thread before the
+        # pipeline's threads run, a forked worker copies no engine thread's held lock; the no-op's result is
+        # not awaited, so a worker that fails to start fails the first fetch, as it would otherwise.
+        executor.submit(int)
         builder: PipelineBuilder[Any, V] = PipelineBuilder()
         builder.add_source(self._sampler)
         builder.pipe(

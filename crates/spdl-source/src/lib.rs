@@ -10,8 +10,9 @@
 //!   class-folder layout, a manifest (keys, CSV, TSV) or any store's listing; [`dataset::ShardReader`] and
 //!   [`dataset::stream_shards`] read WebDataset tar shards without extracting them.
 //! - [`tar_index::index`] lists the regular members of a TAR archive held in memory as `(path, offset, size)`,
-//!   so their data can be handed out as slices of the buffer (`spdl_rs.io.iter_tarfile`); [`tar_index::TarParser`]
-//!   is its header logic for readers that stream.
+//!   so their data can be handed out as slices of the buffer (`spdl_rs.io.iter_tarfile`);
+//!   [`tar_index::TarReader`] reads the same members from any `Read` (the WebDataset reader is built on it), and
+//!   [`tar_index::TarParser`] is the header logic both share.
 //! - [`sampler::Sampler`] gives the order of indices per epoch: sequential, shuffled from (seed, epoch) with a fixed
 //!   portable algorithm, weighted, and sharded by (rank, world size); [`sampler::SamplerIter`] saves its position as
 //!   a small serde value and resumes exactly.

@@ -7,12 +7,18 @@
 //! Regular members are the types `'0'`, NUL (pre-POSIX) and `'7'` (contiguous file); directories, links, devices
 //! and FIFOs are skipped, and so are the data blocks of any other type (e.g. GNU sparse `'S'`).
 //!
-//! [`TarParser`] is the header logic on its own, for readers that get their blocks from a stream: it is fed one
-//! 512-byte header at a time and the metadata blocks it asks for, and says what each header describes.
+//! [`TarReader`] reads the same members from any [`std::io::Read`] (a file, a pipe, a WebDataset shard being
+//! fetched), in order and without seeking: it yields each regular member's path and size, and reads its data on
+//! request or skips it. The WebDataset reader ([`crate::dataset::ShardReader`]) is built on it.
+//!
+//! [`TarParser`] is the header logic on its own, shared by both and by readers that get their blocks some other
+//! way: it is fed one 512-byte header at a time and the metadata blocks it asks for, and says what each header
+//! describes.
 //!
 //! Hostile archives are safe to scan: every declared size is checked against the bytes that are there before
-//! anything is sliced, nothing of a declared size is allocated (metadata is bounded by [`MAX_META_BYTES`]), and
-//! each failure is a [`TarFormatError`] that names the offset and the cause.
+//! anything is sliced, nothing of a declared size is allocated (metadata is bounded by [`MAX_META_BYTES`]; a
+//! streamed member's buffer grows as its bytes arrive), and each failure is a [`TarFormatError`] that names the
+//! offset and the cause (or, streaming, a [`TarReadError`] that also carries the reader's own failures).
 
 use std::fmt::Write as _;
 
@@ -431,6 +437,290 @@ fn data_range(
     Ok(range)
 }
 
+/// Buffer space reserved ahead for one member's data read by [`TarReader::read_data`]: the header's size is
+/// untrusted, so larger members grow their buffer as their bytes arrive.
+const PREALLOC_LIMIT: u64 = 16 << 20;
+
+/// A failure of [`TarReader`]: the archive is malformed or truncated, or the underlying reader failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TarReadError {
+    /// The archive is malformed or truncated.
+    #[error(transparent)]
+    Format(#[from] TarFormatError),
+    /// The underlying reader failed (its error is the [`std::error::Error::source`]).
+    #[error("TAR stream: read failed at offset {offset}")]
+    Io {
+        /// Where in the archive the failed read started.
+        offset: u64,
+        /// The reader's error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl From<TarReadError> for std::io::Error {
+    /// An I/O error of the same kind as the reader's (`InvalidData` for a malformed archive) that carries the
+    /// [`TarReadError`] (see [`std::io::Error::get_ref`]).
+    fn from(err: TarReadError) -> Self {
+        let kind = match &err {
+            TarReadError::Format(_) => std::io::ErrorKind::InvalidData,
+            TarReadError::Io { source, .. } => source.kind(),
+        };
+        std::io::Error::new(kind, err)
+    }
+}
+
+/// A regular member of a streamed archive, as [`TarReader::next_member`] returns it; its data is read with
+/// [`TarReader::read_data`] (or skipped by the next call to [`TarReader::next_member`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TarEntry {
+    /// The path, as stored (usually UTF-8), resolved like [`index`] resolves it.
+    pub name: Vec<u8>,
+    /// The size of its data, as declared (the bytes may turn out not to be there).
+    pub size: u64,
+    /// Where its data starts in the archive.
+    pub offset: u64,
+}
+
+/// The member whose data comes next in the stream.
+#[derive(Debug)]
+struct Unread {
+    name: Vec<u8>,
+    /// Declared size of the data.
+    size: u64,
+    /// Offset of the data in the archive.
+    offset: u64,
+}
+
+/// The regular members of a TAR archive read from any [`std::io::Read`] (a file, a pipe, a network body), in
+/// archive order, with the same header logic ([`TarParser`]) and the same rules as [`index`]: ustar prefixes, GNU
+/// long names, PAX `path` and `size` records, base-256 sizes; directories, links, devices and FIFOs are skipped,
+/// and so are the data blocks of other types; two zero blocks in a row (or the end of the stream on a block
+/// boundary) end the archive.
+///
+/// The reader is consumed in order and never seeks: [`TarReader::next_member`] returns a member's path and size,
+/// [`TarReader::read_data`] appends its data to a buffer, and a member whose data is not wanted is skipped without
+/// being kept. Hostile streams are bounded: metadata is at most [`MAX_META_BYTES`], a member's buffer is reserved
+/// ahead for at most 16 MiB whatever its header declares (it grows only as bytes arrive), and a stream that ends
+/// early is a [`TarFormatError::TruncatedData`] or [`TarFormatError::TruncatedHeader`] naming the member or the
+/// offset. After an error (or the end), [`TarReader::next_member`] returns `Ok(None)`.
+///
+/// ```
+/// use spdl_source::tar_index::TarReader;
+///
+/// let mut builder = tar::Builder::new(Vec::new());
+/// for (name, data) in [("a/0.jpg", &b"jpeg"[..]), ("README", b"skipped"), ("a/0.cls", b"7")] {
+///     let mut header = tar::Header::new_gnu();
+///     header.set_size(data.len() as u64);
+///     header.set_cksum();
+///     builder.append_data(&mut header, name, data)?;
+/// }
+/// let archive = builder.into_inner()?;
+///
+/// // Any `Read` will do: here a slice of bytes.
+/// let mut reader = TarReader::new(&archive[..]);
+/// let mut got = Vec::new();
+/// while let Some(entry) = reader.next_member()? {
+///     if entry.name == b"README" {
+///         continue; // its data is skipped by the next call
+///     }
+///     let mut data = Vec::new();
+///     reader.read_data(&mut data)?;
+///     got.push((String::from_utf8(entry.name)?, data));
+/// }
+/// assert_eq!(got, [("a/0.jpg".to_owned(), b"jpeg".to_vec()), ("a/0.cls".to_owned(), b"7".to_vec())]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct TarReader<R> {
+    reader: R,
+    parser: TarParser,
+    /// Bytes of the archive consumed so far.
+    offset: u64,
+    /// The last member returned, while the stream is at its data (until [`TarReader::read_data`] reads it).
+    unread: Option<Unread>,
+    done: bool,
+}
+
+impl<R: std::io::Read> TarReader<R> {
+    /// A reader at the start of the archive `reader` yields.
+    pub fn new(reader: R) -> Self {
+        TarReader { reader, parser: TarParser::new(), offset: 0, unread: None, done: false }
+    }
+
+    /// Bytes of the archive consumed so far.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// The underlying reader, wherever the archive was left.
+    pub fn into_inner(self) -> R {
+        self.reader
+    }
+
+    /// The next regular member, `None` at the end of the archive (or after an error). The data of the member
+    /// returned before, if [`TarReader::read_data`] did not read it, is skipped first.
+    ///
+    /// # Errors
+    ///
+    /// [`TarReadError::Format`] for a malformed or truncated archive (a header cut short, a member whose data
+    /// ends early, a bad checksum, metadata over [`MAX_META_BYTES`], a GNU long name or PAX header with no member
+    /// after it, ...), [`TarReadError::Io`] when the reader fails.
+    pub fn next_member(&mut self) -> Result<Option<TarEntry>, TarReadError> {
+        if self.done {
+            return Ok(None);
+        }
+        let next = self.advance();
+        if !matches!(next, Ok(Some(_))) {
+            self.done = true;
+            self.unread = None;
+        }
+        next
+    }
+
+    /// Appends the data of the member [`TarReader::next_member`] returned last to `out`, then moves past its
+    /// padding. Appends nothing if it was read already (or there is no member).
+    ///
+    /// # Errors
+    ///
+    /// [`TarFormatError::TruncatedData`] (naming the member) when the stream ends before its declared size,
+    /// [`TarReadError::Io`] when the reader fails. Either ends the archive: [`TarReader::next_member`] then
+    /// returns `Ok(None)`.
+    pub fn read_data(&mut self, out: &mut Vec<u8>) -> Result<(), TarReadError> {
+        let Some(Unread { name, size, offset }) = self.unread.take() else {
+            return Ok(());
+        };
+        let result = self
+            .read_exact_into(size, out, offset, || String::from_utf8_lossy(&name).into_owned())
+            .and_then(|()| self.skip_padding(size));
+        if result.is_err() {
+            self.done = true;
+        }
+        result
+    }
+
+    fn advance(&mut self) -> Result<Option<TarEntry>, TarReadError> {
+        if let Some(unread) = self.unread.take() {
+            self.skip_data(&unread.name, unread.size, unread.offset)?;
+        }
+        loop {
+            let mut header_offset = self.offset;
+            let Some(mut block) = self.block()? else {
+                if self.parser.pending() {
+                    return Err(TarFormatError::DanglingExtendedHeader.into());
+                }
+                return Ok(None);
+            };
+            if is_zero(&block) {
+                // One zero block may be padding; two in a row end the archive.
+                header_offset = self.offset;
+                match self.block()? {
+                    Some(next) if !is_zero(&next) => block = next,
+                    _ => return Ok(None),
+                }
+            }
+            match self.parser.header(&block, header_offset)? {
+                HeaderStep::Meta { kind, size } => {
+                    // `size` is at most MAX_META_BYTES: the buffer grows only as the bytes arrive.
+                    let mut data = Vec::new();
+                    let offset = self.offset;
+                    self.read_exact_into(size, &mut data, offset, || kind.describe().to_owned())?;
+                    self.skip_padding(size)?;
+                    self.parser.metadata(kind, &data, header_offset)?;
+                }
+                HeaderStep::Member { name, size, data } => match data {
+                    MemberData::Regular => {
+                        let offset = self.offset;
+                        self.unread = Some(Unread { name: name.clone(), size, offset });
+                        return Ok(Some(TarEntry { name, size, offset }));
+                    }
+                    MemberData::Skipped => {
+                        let offset = self.offset;
+                        self.skip_data(&name, size, offset)?;
+                    }
+                    MemberData::NoData => {}
+                },
+            }
+        }
+    }
+
+    /// Reads into `buf` until it is full or the stream ends; returns the bytes read.
+    fn fill(&mut self, buf: &mut [u8]) -> Result<usize, TarReadError> {
+        let mut got = 0;
+        while got < buf.len() {
+            match self.reader.read(&mut buf[got..]) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(source) => return Err(TarReadError::Io { offset: self.offset + got as u64, source }),
+            }
+        }
+        self.offset += got as u64;
+        Ok(got)
+    }
+
+    /// The next header block, `None` at the end of the stream (on a block boundary).
+    fn block(&mut self) -> Result<Option<[u8; BLOCK]>, TarReadError> {
+        let offset = self.offset;
+        let mut block = [0u8; BLOCK];
+        match self.fill(&mut block)? {
+            0 => Ok(None),
+            BLOCK => Ok(Some(block)),
+            got => Err(TarFormatError::TruncatedHeader { offset, remaining: got as u64 }.into()),
+        }
+    }
+
+    /// Appends exactly `size` bytes to `out` (the data of `member`, at `offset`); a short stream is
+    /// [`TarFormatError::TruncatedData`].
+    fn read_exact_into(
+        &mut self,
+        size: u64,
+        out: &mut Vec<u8>,
+        offset: u64,
+        member: impl FnOnce() -> String,
+    ) -> Result<(), TarReadError> {
+        out.reserve(usize::try_from(size.min(PREALLOC_LIMIT)).unwrap_or(0));
+        let start = out.len();
+        let read = std::io::Read::read_to_end(&mut std::io::Read::take(&mut self.reader, size), out);
+        let got = (out.len() - start) as u64;
+        self.offset += got;
+        if let Err(source) = read {
+            return Err(TarReadError::Io { offset: self.offset, source });
+        }
+        if got < size {
+            return Err(TarFormatError::TruncatedData { member: member(), size, remaining: got, offset }.into());
+        }
+        Ok(())
+    }
+
+    /// Skips the `size` bytes of data of `name` (at `offset`) and their padding.
+    fn skip_data(&mut self, name: &[u8], size: u64, offset: u64) -> Result<(), TarReadError> {
+        let skipped = self.skip(size)?;
+        if skipped < size {
+            let member = String::from_utf8_lossy(name).into_owned();
+            return Err(TarFormatError::TruncatedData { member, size, remaining: skipped, offset }.into());
+        }
+        self.skip_padding(size)
+    }
+
+    /// Skips the padding after `size` bytes of data (it may be missing at the very end of the stream).
+    fn skip_padding(&mut self, size: u64) -> Result<(), TarReadError> {
+        let pad = size.div_ceil(BLOCK as u64) * BLOCK as u64 - size;
+        self.skip(pad)?;
+        Ok(())
+    }
+
+    /// Reads and drops up to `n` bytes; returns how many there were.
+    fn skip(&mut self, n: u64) -> Result<u64, TarReadError> {
+        let offset = self.offset;
+        let skipped = std::io::copy(&mut std::io::Read::take(&mut self.reader, n), &mut std::io::sink())
+            .map_err(|source| TarReadError::Io { offset, source })?;
+        self.offset += skipped;
+        Ok(skipped)
+    }
+}
+
 /// Whether a block is all zeros (an end-of-archive marker or padding).
 pub fn is_zero(block: &[u8]) -> bool {
     block.iter().all(|&b| b == 0)
@@ -697,8 +987,9 @@ mod tests {
     const LONG: &str = "deep/deep/deep/deep/deep/deep/deep/deep/deep/deep/deep/deep/deep/deep/deep/deep/deep/deep/\
                         deep/deep/deep/deep/deep/deep/deep/name.txt";
 
-    #[test]
-    fn tar_gnu_long_names_links_and_types() {
+    /// Regular files (one with a GNU long name), a directory, a symlink with a long link name, an empty file and a
+    /// contiguous file; returns the archive and the long member's data.
+    fn gnu_types_archive() -> (Vec<u8>, Vec<u8>) {
         let mut builder = tar::Builder::new(Vec::new());
         builder.append_data(&mut file_header(5), "a.txt", &b"hello"[..]).unwrap();
         let mut dir = tar::Header::new_gnu();
@@ -717,7 +1008,12 @@ mod tests {
         contiguous.set_entry_type(tar::EntryType::Continuous);
         contiguous.set_cksum();
         builder.append_data(&mut contiguous, "contiguous", &b"cc"[..]).unwrap();
-        let archive = builder.into_inner().unwrap();
+        (builder.into_inner().unwrap(), data)
+    }
+
+    #[test]
+    fn tar_gnu_long_names_links_and_types() {
+        let (archive, data) = gnu_types_archive();
 
         assert_eq!(
             contents(&archive),
@@ -950,6 +1246,167 @@ mod tests {
             }
             block[148..156].fill(b' ');
         }
+    }
+
+    /// A streamed member: its name, and its data unless it was skipped.
+    type Streamed = (Vec<u8>, Option<Vec<u8>>);
+
+    /// The members a [`TarReader`] reads from `bytes` (the data of every `skip_every`-th member skipped, the
+    /// others read), and the error it stopped at.
+    fn stream(bytes: &[u8], skip_every: usize) -> (Vec<Streamed>, Option<TarReadError>) {
+        let mut reader = TarReader::new(bytes);
+        let mut members = Vec::new();
+        loop {
+            match reader.next_member() {
+                Ok(None) => return (members, None),
+                Err(e) => {
+                    assert!(matches!(reader.next_member(), Ok(None)), "an error ends the archive");
+                    return (members, Some(e));
+                }
+                Ok(Some(entry)) => {
+                    if skip_every != 0 && members.len() % skip_every == 0 {
+                        members.push((entry.name, None));
+                        continue;
+                    }
+                    let mut data = Vec::new();
+                    if let Err(e) = reader.read_data(&mut data) {
+                        assert!(matches!(reader.next_member(), Ok(None)), "an error ends the archive");
+                        return (members, Some(e));
+                    }
+                    assert_eq!(data.len() as u64, entry.size);
+                    members.push((entry.name, Some(data)));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn tar_reader_agrees_with_index_on_every_cut() {
+        let mut ustar = tar::Header::new_ustar();
+        ustar.set_path(format!("{}/file.bin", "p".repeat(120))).unwrap();
+        ustar.set_size(3);
+        ustar.set_cksum();
+        let mut prefixed = ustar.as_bytes().to_vec();
+        prefixed.extend_from_slice(b"abc");
+        prefixed.resize(2 * BLOCK, 0);
+        let mut padded = vec![0; BLOCK];
+        padded.extend_from_slice(&gnu_archive(&[("a", b"x"), ("b", &[1; 600])]));
+        let mut sparse = gnu_archive(&[("s", b"sparse data"), ("after", b"kept")]);
+        sparse[156] = b'S';
+        set_size(&mut sparse, 0, 11);
+        let archives = [gnu_types_archive().0, pax_archive(), prefixed, padded, sparse];
+        for archive in &archives {
+            // Every cut near a block boundary and a sample of the others.
+            let cuts = (0..=archive.len()).filter(|n| n % 37 == 0 || matches!(n % BLOCK, 0 | 1 | 511));
+            for cut in cuts {
+                let bytes = &archive[..cut];
+                let indexed = index(bytes);
+                for skip_every in [0, 2] {
+                    let (members, error) = stream(bytes, skip_every);
+                    let names: Vec<&[u8]> = members.iter().map(|(n, _)| &n[..]).collect();
+                    let expected: Vec<&[u8]> = indexed.members.iter().map(|m| &m.name[..]).collect();
+                    // A member whose data is cut is returned by the stream before the error, not by the index.
+                    let cut_member = matches!(
+                        indexed.error,
+                        Some(TarFormatError::TruncatedData { ref member, .. })
+                            if names.len() == expected.len() + 1 && names.last() == Some(&member.as_bytes())
+                    );
+                    let names = if cut_member { &names[..expected.len()] } else { &names[..] };
+                    assert_eq!(names, expected, "cut {cut}");
+                    for ((_, data), m) in members.iter().zip(&indexed.members) {
+                        if let Some(data) = data {
+                            assert_eq!(&data[..], &bytes[m.offset..m.offset + m.size], "cut {cut}");
+                        }
+                    }
+                    let error = error.map(|e| match e {
+                        TarReadError::Format(e) => e,
+                        TarReadError::Io { .. } => panic!("a slice does not fail: {e}"),
+                    });
+                    assert_eq!(error, indexed.error, "cut {cut}, skip every {skip_every}");
+                }
+            }
+        }
+    }
+
+    /// A reader that hands out one byte per call, then fails after `fail_at` bytes.
+    struct Trickle<'a> {
+        data: &'a [u8],
+        fail_at: usize,
+        pos: usize,
+    }
+
+    impl std::io::Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            if self.pos == self.fail_at {
+                return Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "peer went away"));
+            }
+            let Some(&b) = self.data.get(self.pos) else { return Ok(0) };
+            if buf.is_empty() {
+                return Ok(0);
+            }
+            buf[0] = b;
+            self.pos += 1;
+            Ok(1)
+        }
+    }
+
+    #[test]
+    fn tar_reader_short_reads_and_reader_errors() {
+        let archive = pax_archive();
+        let whole = Trickle { data: &archive, fail_at: usize::MAX, pos: 0 };
+        let mut reader = TarReader::new(whole);
+        let mut names = Vec::new();
+        while let Some(entry) = reader.next_member().unwrap() {
+            let mut data = Vec::new();
+            reader.read_data(&mut data).unwrap();
+            names.push((String::from_utf8(entry.name).unwrap(), data));
+        }
+        assert_eq!(names, contents(&archive));
+
+        // The reader fails inside the PAX header after the first member: the error is the reader's, with its
+        // offset and kind.
+        let failing = Trickle { data: &archive, fail_at: 6 * BLOCK + 10, pos: 0 };
+        let (members, error) = {
+            let mut reader = TarReader::new(failing);
+            let first = reader.next_member().unwrap().unwrap();
+            (first, reader.next_member().unwrap_err())
+        };
+        assert_eq!(members.name, LONG.as_bytes());
+        assert!(matches!(error, TarReadError::Io { offset, .. } if offset == 6 * BLOCK as u64 + 10), "{error}");
+        let io: std::io::Error = error.into();
+        assert_eq!(io.kind(), std::io::ErrorKind::ConnectionReset);
+        assert_eq!(io.to_string(), "TAR stream: read failed at offset 3082");
+        let cause = std::error::Error::source(&io).map(|e| e.to_string());
+        assert_eq!(cause.as_deref(), Some("peer went away"));
+        assert!(io.get_ref().is_some_and(|e| e.is::<TarReadError>()));
+    }
+
+    #[test]
+    fn tar_reader_does_not_trust_declared_sizes() {
+        // 8 GiB declared on a few KiB: the buffer is reserved for 16 MiB at most, and the cut is named.
+        let mut huge = gnu_archive(&[("a.bin", b"abc")]);
+        set_size(&mut huge, 0, 8u64.pow(11) - 1);
+        let mut reader = TarReader::new(&huge[..]);
+        let entry = reader.next_member().unwrap().unwrap();
+        assert_eq!(entry.size, 8u64.pow(11) - 1);
+        let mut data = Vec::new();
+        let error = reader.read_data(&mut data).unwrap_err();
+        assert!(data.capacity() <= PREALLOC_LIMIT as usize + BLOCK, "{}", data.capacity());
+        let message = error.to_string();
+        assert!(message.contains("'a.bin'") && message.contains("declares 8589934591 bytes"), "{message}");
+        assert!(matches!(reader.next_member(), Ok(None)));
+
+        // Skipped, the same lie is the same error.
+        let mut reader = TarReader::new(&huge[..]);
+        reader.next_member().unwrap().unwrap();
+        let error = reader.next_member().unwrap_err();
+        assert!(matches!(error, TarReadError::Format(TarFormatError::TruncatedData { .. })), "{error}");
+
+        // Metadata over the bound is refused from its header.
+        let mut long = gnu_archive(&[(LONG, b"x")]);
+        set_size(&mut long, 0, 64 << 20);
+        let error = TarReader::new(&long[..]).next_member().unwrap_err();
+        assert!(matches!(error, TarReadError::Format(TarFormatError::MetadataTooLarge { .. })), "{error}");
     }
 
     #[test]

@@ -9,6 +9,7 @@ use futures::stream::{BoxStream, StreamExt};
 
 use crate::error::{Result, SourceError};
 use crate::store::ObjectStore;
+use crate::tar_index::{TarReadError, TarReader};
 
 /// Samples decoded ahead of the consumer per [`stream_shards`] stream.
 const STREAM_AHEAD: usize = 32;
@@ -37,6 +38,12 @@ impl WdsSample {
 
 /// Reads the samples of one tar shard from any reader (a file, an in-memory object, a pipe), without extracting.
 ///
+/// The tar stream is parsed by [`TarReader`], the crate's one TAR parser: ustar (with its path prefix), GNU long
+/// names, PAX `path` and `size` records and base-256 sizes are read; of the members, regular files (types `'0'`,
+/// NUL and `'7'`) are kept and the others skipped. A malformed or truncated shard, or a failing reader, ends the
+/// iteration with [`SourceError::Tar`], which names the shard and, when the fault is in a member's data or name,
+/// the member; its source is an [`std::io::Error`] that carries the [`TarReadError`].
+///
 /// ```
 /// use spdl_source::dataset::ShardReader;
 ///
@@ -57,7 +64,7 @@ impl WdsSample {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct ShardReader<R: Read> {
-    archive: tar::Archive<R>,
+    tar: TarReader<R>,
     name: String,
 }
 
@@ -70,19 +77,23 @@ impl<R: Read> std::fmt::Debug for ShardReader<R> {
 impl<R: Read> ShardReader<R> {
     /// A reader over a tar stream; `name` (the shard's key or path) appears in samples and errors.
     pub fn new(reader: R, name: impl Into<String>) -> Self {
-        ShardReader { archive: tar::Archive::new(reader), name: name.into() }
+        ShardReader { tar: TarReader::new(reader), name: name.into() }
     }
 
     /// Iterates over the shard's samples, in the order of the tar.
+    ///
+    /// # Errors
+    ///
+    /// None at present: the shard's faults are items of the iteration. The `Result` leaves room for readers that
+    /// check a shard before its first member.
     pub fn samples(&mut self) -> Result<WdsSamples<'_, R>> {
-        let entries = self.archive.entries().map_err(|e| tar_error(&self.name, None, e))?;
-        Ok(WdsSamples { entries, shard: self.name.clone(), pending: None, done: false })
+        Ok(WdsSamples { tar: &mut self.tar, shard: self.name.clone(), pending: None, done: false })
     }
 }
 
 /// The samples of a shard; see [`ShardReader::samples`].
 pub struct WdsSamples<'a, R: Read> {
-    entries: tar::Entries<'a, R>,
+    tar: &'a mut TarReader<R>,
     shard: String,
     /// The sample being assembled: consecutive files with its key.
     pending: Option<WdsSample>,
@@ -97,6 +108,14 @@ impl<R: Read> std::fmt::Debug for WdsSamples<'_, R> {
 
 fn tar_error(shard: &str, entry: Option<String>, source: std::io::Error) -> SourceError {
     SourceError::Tar { shard: shard.to_owned(), entry, source }
+}
+
+/// The member a parse error is about, when it names one (a member whose data ends early).
+fn faulty_member(err: &TarReadError) -> Option<String> {
+    match err {
+        TarReadError::Format(crate::tar_index::TarFormatError::TruncatedData { member, .. }) => Some(member.clone()),
+        _ => None,
+    }
 }
 
 /// Splits a member name into (key, extension) by the WebDataset rule, or `None` for files that belong to no
@@ -120,6 +139,11 @@ impl<R: Read> WdsSamples<'_, R> {
         self.done = true;
         Some(Err(tar_error(&self.shard, entry, err)))
     }
+
+    fn fail_read(&mut self, entry: Option<String>, err: TarReadError) -> Option<Result<WdsSample>> {
+        let entry = entry.or_else(|| faulty_member(&err));
+        self.fail(entry, err.into())
+    }
 }
 
 impl<R: Read> Iterator for WdsSamples<'_, R> {
@@ -130,32 +154,27 @@ impl<R: Read> Iterator for WdsSamples<'_, R> {
             return None;
         }
         loop {
-            let mut entry = match self.entries.next() {
-                None => {
+            let entry = match self.tar.next_member() {
+                Ok(None) => {
                     self.done = true;
                     return self.pending.take().map(Ok);
                 }
-                Some(Err(e)) => return self.fail(None, e),
-                Some(Ok(entry)) => entry,
+                Err(e) => return self.fail_read(None, e),
+                Ok(Some(entry)) => entry,
             };
-            if !entry.header().entry_type().is_file() {
-                continue;
-            }
-            let path = match entry.path() {
-                Ok(p) => match p.to_str() {
-                    Some(p) => p.to_owned(),
-                    None => {
-                        let err = std::io::Error::new(std::io::ErrorKind::InvalidData, "member name is not UTF-8");
-                        return self.fail(Some(p.display().to_string()), err);
-                    }
-                },
-                Err(e) => return self.fail(None, e),
+            let path = match String::from_utf8(entry.name) {
+                Ok(p) => p,
+                Err(e) => {
+                    let name = String::from_utf8_lossy(e.as_bytes()).into_owned();
+                    let err = std::io::Error::new(std::io::ErrorKind::InvalidData, "member name is not UTF-8");
+                    return self.fail(Some(name), err);
+                }
             };
             let Some((key, ext)) = split_name(&path) else { continue };
-            // The header's size is untrusted: preallocate at most 16 MiB and let larger members grow.
-            let mut data = Vec::with_capacity(usize::try_from(entry.size()).unwrap_or(0).min(16 << 20));
-            if let Err(e) = entry.read_to_end(&mut data) {
-                return self.fail(Some(path), e);
+            // The buffer grows as the member's bytes arrive: its header's size is not trusted.
+            let mut data = Vec::new();
+            if let Err(e) = self.tar.read_data(&mut data) {
+                return self.fail_read(Some(path), e);
             }
             let data = Bytes::from(data);
             match &mut self.pending {
@@ -247,6 +266,7 @@ pub fn stream_shards(store: Arc<dyn ObjectStore>, shard_keys: Vec<String>) -> Bo
 mod tests {
     use super::*;
     use crate::LocalStore;
+    use crate::tar_index::{BLOCK, TarFormatError};
     use futures::TryStreamExt;
 
     fn shard(files: &[(&str, &[u8])]) -> Vec<u8> {
@@ -303,6 +323,153 @@ mod tests {
         let results: Vec<Result<WdsSample>> = ShardReader::new(cut, "cut.tar").samples().unwrap().collect();
         let err = results.iter().find_map(|r| r.as_ref().err()).expect("a truncated shard is an error");
         assert!(matches!(err, SourceError::Tar { .. }) && err.to_string().contains("cut.tar"), "{err}");
+    }
+
+    /// An error and its causes, as a chain printer writes them.
+    fn chain(err: &dyn std::error::Error) -> String {
+        let mut text = err.to_string();
+        let mut cause = err.source();
+        while let Some(c) = cause {
+            text.push_str(": ");
+            text.push_str(&c.to_string());
+            cause = c.source();
+        }
+        text
+    }
+
+    fn samples_of(bytes: &[u8], name: &str) -> Vec<Result<WdsSample>> {
+        ShardReader::new(bytes, name).samples().unwrap().collect()
+    }
+
+    /// The [`TarReadError`] a shard error carries.
+    fn tar_cause(err: &SourceError) -> &TarReadError {
+        let SourceError::Tar { source, .. } = err else { panic!("not a tar error: {err}") };
+        source.get_ref().and_then(|e| e.downcast_ref::<TarReadError>()).expect("a TarReadError")
+    }
+
+    #[test]
+    fn pax_paths_gnu_long_names_and_ustar_prefixes_make_keys() {
+        let pax_dir = format!("{}/pax", "p".repeat(120));
+        let gnu_dir = format!("{}/gnu", "g".repeat(120));
+        let ustar_dir = "u".repeat(120);
+        let mut tar = tar::Builder::new(Vec::new());
+        for (path, data) in [(format!("{pax_dir}/000.jpg"), &b"pj"[..]), (format!("{pax_dir}/000.cls"), b"1")] {
+            // A PAX `path` record over a short ustar name, as Python's tarfile writes long paths.
+            tar.append_pax_extensions([("path", path.as_bytes())]).unwrap();
+            let mut header = tar::Header::new_ustar();
+            header.set_path("short").unwrap();
+            header.set_size(data.len() as u64);
+            header.set_cksum();
+            tar.append_data(&mut header, "short", data).unwrap();
+        }
+        for (path, data) in [(format!("{gnu_dir}/001.jpg"), &b"gj"[..]), (format!("{gnu_dir}/001.cls"), b"2")] {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(data.len() as u64);
+            header.set_cksum();
+            tar.append_data(&mut header, path, data).unwrap();
+        }
+        let mut bytes = tar.into_inner().unwrap();
+        bytes.truncate(bytes.len() - 2 * BLOCK);
+        // ustar's prefix field: prefix + "/" + name.
+        let mut header = tar::Header::new_ustar();
+        header.set_path(format!("{ustar_dir}/002.jpg")).unwrap();
+        header.set_size(2);
+        header.set_cksum();
+        bytes.extend_from_slice(header.as_bytes());
+        bytes.extend_from_slice(b"uj");
+        bytes.resize(bytes.len().div_ceil(BLOCK) * BLOCK + 2 * BLOCK, 0);
+
+        let samples: Vec<WdsSample> = samples_of(&bytes, "long.tar").into_iter().collect::<Result<_>>().unwrap();
+        let keys: Vec<String> = samples.iter().map(|s| s.key.clone()).collect();
+        assert_eq!(keys, [format!("{pax_dir}/000"), format!("{gnu_dir}/001"), format!("{ustar_dir}/002")]);
+        assert_eq!(&samples[0].get("jpg").unwrap()[..], b"pj");
+        assert_eq!(&samples[0].get("cls").unwrap()[..], b"1");
+        assert_eq!(&samples[1].get("cls").unwrap()[..], b"2");
+        assert_eq!(&samples[2].get("jpg").unwrap()[..], b"uj");
+    }
+
+    #[test]
+    fn hostile_shards_fail_with_typed_errors() {
+        // Not a tar at all.
+        let results = samples_of(&[b'x'; 2048], "junk.tar");
+        assert_eq!(results.len(), 1);
+        let err = results[0].as_ref().unwrap_err();
+        assert!(matches!(err, SourceError::Tar { entry: None, .. }) && err.to_string().contains("junk.tar"), "{err}");
+        assert!(matches!(tar_cause(err), TarReadError::Format(TarFormatError::BadChecksum { offset: 0 })));
+
+        // A member that declares 8 GiB: the sample before it, then an error naming the member.
+        let mut bytes = shard(&[("s0.jpg", b"a"), ("s1.jpg", b"b")]);
+        let at = 2 * BLOCK;
+        bytes[at + 124..at + 136].copy_from_slice(b"77777777777\0");
+        bytes[at + 148..at + 156].fill(b' ');
+        let sum: u64 = bytes[at..at + BLOCK].iter().map(|&b| u64::from(b)).sum();
+        bytes[at + 148..at + 156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+        let results = samples_of(&bytes, "huge.tar");
+        assert_eq!(results.len(), 1, "s0 is still pending when s1 fails");
+        let err = results[0].as_ref().unwrap_err();
+        let message = chain(err);
+        assert!(matches!(err, SourceError::Tar { entry: Some(e), .. } if e == "s1.jpg"), "{message}");
+        assert!(message.contains("huge.tar") && message.contains("declares 8589934591 bytes"), "{message}");
+
+        // The same lie on a member that is no part of a sample: skipped, and still an error naming it.
+        let mut bytes = shard(&[("s0.jpg", b"a"), ("README", b"b")]);
+        bytes[at + 124..at + 136].copy_from_slice(b"77777777777\0");
+        bytes[at + 148..at + 156].fill(b' ');
+        let sum: u64 = bytes[at..at + BLOCK].iter().map(|&b| u64::from(b)).sum();
+        bytes[at + 148..at + 156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+        let err = samples_of(&bytes, "skip.tar").into_iter().find_map(|r| r.err()).unwrap();
+        assert!(matches!(&err, SourceError::Tar { entry: Some(e), .. } if e == "README"), "{err}");
+
+        // A name that is not UTF-8.
+        let mut header = tar::Header::new_gnu();
+        header.as_mut_bytes()[..6].copy_from_slice(b"s\xff.jpg");
+        header.set_size(1);
+        header.set_cksum();
+        let mut bytes = header.as_bytes().to_vec();
+        bytes.push(b'x');
+        bytes.resize(4 * BLOCK, 0);
+        let err = samples_of(&bytes, "utf8.tar").into_iter().find_map(|r| r.err()).unwrap();
+        let message = chain(&err);
+        assert!(message.contains("not UTF-8") && message.contains("utf8.tar"), "{message}");
+
+        // A GNU long name with no member after it.
+        let long = format!("{}/s.jpg", "d".repeat(150));
+        let bytes = shard(&[(&long, b"x")]);
+        let err = samples_of(&bytes[..2 * BLOCK], "dangling.tar").into_iter().find_map(|r| r.err()).unwrap();
+        assert!(matches!(tar_cause(&err), TarReadError::Format(TarFormatError::DanglingExtendedHeader)), "{err}");
+    }
+
+    /// A reader that fails after `ok` bytes.
+    struct FailAfter<'a> {
+        data: &'a [u8],
+        ok: usize,
+    }
+
+    impl Read for FailAfter<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            if self.ok == 0 {
+                return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "stalled"));
+            }
+            let n = buf.len().min(self.ok).min(self.data.len());
+            buf[..n].copy_from_slice(&self.data[..n]);
+            self.data = &self.data[n..];
+            self.ok -= n;
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn reader_errors_keep_their_kind() {
+        let bytes = shard(&[("s0.jpg", &[1; 2000]), ("s1.jpg", b"x")]);
+        let reader = FailAfter { data: &bytes, ok: 1000 };
+        let results: Vec<Result<WdsSample>> = ShardReader::new(reader, "stall.tar").samples().unwrap().collect();
+        assert_eq!(results.len(), 1);
+        let err = results[0].as_ref().unwrap_err();
+        let SourceError::Tar { entry, source, .. } = err else { panic!("{err}") };
+        assert_eq!(entry.as_deref(), Some("s0.jpg"));
+        assert_eq!(source.kind(), std::io::ErrorKind::TimedOut);
+        let message = chain(err);
+        assert!(message.contains("stalled") && message.contains("stall.tar"), "{message}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,7 +13,8 @@
 //! (`spdl-cuda` plugs in `cuMemHostAlloc`; [`HeapBackend`] uses the heap), so its logic is tested here,
 //! without a GPU.
 //!
-//! The crate has no dependencies (std only), with or without the `dlpack` feature.
+//! The crate is std only, with or without the `dlpack` feature: its one dependency, `spdl-report` (how an
+//! error is shown), is std only too.
 //!
 //! # Example
 //! ```

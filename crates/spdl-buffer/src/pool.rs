@@ -384,7 +384,7 @@ impl<B: PoolBackend> HostAllocator for CachingPool<B> {
                 s.blocks_in_use -= 1;
                 s.failures += 1;
                 drop(st);
-                Err(self.oom(layout.size(), error_chain(&e)))
+                Err(self.oom(layout.size(), spdl_report::error_chain(&e)))
             }
         }
     }
@@ -418,18 +418,6 @@ impl<B: PoolBackend> Drop for CachingPool<B> {
         // Blocks in use hold an `Arc` of their allocator, so when the pool drops only cached blocks remain.
         self.trim();
     }
-}
-
-/// The error and its causes on one line (`BufferError` carries its cause as text).
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        out.push_str(": ");
-        out.push_str(&c.to_string());
-        cur = c.source();
-    }
-    out
 }
 
 #[cfg(test)]

@@ -62,7 +62,7 @@ pub fn run(path: &Path, args: &LoaderArgs, clip_args: ClipArgs) -> Result<()> {
         listing.truncate(limit);
     }
     let total = listing.samples.len().saturating_mul(args.epochs);
-    let loader = ClipLoader::new(listing, opts).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let loader = ClipLoader::new(listing, opts).map_err(|e| anyhow::anyhow!("{}", spdl_report::error_chain(&e)))?;
 
     let stop = Arc::new(AtomicBool::new(false));
     {

@@ -85,7 +85,7 @@ pub fn run(path: &Path, args: &LoaderArgs, mode: &str, remote: &Remote) -> Resul
     let started = Instant::now();
     let loader = ImageLoader::new(listing, opts).map_err(|e| {
         let hint = if matches!(e, spdl_loader::LoaderError::Gpu(_)) { " (use --no-gpu to run on CPU)" } else { "" };
-        anyhow::anyhow!("{e}{hint}")
+        anyhow::anyhow!("{}{hint}", spdl_report::error_chain(&e))
     })?;
     if !args.json {
         eprintln!(
@@ -170,7 +170,7 @@ pub fn run(path: &Path, args: &LoaderArgs, mode: &str, remote: &Remote) -> Resul
         Some(t) => {
             // Let the last copies finish so the figures cover every batch.
             if let Err(e) = t.synchronize() {
-                tracing::warn!(stage = "h2d", "waiting for the last copies failed: {e}");
+                tracing::warn!(stage = "h2d", "waiting for the last copies failed: {}", spdl_report::error_chain(&e));
             }
             Some(t.stats())
         }

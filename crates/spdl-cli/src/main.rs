@@ -186,7 +186,19 @@ fn version_text() -> String {
     out
 }
 
-fn main() -> Result<()> {
+/// Runs the command; an error is printed with each of its causes once, on one line (`Error: what failed:
+/// why: the OS error`), and the exit status is 1.
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("Error: {}", spdl_report::error_chain(&*e));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)

@@ -41,44 +41,45 @@ fn run_all(bytes: &[u8], name: &str) -> Vec<(&'static str, String)> {
             errors.push((ep, e));
         }
     };
-    note("image_info", image_info(bytes, name).map(drop).map_err(|e| e.to_string()));
+    note("image_info", image_info(bytes, name).map(drop).map_err(|e| spdl_report::error_chain(&e)));
     note(
         "decode_image",
-        decode_image(bytes, name, &img, &Transform::None, &alloc).map(drop).map_err(|e| e.to_string()),
+        decode_image(bytes, name, &img, &Transform::None, &alloc).map(drop).map_err(|e| spdl_report::error_chain(&e)),
     );
     let batch =
         BatchDecoder::new(BatchOptions { strict: false, threads: Some(1), ..BatchOptions::default() }, alloc.clone())
-            .map_err(|e| e.to_string())
-            .and_then(|d| d.decode(&[(name, bytes)]).map_err(|e| e.to_string()));
+            .map_err(|e| spdl_report::error_chain(&e))
+            .and_then(|d| d.decode(&[(name, bytes)]).map_err(|e| spdl_report::error_chain(&e)));
     note(
         "BatchDecoder",
         batch.and_then(|o| {
-            o.failures
-                .first()
-                .map_or(Ok(()), |f| Err(f.batch_item().map_or_else(|| f.to_string(), |(_, e)| e.to_string())))
+            o.failures.first().map_or(Ok(()), |f| {
+                Err(f.batch_item().map_or_else(|| spdl_report::error_chain(f), |(_, e)| spdl_report::error_chain(e)))
+            })
         }),
     );
-    note("probe", probe(MediaInput::bytes(bytes, name)).map(drop).map_err(|e| e.to_string()));
+    note("probe", probe(MediaInput::bytes(bytes, name)).map(drop).map_err(|e| spdl_report::error_chain(&e)));
     note(
         "decode_audio",
         decode_audio(MediaInput::bytes(bytes, name), &AudioOptions::default(), &alloc)
             .map(drop)
-            .map_err(|e| e.to_string()),
+            .map_err(|e| spdl_report::error_chain(&e)),
     );
     let opts = AudioBatchOptions { strict: false, threads: Some(1), ..AudioBatchOptions::default() };
-    let audio_batch = decode_audio_batch(&[MediaInput::bytes(bytes, name)], &opts, &alloc).map_err(|e| e.to_string());
+    let audio_batch =
+        decode_audio_batch(&[MediaInput::bytes(bytes, name)], &opts, &alloc).map_err(|e| spdl_report::error_chain(&e));
     note(
         "decode_audio_batch",
         audio_batch.and_then(|b| {
-            b.failures
-                .first()
-                .map_or(Ok(()), |f| Err(f.batch_item().map_or_else(|| f.to_string(), |(_, e)| e.to_string())))
+            b.failures.first().map_or(Ok(()), |f| {
+                Err(f.batch_item().map_or_else(|| spdl_report::error_chain(f), |(_, e)| spdl_report::error_chain(e)))
+            })
         }),
     );
     let mut reader = ShardReader::new(bytes, name);
-    let wds = reader.samples().map_err(|e| e.to_string()).and_then(|samples| {
+    let wds = reader.samples().map_err(|e| spdl_report::error_chain(&e)).and_then(|samples| {
         for s in samples.take(bytes.len() / 512 + 2) {
-            s.map_err(|e| e.to_string())?;
+            s.map_err(|e| spdl_report::error_chain(&e))?;
         }
         Ok(())
     });
@@ -121,9 +122,7 @@ fn regression_inputs_never_crash_hang_or_fail_silently() {
         let errors = match worker.join() {
             Ok(Ok(errors)) => errors,
             Ok(Err(p)) | Err(p) => {
-                let msg =
-                    p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()));
-                panic!("PANIC escaped for {name}: {}", msg.unwrap_or_default())
+                panic!("PANIC escaped for {name}: {}", spdl_report::panic_message(&*p))
             }
         };
         for (ep, e) in &errors {

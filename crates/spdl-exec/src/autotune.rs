@@ -1070,7 +1070,7 @@ pub(crate) async fn drive(
                 }
                 Action::SetThreads { to } => {
                     if let Err(err) = pool.resize(to) {
-                        tracing::warn!(target: "spdl_exec::autotune", "could not resize the pool to {to} threads: {err}");
+                        tracing::warn!(target: "spdl_exec::autotune", "could not resize the pool to {to} threads: {}", spdl_report::error_chain(&err));
                     }
                 }
             }

@@ -133,7 +133,7 @@ impl Shared {
 
     fn trip(&self, cell: &StageCell, err: PipelineError) {
         if !cell.stop_feeding.swap(true, Ordering::SeqCst) {
-            tracing::error!(target: "spdl_exec", stage = %cell.name, "{err}");
+            tracing::error!(target: "spdl_exec", stage = %cell.name, "{}", spdl_report::error_chain(&err));
             self.fail(err);
         }
     }

@@ -67,7 +67,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use spdl_report::error_chain;
 
+use crate::driver::panicked;
 use crate::failure::BoxError;
 use crate::{Aggregator, Item, Pipeline, PipelineError, PipelineStats, Stage};
 
@@ -388,7 +390,7 @@ impl Checkpoint {
                     source.load_state(&s.next_source).map_err(|e| CheckpointError::Source {
                         input,
                         what: "load",
-                        cause: e.to_string(),
+                        cause: error_chain(&*e),
                     })?;
                 }
                 InputLog {
@@ -404,7 +406,7 @@ impl Checkpoint {
                 let next_source = source.state().map_err(|e| CheckpointError::Source {
                     input,
                     what: "report",
-                    cause: e.to_string(),
+                    cause: error_chain(&*e),
                 })?;
                 InputLog {
                     epochs: BTreeMap::new(),
@@ -509,7 +511,7 @@ impl Checkpoint {
         match catch_unwind(AssertUnwindSafe(f)) {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(e)) => {
-                self.fail(keys, stage, &e.to_string());
+                self.fail(keys, stage, &error_chain(&*e));
                 Err(e)
             }
             Err(panic) => {
@@ -654,7 +656,7 @@ impl Checkpoint {
         source: &mut S,
     ) -> Result<EpochRun<S::Epoch>, CheckpointError> {
         let src_err =
-            |what: &'static str| move |e: BoxError| CheckpointError::Source { input, what, cause: e.to_string() };
+            |what: &'static str| move |e: BoxError| CheckpointError::Source { input, what, cause: error_chain(&*e) };
         if let Some(saved) = log.pending.pop() {
             source.load_state(&saved.source).map_err(src_err("load"))?;
             let iter = source.next_epoch().map_err(src_err("load"))?;
@@ -741,16 +743,6 @@ impl<I> EpochRun<I> {
     }
 }
 
-/// A failure's text for a caught panic.
-fn panicked(panic: &(dyn std::any::Any + Send)) -> String {
-    let cause = panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "panic".into());
-    format!("panicked: {cause}")
-}
-
 /// Groups items into `Vec`s of `size` (the last one of an epoch shorter): [`Checkpoint::batch`]'s inner
 /// aggregator.
 #[derive(Debug)]
@@ -813,7 +805,7 @@ impl<A> KeyedAggregator<A> {
             Ok(Ok(out)) => Ok(out),
             Ok(Err(e)) => {
                 let keys = std::mem::take(&mut self.keys);
-                self.checkpoint.fail(&keys, &self.name, &e.to_string());
+                self.checkpoint.fail(&keys, &self.name, &error_chain(&*e));
                 Err(e)
             }
             Err(panic) => {

@@ -14,10 +14,11 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use futures::stream::{FuturesOrdered, FuturesUnordered};
 use futures::{FutureExt, Stream, StreamExt};
+use spdl_report::{error_chain, panic_message};
 
 use crate::aggregator::Aggregator;
 use crate::context::{Done, Shared};
-use crate::error::{PipelineError, error_chain, panic_message};
+use crate::error::PipelineError;
 use crate::options::OutputOrder;
 use crate::pool::PoolHandle;
 use crate::queue::{Msg, PopError, PushError, QueueRx, QueueTx};

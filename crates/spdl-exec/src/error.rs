@@ -97,7 +97,7 @@ pub enum PipelineError {
     #[error("could not create the scheduler's runtime")]
     Runtime(#[source] std::io::Error),
     /// The pipeline this one reads from ([`crate::PipelineBuilder::source_pipeline`]) failed.
-    #[error("the upstream pipeline failed: {0}")]
+    #[error("the upstream pipeline failed")]
     Upstream(#[source] Box<PipelineError>),
     /// A driver of the pipeline itself failed (a bug in spdl-exec, not in a stage function).
     #[error("internal failure of the pipeline's driver for `{stage}`: {message}")]
@@ -131,29 +131,6 @@ impl PipelineError {
             Self::StageBudgetExceeded { causes, .. } | Self::PipelineBudgetExceeded { causes, .. } => causes,
             _ => &[],
         }
-    }
-}
-
-/// Formats an error with its whole `source()` chain.
-pub(crate) fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = err.to_string();
-    let mut cur = err.source();
-    while let Some(e) = cur {
-        out.push_str(": ");
-        out.push_str(&e.to_string());
-        cur = e.source();
-    }
-    out
-}
-
-/// The message of a caught panic.
-pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic payload".to_owned()
     }
 }
 

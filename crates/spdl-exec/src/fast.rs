@@ -15,9 +15,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
+use spdl_report::error_chain;
+
 use crate::context::Done;
 use crate::driver::{Link, call_blocking, emit, panicked};
-use crate::error::error_chain;
 use crate::pool::PoolHandle;
 use crate::queue::{Msg, SLOW_ITEM};
 use crate::runs::{Pushed, push_held};

@@ -8,9 +8,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
+use spdl_report::panic_message;
 
 use crate::context::Shared;
-use crate::error::{PipelineError, StopTimeout, panic_message};
+use crate::error::{PipelineError, StopTimeout};
 use crate::options::ReportHook;
 use crate::pool::Pool;
 use crate::queue::{Msg, PopError, QueueRx};

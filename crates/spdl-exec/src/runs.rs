@@ -17,11 +17,12 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use spdl_report::{error_chain, panic_message};
 use tokio::sync::mpsc;
 
 use crate::context::Shared;
 use crate::driver::{Link, call_blocking, emit, panicked};
-use crate::error::{PipelineError, error_chain, panic_message};
+use crate::error::PipelineError;
 use crate::pool::PoolHandle;
 use crate::queue::{Msg, PopError, PushError, QueueRx, QueueTx, SLOW_ITEM};
 use crate::stage::{BlockingFn, Describe, LazyIter, Rest};

@@ -7,11 +7,13 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use spdl_report::error_chain;
+
 use crate::builder::state::Open;
 use crate::builder::{PipelineBuilder, Wiring};
 use crate::context::{Done, Shared};
 use crate::driver::panicked;
-use crate::error::{PipelineError, error_chain};
+use crate::error::PipelineError;
 use crate::failure::BoxError;
 use crate::queue::{Msg, PopError, PushError, QueueRx, QueueTx, queue};
 use crate::stats::{StageCell, StageKind};

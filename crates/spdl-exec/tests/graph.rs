@@ -401,8 +401,12 @@ fn a_pipeline_is_a_source_of_another_with_its_epochs_and_its_failure() {
         let p = PipelineBuilder::new().source_pipeline(failing).sink(1).build(opts()).unwrap();
         let results: Vec<_> = p.iter().collect();
         let err = results.last().and_then(|r| r.as_ref().err()).expect("upstream failure");
-        assert!(matches!(err, PipelineError::Upstream(_)), "{err}");
-        assert!(err.to_string().contains("bad"), "{err}");
+        let text = spdl_report::error_chain(err);
+        assert!(matches!(err, PipelineError::Upstream(_)), "{text}");
+        // The outer error names its own layer; the upstream failure is its cause, shown once.
+        assert_eq!(err.to_string(), "the upstream pipeline failed");
+        assert!(text.starts_with("the upstream pipeline failed: "), "{text}");
+        assert_eq!(text.matches("`bad`").count(), 1, "{text}");
     });
 }
 

@@ -10,7 +10,7 @@ pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 #[non_exhaustive]
 pub enum Error {
     /// Reading the file failed.
-    #[error("{path}: cannot read: {source}")]
+    #[error("{path}: cannot read")]
     Io {
         /// The file.
         path: PathBuf,
@@ -42,7 +42,7 @@ pub enum Error {
         detail: String,
     },
     /// The bytes claim a format but do not decode (corrupt, truncated).
-    #[error("{item}: cannot decode {format}: {cause}")]
+    #[error("{item}: cannot decode {format}")]
     Decode {
         /// The item.
         item: String,
@@ -54,7 +54,7 @@ pub enum Error {
     },
     /// Encoding or writing media failed: the output did not open, an encoder refused a frame, or the
     /// container writer a packet (`crate::media::Muxer`, `AudioEncoder`, `VideoEncoder`).
-    #[error("{item}: {what}: {cause}")]
+    #[error("{item}: {what}")]
     Encode {
         /// The output (a muxer's destination, or `DST stream I (ENCODER)`).
         item: String,
@@ -81,7 +81,7 @@ pub enum Error {
     InvalidOptions(String),
     /// An item of a batch failed: in a strict batch, the first failing index (the batch has no
     /// output); otherwise one of the batch's `failures` (its slot is zero).
-    #[error("batch item {index}: {source}")]
+    #[error("batch item {index}")]
     BatchItem {
         /// Position of the item in the batch.
         index: usize,
@@ -99,7 +99,7 @@ pub enum Error {
         detail: String,
     },
     /// Allocating or shaping the output buffer failed.
-    #[error("output buffer: {0}")]
+    #[error("output buffer")]
     Buffer(#[from] spdl_buffer::BufferError),
 }
 
@@ -135,11 +135,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[cfg_attr(not(any(feature = "audio", feature = "image")), allow(dead_code))]
 pub(crate) fn guarded<T>(item: &str, format: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| {
-        let msg = payload
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "non-string panic payload".to_owned());
+        let msg = spdl_report::panic_message(&*payload);
         Err(Error::Decode {
             item: item.to_owned(),
             format: format.to_owned(),

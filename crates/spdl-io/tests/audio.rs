@@ -142,12 +142,13 @@ fn batch_failures_strict_and_lenient() {
     let strict = AudioBatchOptions { num_frames: 50, ..Default::default() };
     let e = decode_audio_batch(&inputs, &strict, &alloc()).unwrap_err();
     assert!(matches!(&e, Error::BatchItem { index: 0, .. }), "{e}");
-    assert!(e.to_string().contains("bad.wav"), "{e}");
+    assert!(spdl_report::error_chain(&e).contains("bad.wav"), "{e}");
     let lenient = AudioBatchOptions { strict: false, ..strict };
     let b = decode_audio_batch(&inputs, &lenient, &alloc()).unwrap();
     assert_eq!(b.sample_rate, 8000);
     assert_eq!(b.failures.iter().filter_map(|f| f.batch_item().map(|(i, _)| i)).collect::<Vec<_>>(), vec![0, 2]);
-    assert!(b.failures[1].to_string().contains("16000 Hz"), "{}", b.failures[1]);
+    let why = spdl_report::error_chain(&b.failures[1]);
+    assert!(why.contains("16000 Hz"), "{why}");
     assert!(b.buffer.outer_slot(0).unwrap().iter().all(|&x| x == 0));
     assert!(b.buffer.outer_slot(1).unwrap().iter().any(|&x| x != 0));
     // With a target rate, the 16 kHz clip is resampled instead.

@@ -124,14 +124,14 @@ fn special_files_are_refused_at_every_path_entry_point() {
             probe(MediaInput::from(path)).err(),
         ];
         for e in errs {
-            let msg = e.map(|e| e.to_string()).unwrap_or_else(|| panic!("{name} was accepted"));
+            let msg = e.map(|e| spdl_report::error_chain(&e)).unwrap_or_else(|| panic!("{name} was accepted"));
             assert!(msg.contains(name) && msg.contains("not a regular file"), "{msg}");
             assert!(!msg.contains("empty input"), "{msg}");
         }
     }
     // Opted in with a byte limit, /dev/zero is read up to it and refused.
     let opt_in = ReadLimits { max_bytes: 1 << 20, allow_special_files: true };
-    let err = read_file(&zero, &opt_in).err().map(|e| e.to_string()).unwrap_or_default();
+    let err = read_file(&zero, &opt_in).err().map(|e| spdl_report::error_chain(&e)).unwrap_or_default();
     assert!(err.contains("file bytes"), "{err}");
 }
 

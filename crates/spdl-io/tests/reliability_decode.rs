@@ -108,12 +108,7 @@ fn call(entry_point: &'static str, decoder: &'static str, name: &str, f: impl Fn
     let outcome = match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => Outcome::Ok,
         Ok(Err(e)) => Outcome::Err(e),
-        Err(p) => Outcome::Panic(
-            p.downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| p.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "non-string payload".into()),
-        ),
+        Err(p) => Outcome::Panic(spdl_report::panic_message(&*p)),
     };
     Call { entry_point, decoder, outcome, name: name.to_owned(), took: t.elapsed() }
 }
@@ -181,15 +176,23 @@ fn check(e: &Entry, nb: &Neighbours, alloc: &SharedAllocator) -> Vec<Call> {
     let path = e.path.display().to_string();
     let img = ImageOptions::default();
     let mut calls = vec![
-        call("image_info", "image-header", name, || image_info(&bytes, name).map(drop).map_err(|x| x.to_string())),
+        call("image_info", "image-header", name, || {
+            image_info(&bytes, name).map(drop).map_err(|x| spdl_report::error_chain(&x))
+        }),
         call("decode_image", "image", name, || {
-            decode_image(&bytes, name, &img, &Transform::None, alloc).map(drop).map_err(|x| x.to_string())
+            decode_image(&bytes, name, &img, &Transform::None, alloc)
+                .map(drop)
+                .map_err(|x| spdl_report::error_chain(&x))
         }),
         call("decode_image+resize", "image", name, || {
-            decode_image(&bytes, name, &img, &Transform::resize(32, 24), alloc).map(drop).map_err(|x| x.to_string())
+            decode_image(&bytes, name, &img, &Transform::resize(32, 24), alloc)
+                .map(drop)
+                .map_err(|x| spdl_report::error_chain(&x))
         }),
         call("load_image", "image", &path, || {
-            load_image(&e.path, &img, &Transform::imagenet_eval(), alloc).map(drop).map_err(|x| x.to_string())
+            load_image(&e.path, &img, &Transform::imagenet_eval(), alloc)
+                .map(drop)
+                .map_err(|x| spdl_report::error_chain(&x))
         }),
         call("BatchDecoder::decode", "image", name, || {
             let items =
@@ -207,7 +210,7 @@ fn check(e: &Entry, nb: &Neighbours, alloc: &SharedAllocator) -> Vec<Call> {
             }
         }),
         call("BatchDecoder::decode(strict)", "image", name, || {
-            image_decoder(true).decode(&[(name, &bytes)]).map(drop).map_err(|x| x.to_string())
+            image_decoder(true).decode(&[(name, &bytes)]).map(drop).map_err(|x| spdl_report::error_chain(&x))
         }),
         call("BatchDecoder::load", "image", &path, || {
             let out = image_decoder(false).load(&[&e.path]).map_err(|x| format!("non-strict batch failed: {x}"))?;
@@ -216,14 +219,20 @@ fn check(e: &Entry, nb: &Neighbours, alloc: &SharedAllocator) -> Vec<Call> {
                 Some(f) => Err(cause(f)),
             }
         }),
-        call("probe", "audio-header", &path, || probe(e.path.as_path()).map(drop).map_err(|x| x.to_string())),
+        call("probe", "audio-header", &path, || {
+            probe(e.path.as_path()).map(drop).map_err(|x| spdl_report::error_chain(&x))
+        }),
         call("decode_audio(path)", "audio", &path, || {
-            decode_audio(e.path.as_path(), &AudioOptions::default(), alloc).map(drop).map_err(|x| x.to_string())
+            decode_audio(e.path.as_path(), &AudioOptions::default(), alloc)
+                .map(drop)
+                .map_err(|x| spdl_report::error_chain(&x))
         }),
         call("decode_audio(bytes)", "audio", name, || {
             let opts =
                 AudioOptions { channels: ChannelSelect::Mono, sample_rate: Some(8000), ..AudioOptions::default() };
-            decode_audio(MediaInput::bytes(&bytes, name), &opts, alloc).map(drop).map_err(|x| x.to_string())
+            decode_audio(MediaInput::bytes(&bytes, name), &opts, alloc)
+                .map(drop)
+                .map_err(|x| spdl_report::error_chain(&x))
         }),
         call("decode_audio_batch", "audio", name, || {
             let inputs = [

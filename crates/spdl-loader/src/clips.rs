@@ -188,7 +188,10 @@ impl ClipBatch {
         full.extend_from_slice(&shape);
         let mut out =
             Buffer::zeros(spdl_buffer::DType::U8, &full, spdl_buffer::Layout::Nhwc, allocator).map_err(|e| {
-                LoaderError::InvalidOption { option: "batch_size", reason: format!("cannot allocate the batch: {e}") }
+                LoaderError::InvalidOption {
+                    option: "batch_size",
+                    reason: format!("cannot allocate the batch: {}", spdl_report::error_chain(&e)),
+                }
             })?;
         let per: usize = shape.iter().product();
         if per > 0 {
@@ -269,7 +272,7 @@ impl ClipLoader {
                     Ok(Ok(bytes)) => {
                         Ok(EncodedVideo { location, label, key: item_key(epoch, i), bytes: Vec::from(bytes) })
                     }
-                    Ok(Err(e)) => Err(e.to_string()),
+                    Ok(Err(e)) => Err(spdl_report::error_chain(&e)),
                     Err(e) => Err(format!("{location}: the read was cancelled: {e}")),
                 }
             }
@@ -282,7 +285,7 @@ impl ClipLoader {
         let decode = Stage::map("decode", move |v: EncodedVideo| {
             // spdl-io's errors name the item; the location is added where one does not.
             let fail = |e: spdl_io::Error| {
-                let msg = e.to_string();
+                let msg = spdl_report::error_chain(&e);
                 if msg.contains(&v.location) { msg } else { format!("{}: {msg}", v.location) }
             };
             let input = MediaInput::bytes(&v.bytes, &v.location);

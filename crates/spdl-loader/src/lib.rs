@@ -74,7 +74,7 @@ pub enum LoaderError {
         reason: String,
     },
     /// The dataset could not be listed or its store opened.
-    #[error("cannot list {location}: {source}")]
+    #[error("cannot list {location}")]
     List {
         /// The path or address.
         location: String,
@@ -91,10 +91,10 @@ pub enum LoaderError {
         extensions: String,
     },
     /// A GPU is present but could not be set up.
-    #[error("a GPU is present but could not be set up: {0}")]
+    #[error("a GPU is present but could not be set up")]
     Gpu(#[source] spdl_cuda::Error),
     /// The decoder's options are invalid.
-    #[error("invalid decode options: {0}")]
+    #[error("invalid decode options")]
     Decoder(#[source] spdl_io::Error),
     /// The pipeline could not be built.
     #[error(transparent)]
@@ -555,7 +555,7 @@ impl ImageLoader {
                         Ok(Encoded { location, label, seed_key: item_key(epoch, i), bytes: Vec::from(bytes) })
                     }
                     // The error names the object's address and the cause.
-                    Ok(Err(e)) => Err(e.to_string()),
+                    Ok(Err(e)) => Err(spdl_report::error_chain(&e)),
                     Err(e) => Err(format!("{location}: the read was cancelled: {e}")),
                 }
             }
@@ -576,7 +576,7 @@ impl ImageLoader {
                 .map(|f| {
                     let (i, cause) = f.batch_item().unwrap_or((usize::MAX, f));
                     let item = batch.get(i).map_or_else(|| f.item().unwrap_or("?").to_owned(), |e| e.location.clone());
-                    ItemFailure::part(item, cause.to_string())
+                    ItemFailure::part(item, spdl_report::error_chain(cause))
                 })
                 .collect();
             let output = Batch {

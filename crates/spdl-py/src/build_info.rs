@@ -78,7 +78,7 @@ fn _build_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 /// The result of an FFmpeg query (GIL released), or the clear error of a machine without FFmpeg.
 #[cfg(feature = "ffmpeg")]
 fn ffmpeg<T: Send>(py: Python<'_>, f: impl Send + FnOnce() -> spdl_io::Result<T>) -> PyResult<T> {
-    crate::lifecycle::detach(py, f).map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))
+    crate::lifecycle::detach(py, f).map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(spdl_report::error_chain(&e)))
 }
 
 /// The error of a build without FFmpeg.

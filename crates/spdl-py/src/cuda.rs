@@ -74,12 +74,7 @@ fn device(index: usize) -> Result<Arc<Transfer>, CudaError> {
 /// An spdl-cuda error as a Python exception: no usable GPU is [`CUDAUnavailableError`], host memory that could
 /// not be had is `MemoryError`, anything else (a driver call that failed) `RuntimeError`. `what` names the call.
 fn to_py(what: &str, e: CudaError) -> PyErr {
-    let mut message = format!("{what}: {e}");
-    let mut source = std::error::Error::source(&e);
-    while let Some(s) = source {
-        message.push_str(&format!(": {s}"));
-        source = s.source();
-    }
+    let message = format!("{what}: {}", spdl_report::error_chain(&e));
     if e.is_unavailable() {
         CUDAUnavailableError::new_err(message)
     } else if matches!(e, CudaError::HostAlloc { .. }) {

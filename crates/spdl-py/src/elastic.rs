@@ -12,8 +12,8 @@ use spdl_source::sampler::{
 
 use crate::args::{self, Int};
 
-fn err(e: impl std::fmt::Display) -> PyErr {
-    PyValueError::new_err(e.to_string())
+fn err(e: impl std::error::Error) -> PyErr {
+    PyValueError::new_err(spdl_report::error_chain(&e))
 }
 
 /// One rank's share of a dataset's epochs, the same order for every world size.

@@ -2,6 +2,7 @@
 
 use pyo3::PyErr;
 use pyo3::exceptions::{PyEOFError, PyRuntimeError, PyTimeoutError, PyTypeError, PyValueError};
+use spdl_report::error_chain;
 
 /// What can go wrong in the facade, on the Rust side.
 #[derive(Debug, thiserror::Error)]
@@ -83,21 +84,6 @@ impl From<Error> for PyErr {
             _ => PyRuntimeError::new_err(msg),
         }
     }
-}
-
-/// The error and its `source()` chain, joined by `": "`.
-pub(crate) fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = err.to_string();
-    let mut cur = err.source();
-    while let Some(e) = cur {
-        let s = e.to_string();
-        if !out.ends_with(&s) {
-            out.push_str(": ");
-            out.push_str(&s);
-        }
-        cur = e.source();
-    }
-    out
 }
 
 /// A failed item of a spdl-io batch, as Python sees it: `(index, item, cause)`.

@@ -207,7 +207,7 @@ fn normalize(spec: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Normalize>> {
 }
 
 fn io_err(e: spdl_io::Error) -> PyErr {
-    let msg = crate::error::error_chain(&e);
+    let msg = spdl_report::error_chain(&e);
     match e {
         spdl_io::Error::Io { source, .. } => match source.kind() {
             std::io::ErrorKind::NotFound => PyFileNotFoundError::new_err(msg),

@@ -25,7 +25,7 @@ fn next_batch<T: Send + 'static>(py: Python<'_>, pipeline: &spdl_exec::Pipeline<
         Err(e) if e.is_timeout() => None,
         Err(e) => Some(Err(e)),
     })?;
-    next.map_err(|e| PyRuntimeError::new_err(format!("the {what} failed: {e}")))
+    next.map_err(|e| PyRuntimeError::new_err(format!("the {what} failed: {}", spdl_report::error_chain(&e))))
 }
 
 /// A recipe made in this process: used only here (a forked child gets `RuntimeError`), and leaked rather than
@@ -69,8 +69,8 @@ fn stop_pipeline<T: Send + 'static>(py: Python<'_>, pipeline: &spdl_exec::Pipeli
 
 fn loader_err(e: LoaderError) -> PyErr {
     match e {
-        LoaderError::List { .. } => PyOSError::new_err(e.to_string()),
-        other => PyValueError::new_err(other.to_string()),
+        LoaderError::List { .. } => PyOSError::new_err(spdl_report::error_chain(&e)),
+        other => PyValueError::new_err(spdl_report::error_chain(&other)),
     }
 }
 

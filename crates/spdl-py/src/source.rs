@@ -24,7 +24,7 @@ use crate::value::Value;
 /// sent nothing in time), anything else (bad address, range, configuration, a sampler order over its limit)
 /// `ValueError`.
 fn source_err(e: SourceError) -> PyErr {
-    let msg = crate::error::error_chain(&e);
+    let msg = spdl_report::error_chain(&e);
     match &e {
         SourceError::NotFound { .. } => PyFileNotFoundError::new_err(msg),
         SourceError::PermissionDenied { .. } | SourceError::OutsideRoot { .. } => PyPermissionError::new_err(msg),

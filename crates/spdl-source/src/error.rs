@@ -40,7 +40,8 @@ pub enum SourceError {
         location: String,
         /// How many attempts were made (1 when the failure was not retryable).
         attempts: u32,
-        /// The last cause, rendered with its own causes.
+        /// The last cause, rendered with its own causes (so a chain printer such as
+        /// `spdl_report::error_chain` skips `source`, whose text it already holds).
         reason: String,
         /// The last underlying error.
         #[source]
@@ -48,7 +49,7 @@ pub enum SourceError {
     },
 
     /// A local file-system operation failed.
-    #[error("{operation} {}: {source}", path.display())]
+    #[error("{operation} {}", path.display())]
     Io {
         /// The operation (`read`, `open`, `stat`, `list`).
         operation: &'static str,
@@ -130,7 +131,7 @@ pub enum SourceError {
     },
 
     /// The I/O runtime of a [`DedicatedStore`](crate::DedicatedStore) could not be started.
-    #[error("cannot start the I/O runtime for {url}: {source}")]
+    #[error("cannot start the I/O runtime for {url}")]
     Runtime {
         /// The store's address.
         url: String,
@@ -151,7 +152,7 @@ pub enum SourceError {
     },
 
     /// A tar shard that cannot be read.
-    #[error("tar shard {shard}{}: {source}", entry.as_ref().map(|e| format!(", entry {e:?}")).unwrap_or_default())]
+    #[error("tar shard {shard}{}", entry.as_ref().map(|e| format!(", entry {e:?}")).unwrap_or_default())]
     Tar {
         /// The shard's name or key.
         shard: String,

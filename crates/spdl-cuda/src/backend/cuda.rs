@@ -3,7 +3,6 @@
 //! Every driver call goes through [`guard`]: cudarc's dynamic loading panics when the library or one of its
 //! symbols is missing (an old driver), and a data loader must turn that into an error, not a crash.
 
-use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -22,22 +21,12 @@ fn convert(e: CuError) -> DriverError {
     DriverError { code: e.0 as u32, name, description }
 }
 
-pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "unknown panic".to_owned()
-    }
-}
-
 /// Runs one driver operation, turning its error into [`Error::Driver`] and a panic into [`Error::DriverPanicked`].
 fn guard<T>(op: &'static str, device: i64, f: impl FnOnce() -> Result<T, CuError>) -> Result<T> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(Error::Driver { op, device, source: convert(e) }),
-        Err(payload) => Err(Error::DriverPanicked { op, cause: panic_message(payload.as_ref()) }),
+        Err(payload) => Err(Error::DriverPanicked { op, cause: spdl_report::panic_message(payload.as_ref()) }),
     }
 }
 

@@ -182,21 +182,24 @@ fn ffmpeg_is_faster(head: &[u8]) -> bool {
 /// message, when both failed: "`first_name`: why; `second_name`: why".
 #[cfg(feature = "ffmpeg")]
 fn both_failed(first: Error, first_name: &str, second: &Error, second_name: &str) -> Error {
+    use spdl_report::error_chain;
     let label = |name: &str, why: String| {
         if why.to_lowercase().starts_with(&name.to_lowercase()) { why } else { format!("{name}: {why}") }
     };
     let second = label(
         second_name,
         match second {
-            Error::Decode { format, cause, .. } => format!("cannot decode {format}: {cause}"),
+            Error::Decode { format, cause, .. } => format!("cannot decode {format}: {}", error_chain(&**cause)),
             Error::UnknownFormat { detail, .. } => detail.clone(),
-            other => other.to_string(),
+            other => error_chain(other),
         },
     );
     match first {
-        Error::Decode { item, format, cause } => {
-            Error::Decode { item, format, cause: format!("{}; {second}", label(first_name, cause.to_string())).into() }
-        }
+        Error::Decode { item, format, cause } => Error::Decode {
+            item,
+            format,
+            cause: format!("{}; {second}", label(first_name, error_chain(&*cause))).into(),
+        },
         Error::UnknownFormat { item, detail } => {
             Error::UnknownFormat { item, detail: format!("{}; {second}", label(first_name, detail)) }
         }

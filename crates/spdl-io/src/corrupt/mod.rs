@@ -27,7 +27,7 @@ mod seeds;
 #[non_exhaustive]
 pub enum CorpusError {
     /// Creating a directory or writing a file failed.
-    #[error("cannot {what} {path}: {source}")]
+    #[error("cannot {what} {path}")]
     Io {
         /// `"create"` or `"write"`.
         what: &'static str,
@@ -38,7 +38,7 @@ pub enum CorpusError {
         source: std::io::Error,
     },
     /// Encoding a seed image failed.
-    #[error("cannot encode the {format} seed: {source}")]
+    #[error("cannot encode the {format} seed")]
     Seed {
         /// The seed's format.
         format: &'static str,
@@ -47,7 +47,7 @@ pub enum CorpusError {
         source: crate::Error,
     },
     /// Writing a manifest line failed.
-    #[error("cannot write a manifest line: {0}")]
+    #[error("cannot write a manifest line")]
     Manifest(#[from] serde_json::Error),
 }
 

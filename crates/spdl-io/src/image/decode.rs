@@ -555,7 +555,7 @@ mod tests {
         // compressed chunk inflating past it is inflated up to the allowance, then dropped: the png crate
         // ignores a profile it cannot read; `tests/hostile_cost.rs` decodes such a bomb.)
         let big = png_with_icc(24 << 20);
-        let err = icc(&big, &opts).err().map(|e| e.to_string()).unwrap_or_default();
+        let err = icc(&big, &opts).err().map(|e| spdl_report::error_chain(&e)).unwrap_or_default();
         assert!(err.contains("icc.png") && err.contains("allowance of 16781312 bytes"), "{err}");
         let roomy = ImageOptions { max_metadata_bytes: 128 << 20, ..ImageOptions::default() };
         assert_eq!(icc(&big, &roomy).ok(), Some(Some(24 << 20)));

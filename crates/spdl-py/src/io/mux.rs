@@ -27,7 +27,7 @@ fn mux_err(e: spdl_io::Error) -> PyErr {
     if let spdl_io::Error::Encode { cause, .. } = &e
         && let Some(io) = cause.downcast_ref::<std::io::Error>()
     {
-        let msg = crate::error::error_chain(&e);
+        let msg = spdl_report::error_chain(&e);
         return match io.kind() {
             std::io::ErrorKind::NotFound => PyFileNotFoundError::new_err(msg),
             std::io::ErrorKind::PermissionDenied => PyPermissionError::new_err(msg),

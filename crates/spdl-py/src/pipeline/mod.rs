@@ -58,11 +58,7 @@ pub(crate) fn no_panic<R>(what: &str, f: impl FnOnce() -> PyResult<R>) -> PyResu
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
         Err(payload) => {
-            let msg = payload
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a non-string panic".to_owned());
+            let msg = spdl_report::panic_message(&*payload);
             Err(PyRuntimeError::new_err(format!("spdl_rs internal error in {what}: {msg}")))
         }
     }
@@ -578,7 +574,7 @@ impl PipelineCore {
                 }
                 Err(e) => {
                     let stage = e.stage().map(str::to_owned);
-                    self.set_error(crate::error::error_chain(&e), stage);
+                    self.set_error(spdl_report::error_chain(&e), stage);
                     return Ok((2, py.None()));
                 }
             }

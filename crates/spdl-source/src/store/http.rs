@@ -59,7 +59,11 @@ impl HttpStore {
             .pool_max_idle_per_host(opts.max_in_flight)
             .redirect(reqwest::redirect::Policy::limited(10))
             .build()
-            .map_err(|e| SourceError::Config { store: "HTTP", reason: e.to_string(), source: Some(Box::new(e)) })?;
+            .map_err(|e| SourceError::Config {
+                store: "HTTP",
+                reason: spdl_report::error_chain(&e),
+                source: Some(Box::new(e)),
+            })?;
         Ok(HttpStore {
             base,
             client,

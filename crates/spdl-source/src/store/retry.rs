@@ -82,12 +82,12 @@ pub(crate) enum Failure {
 impl Failure {
     /// A transient failure from an error value, its causes rendered into the reason.
     pub(crate) fn transient(err: impl std::error::Error + Send + Sync + 'static) -> Self {
-        Failure::Transient { reason: render_chain(&err), source: Some(Box::new(err)) }
+        Failure::Transient { reason: spdl_report::error_chain(&err), source: Some(Box::new(err)) }
     }
 
     /// A final failure from an error value.
     pub(crate) fn fatal(err: impl std::error::Error + Send + Sync + 'static) -> Self {
-        Failure::Fatal { reason: render_chain(&err), source: Some(Box::new(err)) }
+        Failure::Fatal { reason: spdl_report::error_chain(&err), source: Some(Box::new(err)) }
     }
 }
 
@@ -149,21 +149,6 @@ where
             }
         }
     }
-}
-
-/// Renders an error and its chain of causes on one line, `a: b: c`, skipping causes already in the text.
-pub(crate) fn render_chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = err.to_string();
-    let mut cur = err.source();
-    while let Some(cause) = cur {
-        let s = cause.to_string();
-        if !s.is_empty() && !text.contains(&s) {
-            text.push_str(": ");
-            text.push_str(&s);
-        }
-        cur = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

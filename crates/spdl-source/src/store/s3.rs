@@ -225,7 +225,7 @@ where
                 None => format!("HTTP {status} {code}"),
             }
         }
-        _ => super::retry::render_chain(err),
+        _ => spdl_report::error_chain(err),
     }
 }
 

@@ -6,11 +6,14 @@
 //! not open it, so a FIFO never blocks) and no larger than [`ReadLimits::max_bytes`]. Callers that mean to
 //! read a device or a pipe opt in with [`ReadLimits::allow_special_files`]; the byte cap still holds and
 //! the file is opened non-blocking, so a FIFO without a writer reads as empty instead of hanging.
+//!
+//! The classification, the non-blocking open and the capped read are `spdl_buffer::file`'s (shared with
+//! spdl-source's local store); what is accepted, and the errors, are spdl-io's.
 
-use std::fs::{File, OpenOptions};
-use std::io::Read;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::fs::File;
 use std::path::Path;
+
+use spdl_buffer::file::{BoundedRead, FileKind, ReadBoundError, open_nonblocking, read_bounded};
 
 use crate::{Error, Result};
 
@@ -58,20 +61,15 @@ fn io_error(path: &Path, source: std::io::Error) -> Error {
     Error::Io { path: path.to_owned(), source }
 }
 
-/// What kind of non-regular file `ft` is, for errors.
-fn kind(ft: std::fs::FileType) -> &'static str {
-    if ft.is_dir() {
-        "a directory"
-    } else if ft.is_fifo() {
-        "a FIFO (named pipe)"
-    } else if ft.is_char_device() {
-        "a character device"
-    } else if ft.is_block_device() {
-        "a block device"
-    } else if ft.is_socket() {
-        "a socket"
-    } else {
-        "not a regular file"
+/// What kind of non-regular file `kind` is, for errors.
+fn describe(kind: FileKind) -> &'static str {
+    match kind {
+        FileKind::Directory => "a directory",
+        FileKind::Fifo => "a FIFO (named pipe)",
+        FileKind::CharDevice => "a character device",
+        FileKind::BlockDevice => "a block device",
+        FileKind::Socket => "a socket",
+        FileKind::Regular { .. } | FileKind::Other => "not a regular file",
     }
 }
 
@@ -80,25 +78,24 @@ fn kind(ft: std::fs::FileType) -> &'static str {
 /// files read in windows (audio, video) pass `whole = false`.
 pub(crate) fn open_checked(path: &Path, limits: &ReadLimits, whole: bool) -> Result<(File, Option<u64>)> {
     let meta = std::fs::metadata(path).map_err(|e| io_error(path, e))?;
-    let ft = meta.file_type();
-    if ft.is_file() {
-        if whole && meta.len() > limits.max_bytes {
+    let kind = FileKind::of(&meta);
+    if let FileKind::Regular { size } = kind {
+        if whole && size > limits.max_bytes {
             return Err(Error::LimitExceeded {
                 item: path.display().to_string(),
                 what: "file bytes".into(),
-                value: meta.len(),
+                value: size,
                 limit: limits.max_bytes,
             });
         }
         let file = File::open(path).map_err(|e| io_error(path, e))?;
-        return Ok((file, Some(meta.len())));
+        return Ok((file, Some(size)));
     }
-    if ft.is_dir() || !limits.allow_special_files {
-        return Err(Error::NotRegularFile { path: path.to_owned(), kind: kind(ft) });
+    if kind == FileKind::Directory || !limits.allow_special_files {
+        return Err(Error::NotRegularFile { path: path.to_owned(), kind: describe(kind) });
     }
     // Non-blocking: opening a FIFO without a writer returns at once (and reads as empty).
-    let file =
-        OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).map_err(|e| io_error(path, e))?;
+    let file = open_nonblocking(path).map_err(|e| io_error(path, e))?;
     Ok((file, None))
 }
 
@@ -110,37 +107,22 @@ pub(crate) fn open_checked(path: &Path, limits: &ReadLimits, whole: bool) -> Res
 pub fn read_file(path: impl AsRef<Path>, limits: &ReadLimits) -> Result<Vec<u8>> {
     let path = path.as_ref();
     let (file, len) = open_checked(path, limits, true)?;
-    let too_big = |value| Error::LimitExceeded {
-        item: path.display().to_string(),
-        what: "file bytes".into(),
-        value,
-        limit: limits.max_bytes,
-    };
     // The stated size sizes the buffer (a regular file); the cap bounds the read either way, since a file
-    // can grow between the stat and the read.
-    let hint = len.unwrap_or(0).min(limits.max_bytes);
-    let mut buf = Vec::new();
-    buf.try_reserve_exact(usize::try_from(hint).unwrap_or(usize::MAX).saturating_add(1)).map_err(|e| {
-        Error::Buffer(spdl_buffer::BufferError::OutOfMemory {
-            allocator: "system".into(),
-            bytes: usize::try_from(hint).unwrap_or(usize::MAX),
-            cause: e.to_string(),
-        })
-    })?;
-    let mut reader = file.take(limits.max_bytes.saturating_add(1));
-    loop {
-        match reader.read_to_end(&mut buf) {
-            Ok(_) => break,
-            // A non-blocking special file with nothing to read yet: what is there is all there is.
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(io_error(path, e)),
+    // can grow between the stat and the read. A non-blocking special file with nothing to read yet: what is
+    // there is all there is (`OnWouldBlock::Stop`, the default).
+    let bound = BoundedRead::new(limits.max_bytes).size_hint(len.unwrap_or(0));
+    read_bounded(file, &bound).map_err(|e| match e {
+        ReadBoundError::TooLarge { read, limit } => {
+            Error::LimitExceeded { item: path.display().to_string(), what: "file bytes".into(), value: read, limit }
         }
-    }
-    if buf.len() as u64 > limits.max_bytes {
-        return Err(too_big(buf.len() as u64));
-    }
-    Ok(buf)
+        ReadBoundError::OutOfMemory { bytes, cause } => Error::Buffer(spdl_buffer::BufferError::OutOfMemory {
+            allocator: "system".into(),
+            bytes: usize::try_from(bytes).unwrap_or(usize::MAX),
+            cause,
+        }),
+        ReadBoundError::Io(e) => io_error(path, e),
+        other => io_error(path, std::io::Error::other(other)),
+    })
 }
 
 #[cfg(test)]

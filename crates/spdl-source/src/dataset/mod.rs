@@ -154,7 +154,6 @@ impl Dataset {
     /// [`DEFAULT_MAX_OBJECT_SIZE`](crate::DEFAULT_MAX_OBJECT_SIZE) bytes (checked from its metadata before it is
     /// read): a FIFO or a device such as `/dev/zero` is refused rather than read without end.
     pub fn from_manifest(path: impl AsRef<Path>) -> Result<Self> {
-        use std::io::Read;
         let path = path.as_ref();
         let io_err = |op, e| crate::SourceError::io(op, path, e);
         let meta = std::fs::metadata(path).map_err(|e| io_err("stat", e))?;
@@ -172,13 +171,17 @@ impl Dataset {
         if meta.len() > limit {
             return Err(too_large(Some(meta.len())));
         }
-        // A directory fails here with its own error; a file that grew after the stat is cut at the limit.
+        // A directory fails here with its own error; a file that grew after the stat is refused past the limit.
         let file = std::fs::File::open(path).map_err(|e| io_err("open", e))?;
-        let mut text = String::new();
-        file.take(limit + 1).read_to_string(&mut text).map_err(|e| io_err("read", e))?;
-        if text.len() as u64 > limit {
-            return Err(too_large(None));
-        }
+        let bound = spdl_buffer::file::BoundedRead::new(limit).size_hint(meta.len());
+        let bytes = spdl_buffer::file::read_bounded(file, &bound).map_err(|e| match e {
+            spdl_buffer::file::ReadBoundError::TooLarge { .. } => too_large(None),
+            spdl_buffer::file::ReadBoundError::Io(e) => io_err("read", e),
+            other => io_err("read", std::io::Error::new(std::io::ErrorKind::OutOfMemory, other)),
+        })?;
+        let text = String::from_utf8(bytes).map_err(|_| {
+            io_err("read", std::io::Error::new(std::io::ErrorKind::InvalidData, "stream did not contain valid UTF-8"))
+        })?;
         let name = path.display().to_string();
         Self::parse_manifest(&text, &name, ManifestFormat::from_name(&name))
     }

@@ -4,11 +4,12 @@ use std::io::{Read, Seek, SeekFrom};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
+use spdl_buffer::file::{BoundedRead, FileKind, OnWouldBlock, ReadBoundError, open_nonblocking, read_bounded};
 use tokio::sync::Semaphore;
 
 use super::{ObjectMeta, ObjectStore, StoreOptions, check_range_order, clamp_range};
@@ -147,13 +148,11 @@ impl Policy {
             }
         }
         let meta = std::fs::metadata(path).map_err(|e| SourceError::io("stat", path, e))?;
-        if meta.is_dir() {
-            return Err(SourceError::NotFound { location: path.display().to_string() });
+        match FileKind::of(&meta) {
+            FileKind::Directory => Err(SourceError::NotFound { location: path.display().to_string() }),
+            FileKind::Regular { size } => Ok(Target::Regular { size }),
+            kind => Ok(Target::Special { kind: describe(kind) }),
         }
-        if meta.is_file() {
-            return Ok(Target::Regular { size: meta.len() });
-        }
-        Ok(Target::Special { kind: special_kind(&meta) })
     }
 
     fn too_large(&self, path: &Path, size: Option<u64>, limit: u64) -> SourceError {
@@ -180,13 +179,8 @@ impl Policy {
                 self.check_size(path, size)?;
                 let file = std::fs::File::open(path).map_err(|e| SourceError::io("open", path, e))?;
                 // The file may grow after the stat: read one byte past the cap at most.
-                let mut buf = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
-                file.take(self.max_object_size.saturating_add(1))
-                    .read_to_end(&mut buf)
-                    .map_err(|e| SourceError::io("read", path, e))?;
-                if buf.len() as u64 > self.max_object_size {
-                    return Err(self.too_large(path, None, self.max_object_size));
-                }
+                let bound = BoundedRead::new(self.max_object_size).size_hint(size);
+                let buf = read_bounded(file, &bound).map_err(|e| self.read_error(path, "file", e))?;
                 Ok(Bytes::from(buf))
             }
             Target::Special { kind } => self.read_special(path, kind, u64::MAX),
@@ -237,83 +231,40 @@ impl Policy {
         let Some(limit) = self.special_file_limit else {
             return Err(SourceError::NotRegularFile { location: path.display().to_string(), kind });
         };
-        let mut file = open_nonblocking(path)?;
-        let cap = limit.min(want);
-        let mut buf = Vec::new();
-        let mut chunk = [0u8; 64 * 1024];
-        let mut last_data = Instant::now();
-        loop {
-            let room = usize::try_from((cap - buf.len() as u64).saturating_add(1)).unwrap_or(usize::MAX);
-            let take = chunk.len().min(room);
-            let Some(window) = chunk.get_mut(..take) else { break };
-            match file.read(window) {
-                Ok(0) => break,
-                Ok(n) => {
-                    buf.extend_from_slice(window.get(..n).unwrap_or_default());
-                    last_data = Instant::now();
-                    if buf.len() as u64 > cap {
-                        if cap == limit {
-                            return Err(self.too_large(path, None, limit));
-                        }
-                        buf.truncate(usize::try_from(cap).unwrap_or(usize::MAX));
-                        break;
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if last_data.elapsed() >= self.special_timeout {
-                        let source = std::io::Error::new(
-                            std::io::ErrorKind::TimedOut,
-                            format!("no data from the {kind} for {:?}", self.special_timeout),
-                        );
-                        return Err(SourceError::Io { operation: "read", path: path.to_path_buf(), source });
-                    }
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(SourceError::io("read", path, e)),
-            }
-        }
+        let file = open_nonblocking(path).map_err(|e| SourceError::io("open", path, e))?;
+        let bound = BoundedRead::new(limit).want(want).on_would_block(OnWouldBlock::Wait(self.special_timeout));
+        let buf = read_bounded(file, &bound).map_err(|e| self.read_error(path, kind, e))?;
         Ok(Bytes::from(buf))
     }
-}
 
-/// Opens a special file without blocking on it (a FIFO without a writer).
-#[cfg(unix)]
-fn open_nonblocking(path: &Path) -> Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| SourceError::io("open", path, e))
-}
-
-#[cfg(not(unix))]
-fn open_nonblocking(path: &Path) -> Result<std::fs::File> {
-    std::fs::File::open(path).map_err(|e| SourceError::io("open", path, e))
-}
-
-/// The kind of a file that is neither regular nor a directory.
-pub(crate) fn special_kind(meta: &std::fs::Metadata) -> &'static str {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::FileTypeExt;
-        let t = meta.file_type();
-        if t.is_fifo() {
-            return "FIFO";
-        }
-        if t.is_char_device() {
-            return "character device";
-        }
-        if t.is_block_device() {
-            return "block device";
-        }
-        if t.is_socket() {
-            return "socket";
-        }
+    /// A [`read_bounded`] failure on `path` (a `kind` file) as the store's error.
+    fn read_error(&self, path: &Path, kind: &str, err: ReadBoundError) -> SourceError {
+        let source = match err {
+            ReadBoundError::TooLarge { limit, .. } => return self.too_large(path, None, limit),
+            ReadBoundError::TimedOut { waited } => {
+                std::io::Error::new(std::io::ErrorKind::TimedOut, format!("no data from the {kind} for {waited:?}"))
+            }
+            ReadBoundError::Io(e) => e,
+            other => std::io::Error::new(std::io::ErrorKind::OutOfMemory, other),
+        };
+        SourceError::Io { operation: "read", path: path.to_path_buf(), source }
     }
-    let _ = meta;
-    "special file"
+}
+
+/// The words errors use for a file that is neither regular nor a directory.
+fn describe(kind: FileKind) -> &'static str {
+    match kind {
+        FileKind::Fifo => "FIFO",
+        FileKind::CharDevice => "character device",
+        FileKind::BlockDevice => "block device",
+        FileKind::Socket => "socket",
+        FileKind::Regular { .. } | FileKind::Directory | FileKind::Other => "special file",
+    }
+}
+
+/// The kind of a file that is neither regular nor a directory, for errors.
+pub(crate) fn special_kind(meta: &std::fs::Metadata) -> &'static str {
+    describe(FileKind::of(meta))
 }
 
 impl ObjectStore for LocalStore {

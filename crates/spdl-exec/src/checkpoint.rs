@@ -951,7 +951,7 @@ impl<S: CheckpointSource> KeyedEpoch<S> {
             Ok(run) => Some(run),
             Err(e) => {
                 // Recorded on the input: `state()` reports it. The epoch yields nothing.
-                tracing::error!(target: "spdl_exec", "{e}");
+                tracing::error!(target: "spdl_exec", "{}", error_chain(&e));
                 None
             }
         }

@@ -143,3 +143,31 @@ pub(crate) fn guarded<T>(item: &str, format: &str, f: impl FnOnce() -> Result<T>
         })
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_nested_error_names_each_cause_once() {
+        let os = std::io::Error::from_raw_os_error(2);
+        let os_text = os.to_string();
+        let read = Error::Io { path: "/data/a.jpg".into(), source: os };
+        let err = Error::BatchItem { index: 3, source: Box::new(read) };
+        // Each layer's Display is its own; the causes come from the chain printer, once each.
+        assert_eq!(err.to_string(), "batch item 3");
+        let text = spdl_report::error_chain(&err);
+        assert_eq!(text, format!("batch item 3: /data/a.jpg: cannot read: {os_text}"));
+        for part in ["batch item 3", "/data/a.jpg", "cannot read", os_text.as_str()] {
+            assert_eq!(text.matches(part).count(), 1, "{part:?} in {text:?}");
+        }
+        assert_eq!(err.item(), Some("/data/a.jpg"));
+    }
+
+    #[test]
+    fn a_decode_error_shows_its_cause_once() {
+        let err = Error::Decode { item: "x.png".into(), format: "png".into(), cause: "bad CRC".into() };
+        assert_eq!(err.to_string(), "x.png: cannot decode png");
+        assert_eq!(spdl_report::error_chain(&err), "x.png: cannot decode png: bad CRC");
+    }
+}

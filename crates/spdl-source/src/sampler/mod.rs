@@ -289,7 +289,11 @@ impl<S: Sampler> Iterator for SamplerIter<S> {
             None => match self.sampler.try_order(self.epoch) {
                 Ok(order) => self.order.insert(order),
                 Err(err) => {
-                    tracing::error!(epoch = self.epoch, %err, "sampler order cannot be computed; iteration ends");
+                    tracing::error!(
+                        epoch = self.epoch,
+                        err = %spdl_report::error_chain(&err),
+                        "sampler order cannot be computed; iteration ends"
+                    );
                     self.error = Some(std::sync::Arc::new(err));
                     return None;
                 }

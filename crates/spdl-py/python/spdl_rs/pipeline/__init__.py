@@ -5,16 +5,24 @@ the engine's Rust thread pool and hold the GIL only while Python code runs; asyn
 the pipeline owns; native ops (:py:mod:`spdl_rs.io.ops`) never take the GIL.
 """
 
+from typing import TYPE_CHECKING
+
 from .._lazy import lazy_attributes as _lazy_attributes
 from . import defs
-from ._builder import PipelineBuilder, build_pipeline
 from ._failure import EOF, EPOCH_END, PipelineFailure, is_eof, is_epoch_end
 from ._pipeline import Pipeline, PipelineIterator
 from ._stats import QueuePerfStats, StageStats, TaskPerfStats
 
-# Names whose modules load on first use (subprocess and shared-memory machinery, profiling, hooks): importing
-# ``spdl_rs.pipeline`` stays cheap, and ``from spdl_rs.pipeline import X`` works as in SPDL.
+if TYPE_CHECKING:
+    from ._builder import PipelineBuilder, build_pipeline
+
+# Names whose modules load on first use (the builder with its region, profiling and hook machinery, subprocess
+# and shared-memory machinery): importing ``spdl_rs.pipeline`` stays cheap, and ``from spdl_rs.pipeline import
+# X`` works as in SPDL.
 _LAZY: dict[str, str] = {
+    # building
+    "PipelineBuilder": "._builder",
+    "build_pipeline": "._builder",
     # hooks, queues, background tasks
     "TaskHook": "._hooks",
     "TaskStatsHook": "._hooks",
@@ -52,13 +60,11 @@ __all__ = [
     "EOF",
     "EPOCH_END",
     "Pipeline",
-    "PipelineBuilder",
     "PipelineFailure",
     "PipelineIterator",
     "QueuePerfStats",
     "StageStats",
     "TaskPerfStats",
-    "build_pipeline",
     "defs",
     *_LAZY,
     "is_eof",

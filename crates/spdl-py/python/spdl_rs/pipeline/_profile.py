@@ -19,7 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from . import defs
+from . import _region, defs
+from ._core import _build
 from ._hooks import _get_env_bool
 from ._pipeline import Pipeline
 
@@ -123,8 +124,6 @@ _DEFAULT_PROFILE_CALLBACK: Callable[[ProfileResult], None] | None = None
 
 def _build_plain(cfg: Any, num_threads: int) -> Pipeline[Any]:
     """``cfg`` built natively: no hooks, custom queues or background tasks, whatever the defaults say."""
-    from ._builder import _build
-
     return _build(
         cfg.src,
         cfg.pipes,
@@ -134,6 +133,7 @@ def _build_plain(cfg: Any, num_threads: int) -> Pipeline[Any]:
         report_stats_interval=-1,
         stage_buffer_size=2,
         extensions=False,
+        region_step=_region.region_step,
     )
 
 

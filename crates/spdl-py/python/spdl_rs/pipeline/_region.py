@@ -30,29 +30,32 @@ import queue
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from . import defs
+from .. import _native
+from . import _region_protocol, defs
+from ._core import _build, _Conversion, _convert_steps
 from ._op import _op_kind
+from ._region_protocol import (
+    _IN_END,
+    _IN_ITEMS,
+    _IN_SHUTDOWN,
+    _INTERP_LOADER,
+    _OUT_DONE,
+    _OUT_ERROR,
+    _OUT_ITEMS,
+    _POLL,
+    _describe,
+    _get,
+    _interp_worker_main,
+    _put,
+)
 
-__all__ = ["Region", "check_interpreters_available", "strip_executor"]
+__all__ = ["Region", "check_interpreters_available", "region_step", "strip_executor"]
 
 _LG = logging.getLogger("spdl_rs.pipeline")
 
-# Messages into a worker.
-_IN_ITEMS = 0  # (_IN_ITEMS, pickled list of items)
-_IN_END = 1  # (_IN_END, epoch): the end of this epoch's items
-_IN_SHUTDOWN = 2  # (_IN_SHUTDOWN, None): exit
-
-# Messages out of a worker.
-_OUT_ITEMS = 0  # (_OUT_ITEMS, worker, pickled list of outputs)
-_OUT_DONE = 1  # (_OUT_DONE, worker, epoch): the worker finished the epoch
-_OUT_ERROR = 2  # (_OUT_ERROR, worker, text): the worker failed (initializer, pipeline, pickling)
-
-#: Seconds between checks (stop requested, worker alive, parent alive) while waiting on a queue.
-_POLL = 0.1
 #: How long a stopping worker process is given before it is terminated, then killed.
 _JOIN_TIMEOUT = 2.0
 #: How long a pool being shut down waits for its workers to exit before terminating them.
@@ -105,34 +108,9 @@ def _dumps(obj: Any) -> bytes:
     return bytes(ForkingPickler.dumps(obj))
 
 
-def _describe(e: BaseException, what: str) -> str:
-    return f"{what} raised {type(e).__name__}: {e}\n" + "".join(traceback.format_exception(e)).rstrip()
-
-
 ################################################################################
 # The worker side
 ################################################################################
-
-
-def _get(in_q: Any, parent_pid: int | None) -> tuple[int, Any] | None:
-    """The next message, or ``None`` once the parent process is gone."""
-    while True:
-        try:
-            return in_q.get(timeout=_POLL)
-        except queue.Empty:
-            if parent_pid is not None and os.getppid() != parent_pid:
-                return None
-
-
-def _put(out_q: Any, msg: tuple[Any, ...], parent_pid: int | None) -> None:
-    """Puts ``msg`` on the output queue; exits the worker once the parent process is gone."""
-    while True:
-        try:
-            out_q.put(msg, timeout=_POLL)
-            return
-        except queue.Full:
-            if parent_pid is not None and os.getppid() != parent_pid:
-                raise SystemExit(0) from None
 
 
 def _worker_main(
@@ -172,9 +150,6 @@ def _session(
     parent_pid: int | None,
 ) -> bool:
     """One epoch: runs the stages over the items up to the epoch's end; ``False`` if the worker must exit."""
-    from ._builder import _build
-    from .defs import SourceConfig
-
     state: dict[str, Any] = {"end": None}  # the message that ended the input: (_IN_END, epoch) or shutdown
 
     def items() -> Iterator[Any]:
@@ -186,7 +161,9 @@ def _session(
 
     if first[0] == _IN_ITEMS:
         try:
-            pipeline = _build(SourceConfig(items()), stages, buffer_size=_WORKER_SINK, **build_kwargs)
+            pipeline = _build(
+                defs.SourceConfig(items()), stages, buffer_size=_WORKER_SINK, region_step=region_step, **build_kwargs
+            )
             with pipeline.auto_stop():
                 ended = False
                 while not ended:
@@ -267,9 +244,9 @@ class _InterpreterBackend:
     """Workers as subinterpreters (``concurrent.interpreters``, CPython 3.14+), each run on a thread.
 
     spdl_rs's native module cannot be loaded in a subinterpreter (PyO3 does not support them), so these
-    workers run the region's stages with the pure-Python runner below (:py:func:`_interp_worker_main`): this
-    file is loaded there by path, without the ``spdl_rs`` package, and the stages travel as plain tuples
-    (:py:func:`_plain_stages`).
+    workers run the region's stages with the pure-Python runner of :py:mod:`._region_protocol`
+    (:py:func:`_interp_worker_main`): that file is loaded there by path, without the ``spdl_rs`` package, and the
+    stages travel as plain tuples (:py:func:`_plain_stages`).
     """
 
     kind = "subinterpreter"
@@ -295,7 +272,7 @@ class _InterpreterBackend:
         in_q, out_q, worker, payload = self.worker_args(args)
         interp = self._interpreters.create()
         try:
-            interp.exec(_INTERP_LOADER.format(path=os.path.abspath(__file__)))
+            interp.exec(_INTERP_LOADER.format(path=os.path.abspath(_region_protocol.__file__)))
             interp.prepare_main(in_q=in_q, out_q=out_q, worker=worker, payload=payload)
             thread = threading.Thread(
                 target=interp.exec,
@@ -330,17 +307,6 @@ class _InterpreterBackend:
         pass
 
 
-_INTERP_LOADER = """
-import importlib.util, sys
-if "_spdl_rs_region" not in sys.modules:
-    _spec = importlib.util.spec_from_file_location("_spdl_rs_region", {path!r})
-    _mod = importlib.util.module_from_spec(_spec)
-    sys.modules["_spdl_rs_region"] = _mod
-    _spec.loader.exec_module(_mod)
-import _spdl_rs_region
-"""
-
-
 def _plain_stages(stages: Sequence[Any]) -> list[tuple[Any, ...]]:
     """The stage configs as tuples of plain Python objects, for a worker that cannot import spdl_rs."""
 
@@ -369,229 +335,6 @@ def _plain_stages(stages: Sequence[Any]) -> list[tuple[Any, ...]]:
         else:
             raise TypeError(f"a {type(cfg).__name__} step cannot run in a to() region")
     return out
-
-
-################################################################################
-# The pure-Python runner of subinterpreter workers (no spdl_rs import: see _InterpreterBackend)
-################################################################################
-
-
-class _Env:
-    """What the runner's stages share: the event loop for async ops, failure handling."""
-
-    def __init__(self, fail_fast: bool) -> None:
-        self.fail_fast = fail_fast
-        self._loop: Any = None
-
-    def run(self, coro: Any) -> Any:
-        import asyncio
-
-        if self._loop is None:
-            self._loop = asyncio.new_event_loop()
-        return self._loop.run_until_complete(coro)
-
-    def call(self, kind: str, fn: Any, item: Any) -> list[Any]:
-        """``fn(item)``'s outputs."""
-        if kind == "sync":
-            return [fn(item)]
-        if kind == "gen":
-            return list(fn(item))
-        if kind == "async":
-            return [self.run(fn(item))]
-
-        async def collect() -> list[Any]:
-            return [x async for x in fn(item)]
-
-        return self.run(collect())
-
-    def failed(self, stage: str, e: BaseException) -> None:
-        if self.fail_fast:
-            raise RuntimeError(f"stage `{stage}` failed: {type(e).__name__}: {e}") from e
-        _LG.error("Stage `%s` failed on an item (the item is dropped): %s: %s", stage, type(e).__name__, e, exc_info=e)
-
-    def close(self) -> None:
-        if self._loop is not None:
-            self._loop.close()
-
-
-class _Collect:
-    """The end of a chain: keeps what reaches it."""
-
-    def __init__(self) -> None:
-        self.items: list[Any] = []
-
-    def push(self, item: Any) -> None:
-        self.items.append(item)
-
-    def finish(self) -> None:
-        pass
-
-
-class _Forward:
-    """The end of a path: passes on to the stage after the path variants."""
-
-    def __init__(self, nxt: Any) -> None:
-        self.nxt = nxt
-
-    def push(self, item: Any) -> None:
-        self.nxt.push(item)
-
-    def finish(self) -> None:
-        pass
-
-
-class _Step:
-    """One stage of the runner: ``push`` an item, ``finish`` at the end of the session."""
-
-    def __init__(self, spec: tuple[Any, ...], nxt: Any, env: _Env) -> None:
-        self.spec, self.nxt, self.env = spec, nxt, env
-        self.kind = spec[0]
-        self.name = spec[1]
-        self.buf: list[Any] = []
-        if self.kind == "path_variants":
-            self.paths_out: list[Any] = []
-            self.paths = []
-            for path in spec[4]:
-                tail: Any = _Collect() if spec[5] else _Forward(nxt)
-                self.paths_out.append(tail)
-                self.paths.append(_chain(path, tail, env))
-
-    def push(self, item: Any) -> None:
-        kind, env = self.kind, self.env
-        if kind == "pipe":
-            try:
-                outputs = env.call(self.spec[2], self.spec[3], item)
-            except Exception as e:  # noqa: BLE001
-                env.failed(self.name, e)
-                return
-            for out in outputs:
-                if out is not None:
-                    self.nxt.push(out)
-        elif kind == "aggregate":
-            self.buf.append(item)
-            if len(self.buf) >= self.spec[2]:
-                batch, self.buf = self.buf, []
-                self.nxt.push(batch)
-        elif kind == "aggregator":
-            try:
-                out = self.spec[2].accumulate(item)
-            except Exception as e:  # noqa: BLE001
-                env.failed(self.name, e)
-                return
-            if out is not None:
-                self.nxt.push(out)
-        elif kind == "disaggregate":
-            for x in item:
-                self.nxt.push(x)
-        else:
-            self._route(item)
-
-    def _route(self, item: Any) -> None:
-        _, name, router_kind, router, _, batched = self.spec
-        n = len(self.paths)
-        try:
-            idx = self.env.call("async" if router_kind == "async" else "sync", router, item)[0]
-            if batched:
-                idx = list(idx)
-                if len(idx) != len(item):
-                    raise ValueError(f"the router returned {len(idx)} indices for a batch of {len(item)}")
-            for i in idx if batched else [idx]:
-                if not (isinstance(i, int) and 0 <= i < n):
-                    raise IndexError(
-                        f"Router returned index {i}, but there are only {n} paths (valid range: [0, {n}))."
-                    )
-        except Exception as e:  # noqa: BLE001
-            self.env.failed(name, e)
-            return
-        if not batched:
-            self.paths[idx].push(item)
-            return
-        parts: list[list[Any]] = [[] for _ in range(n)]
-        for i, x in zip(idx, item):
-            parts[i].append(x)
-        for path, part in zip(self.paths, parts):
-            path.push(part)
-        self._gather()
-
-    def _gather(self) -> None:
-        merged: list[Any] = []
-        for tail in self.paths_out:
-            for out in tail.items:
-                merged.extend(out)
-            tail.items.clear()
-        if merged:
-            self.nxt.push(merged)
-
-    def finish(self) -> None:
-        kind = self.kind
-        if kind == "aggregate":
-            if self.buf and not self.spec[3]:
-                self.nxt.push(self.buf)
-            self.buf = []
-        elif kind == "aggregator" and not self.spec[3]:
-            try:
-                out = self.spec[2].flush()
-            except Exception as e:  # noqa: BLE001
-                self.env.failed(self.name, e)
-                out = None
-            if out is not None:
-                self.nxt.push(out)
-        elif kind == "path_variants":
-            for path in self.paths:
-                path.finish()
-            if self.spec[5]:
-                self._gather()
-        self.nxt.finish()
-
-
-def _chain(specs: Sequence[tuple[Any, ...]], tail: Any, env: _Env) -> Any:
-    node = tail
-    for spec in reversed(specs):
-        node = _Step(spec, node, env)
-    return node
-
-
-def _interp_worker_main(in_q: Any, out_q: Any, worker: int, payload: bytes) -> None:
-    """A subinterpreter worker's body: as :py:func:`_worker_main`, with the pure-Python runner (the region's
-    stages one item at a time, in order; a stage's ``concurrency`` is not applied)."""
-    stages, output_buffer_size, initializer, initargs, fail_fast = pickle.loads(payload)
-    if initializer is not None:
-        try:
-            initializer(*initargs)
-        except BaseException as e:  # noqa: BLE001
-            out_q.put((_OUT_ERROR, worker, _describe(e, "the worker's initializer")))
-            return
-    while True:
-        msg = _get(in_q, None)
-        if msg is None or msg[0] == _IN_SHUTDOWN:
-            return
-        env = _Env(fail_fast)
-        sink = _Collect()
-        head = _chain(stages, sink, env)
-
-        def send(final: bool) -> None:
-            while len(sink.items) >= output_buffer_size or (final and sink.items):
-                chunk = sink.items[:output_buffer_size]
-                del sink.items[:output_buffer_size]
-                out_q.put((_OUT_ITEMS, worker, pickle.dumps(chunk)))
-
-        try:
-            while msg is not None and msg[0] == _IN_ITEMS:
-                for item in pickle.loads(msg[1]):
-                    head.push(item)
-                    send(False)
-                msg = _get(in_q, None)
-            head.finish()
-            send(True)
-        except BaseException as e:  # noqa: BLE001 (relayed to the main process)
-            out_q.put((_OUT_ERROR, worker, _describe(e, "the region's stages")))
-            while msg is not None and msg[0] == _IN_ITEMS:
-                msg = _get(in_q, None)
-        finally:
-            env.close()
-        if msg is None or msg[0] == _IN_SHUTDOWN:
-            return
-        out_q.put((_OUT_DONE, worker, msg[1]))
 
 
 class _Pool:
@@ -828,3 +571,33 @@ class Region:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown()
+
+
+def region_step(
+    stages: list[Any], target: Any, input_buffer_size: int, output_buffer_size: int, conv: _Conversion
+) -> Any:
+    """The engine step of one ``.to()`` region (the core build's ``region_step``): a ``ThroughStep`` running
+    ``stages`` in a pool described by ``target``; the region is added to ``conv``'s resources."""
+    if isinstance(target, defs.InterpreterPoolExecutorConfig):
+        check_interpreters_available()
+    elif not isinstance(target, defs.ProcessPoolExecutorConfig):
+        raise TypeError(f"unexpected to() target: {target!r}")
+    stages = [strip_executor(s) for s in stages]
+    # Checked here, in the main process, so that a bad stage fails the build rather than every worker.
+    _convert_steps(
+        stages,
+        _Conversion(
+            num_threads=1, max_failures=-1, report_stats_interval=-1, stage_buffer_size=2, region_step=region_step
+        ),
+    )
+    region = Region(
+        stages,
+        target,
+        input_buffer_size=input_buffer_size,
+        output_buffer_size=output_buffer_size,
+        fail_fast=conv.fail_fast,
+        report_stats_interval=conv.report_stats_interval,
+        stage_buffer_size=conv.stage_buffer_size,
+    )
+    conv.resources.append(region)
+    return _native.ThroughStep(region.name, region)

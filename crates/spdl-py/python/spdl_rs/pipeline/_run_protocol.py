@@ -162,8 +162,12 @@ def _execute_iterable(
     initializers: Sequence[Callable[[], None]] | None,
     arena: Any = None,
     parent_pid: int | None = None,
+    open_arena: Callable[[Any], Any] | None = None,
 ) -> None:
     """The worker: initialize, then serve iterations until ``ABORT`` (or a failure, or the parent's exit).
+
+    With an ``arena``, items travel through it: ``open_arena(arena)`` (``._arena._Arena``, passed by the
+    caller: this module imports nothing from ``spdl_rs``, a subinterpreter loads it by path) is its writer.
 
     Stand-by: waits for a command. ``START_ITERATION`` creates a fresh iterator of the iterable and sends its
     items until it is exhausted or ``STOP_ITERATION`` comes (both answered with ``ITERATION_FINISHED``, back to
@@ -171,7 +175,7 @@ def _execute_iterable(
     """
     link = _WorkerLink(cmd_q, data_q, watch_parent=parent_pid is not None)
     try:
-        _serve(link, fn, initializers, arena)
+        _serve(link, fn, initializers, arena, open_arena)
     except _Aborted:
         # Nothing the parent still waits for: do not let unsent items hold the exit.
         cancel = getattr(data_q, "cancel_join_thread", None)
@@ -184,6 +188,7 @@ def _serve(
     fn: Callable[[], Iterable[Any]],
     initializers: Sequence[Callable[[], None]] | None,
     arena: Any,
+    open_arena: Callable[[Any], Any] | None,
 ) -> None:
     try:
         for initializer in initializers or ():
@@ -200,9 +205,9 @@ def _serve(
 
     offloader = None
     if arena is not None:
-        from ._arena import _Arena
-
-        offloader = _Arena(arena)
+        if open_arena is None:
+            raise TypeError("an arena needs open_arena")
+        offloader = open_arena(arena)
         # A writer waiting for arena space (the parent abandoned an iteration, or holds its views) gives up its
         # item when a command comes, so STOP_ITERATION / ABORT are obeyed without waiting for acquire_timeout.
         offloader.writer.interrupt = link.command_waiting

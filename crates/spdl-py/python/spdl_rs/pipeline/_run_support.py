@@ -12,6 +12,9 @@ from fractions import Fraction
 from functools import partial
 from typing import Any
 
+from . import defs
+from ._builder import build_pipeline
+
 __all__ = ["_Wrapper", "_make_executors_picklable", "_rng_initializers"]
 
 
@@ -21,8 +24,6 @@ __all__ = ["_Wrapper", "_make_executors_picklable", "_rng_initializers"]
 
 
 def _has_continuous_source(config: Any) -> bool:
-    from . import defs
-
     src = config.src
     if isinstance(src, defs.SourceConfig):
         return bool(src.continuous)
@@ -62,8 +63,6 @@ class _Wrapper:
             self._pipeline.start()
 
     def _build(self) -> Any:
-        from ._builder import build_pipeline
-
         return build_pipeline(self.config, **self.build_args)
 
     def __iter__(self) -> Iterator[Any]:
@@ -173,8 +172,6 @@ def _stand_in(executor: Any) -> Any:
 
 
 def _replace_executors(cfg: Any) -> Any:
-    from . import defs
-
     if isinstance(cfg, defs.PipeConfig) and cfg.executor is not None:
         new = _stand_in(cfg.executor)
         return cfg if new is cfg.executor else dataclasses.replace(cfg, executor=new)
@@ -186,8 +183,6 @@ def _replace_executors(cfg: Any) -> Any:
 def _make_executors_picklable(config: Any) -> Any:
     """The config with each stdlib Thread/Process pool executor of its stages (merged pipelines included)
     replaced by a stand-in rebuilt in the worker."""
-    from . import defs
-
     src = config.src
     if isinstance(src, defs.MergeConfig):
         src = dataclasses.replace(

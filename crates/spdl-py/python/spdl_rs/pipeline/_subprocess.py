@@ -23,6 +23,8 @@ from functools import partial
 from multiprocessing.util import Finalize
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from . import _run_protocol, defs
+from ._arena import _Arena
 from ._run_protocol import _Cmd, _drain, _execute_iterable, _normalize_initializers, _ParentLink
 from ._run_support import _make_executors_picklable, _rng_initializers, _Wrapper
 
@@ -156,8 +158,6 @@ class _SubprocessIterable(Iterable[T]):
         self._finalizer = Finalize(self, handle.terminate, exitpriority=100)
         self._arena: Any = None
         if handle.arena is not None:
-            from ._arena import _Arena
-
             self._arena = _Arena(handle.arena)
 
     def __iter__(self) -> Iterator[T]:
@@ -241,7 +241,7 @@ def iterate_in_subprocess(
     data_q = ctx.Queue(maxsize=buffer_size)
     process = ctx.Process(  # type: ignore[attr-defined]
         target=_execute_iterable,
-        args=(cmd_q, data_q, fn, initializers, arena, os.getpid()),
+        args=(cmd_q, data_q, fn, initializers, arena, os.getpid(), _Arena),
         daemon=daemon,
     )
     handle = _SubprocessHandle(process, cmd_q, data_q, float("inf") if timeout is None else timeout, arena)
@@ -370,8 +370,6 @@ def iterate_in_subinterpreter(
         raise ValueError(f"buffer_size must be an integer, got {buffer_size!r}")
     import concurrent.interpreters as interpreters  # type: ignore[import-not-found, unused-ignore]
 
-    from . import _run_protocol
-
     payload = pickle.dumps((list(sys.path), pickle.dumps((fn, _normalize_initializers(initializer)))))
     cmd_q = interpreters.create_queue()
     data_q = interpreters.create_queue(maxsize=max(buffer_size, 0))
@@ -405,8 +403,6 @@ def iterate_in_subinterpreter(
 
 
 def _pipeline_config(config_or_builder: Any, func: str) -> Any:
-    from . import defs
-
     if isinstance(config_or_builder, defs.PipelineConfig):
         return config_or_builder
     get_config = getattr(config_or_builder, "get_config", None)

@@ -1,0 +1,664 @@
+"""The core build: a pipeline's configs (``defs``) turned into the engine's steps and a :py:class:`Pipeline`.
+
+Below the modules that build nested pipelines (:py:mod:`._region` in its workers, :py:mod:`._profile` per
+stage) and the public builder (:py:mod:`._builder`), which import it. A ``.to()`` region's step is made by the
+``region_step`` function the caller passes (:py:func:`._region.region_step`): this module does not import
+the region machinery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from fractions import Fraction
+from typing import Any
+
+from .. import _native
+from . import _bg_task, _checkpoint, defs
+from ._extensions import Extensions, _next_pipeline_id
+from ._failure import EOF, EPOCH_END, is_eof, is_epoch_end
+from ._op import _op_kind
+from ._pipeline import Pipeline, _EventLoop
+
+_LG = logging.getLogger("spdl_rs.pipeline")
+
+#: Makes the engine step of one ``.to()`` region: ``region_step(stages, target, input_buffer_size,
+#: output_buffer_size, conv)`` (:py:func:`._region.region_step`).
+RegionStep = Callable[[list[Any], Any, int, int, "_Conversion"], Any]
+
+_I64 = (-(2**63), 2**63 - 1)
+
+#: Default capacity of the queues between stages: SPDL's (``_BUFFER_SIZE``, fixed there).
+_STAGE_BUFFER_SIZE = 2
+#: The largest queue or batch size taken (queues allocate as they fill, so a large one costs nothing until
+#: it holds items).
+_MAX_SIZE = 2**48
+
+
+def _check_size(what: str, value: Any, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= _MAX_SIZE:
+        if isinstance(value, int) and not isinstance(value, bool) and value < minimum:
+            # SPDL's words first.
+            zero = " (0 is taken too: a large one)" if minimum == 0 else ""
+            raise ValueError(f"`{what}` must be greater than 0. Found: {value}{zero}")
+        raise ValueError(f"{what} must be an integer in [{minimum}, 2**48], got {value!r}")
+
+
+def _budget(max_failures: int | Fraction | None, what: str, stage: bool = False) -> dict[str, Any]:
+    """The engine's keywords for a failure budget: none (``None``/-1: unlimited), ``max_failures=n`` (an int
+    n >= 0: stop after more than n failures) or ``max_failure_fraction=x`` (a Fraction in (0, 1]: stop when
+    more than that share of the calls failed, judged after 100 calls). A ``stage``'s budget replaces the
+    pipeline's for that stage, as in SPDL: there -1 is kept (unlimited for the stage, whatever the pipeline's)
+    and ``None`` leaves the stage to the pipeline's."""
+    if max_failures is None:
+        return {}
+    if isinstance(max_failures, bool):
+        raise TypeError(f"{what} must be an int or a fractions.Fraction, got a bool")
+    if isinstance(max_failures, Fraction):
+        if not (0 < max_failures <= 1):
+            # SPDL's words.
+            raise ValueError(f"`{what}` Fraction must be in range (0, 1]. Got: {max_failures}")
+        return {"max_failure_fraction": float(max_failures)}
+    if isinstance(max_failures, int):
+        if max_failures == -1:
+            return {"max_failures": -1} if stage else {}
+        if max_failures < 0:
+            raise ValueError(f"{what} must be -1 (unlimited) or >= 0, got {max_failures}")
+        return {"max_failures": max_failures}
+    raise TypeError(f"{what} must be an int or a fractions.Fraction, got {type(max_failures).__name__}")
+
+
+def _generator_to_list(fn: Any, item: Any) -> list[Any]:
+    """Runs a generator op to its end (in a process pool's worker: only the whole result crosses back)."""
+    return list(fn(item))
+
+
+def _in_executor(kind: str, fn: Any, executor: Any) -> tuple[str, Any]:
+    """A sync op (function or generator function) made into an async one whose work runs in ``executor``
+    (``pipe(..., executor=...)``), as SPDL does: a function's call; a generator's each step (in a thread pool)
+    or whole run (in a process pool, where only the finished list can cross back)."""
+    if not callable(getattr(executor, "submit", None)):
+        raise TypeError(f"executor must be a concurrent.futures.Executor, got {type(executor).__name__}")
+    if kind == "gen":
+        from concurrent.futures import ProcessPoolExecutor
+
+        if isinstance(executor, ProcessPoolExecutor):
+
+            async def gen_in_process(item: Any) -> Any:
+                for value in await asyncio.wrap_future(executor.submit(_generator_to_list, fn, item)):
+                    yield value
+
+            return "asyncgen", gen_in_process
+
+        async def gen_in_executor(item: Any) -> Any:
+            done = object()
+            it = await asyncio.wrap_future(executor.submit(fn, item))
+            while (value := await asyncio.wrap_future(executor.submit(next, it, done))) is not done:
+                yield value
+
+        return "asyncgen", gen_in_executor
+    if kind != "sync":
+        what = {"native": "a native op", "async": "an async function",
+                "asyncgen": "an async generator function"}.get(kind, kind)
+        raise ValueError(
+            f"`executor` cannot be specified when op is async (or native): this op is {what}; native ops run "
+            "without the GIL on the pipeline's threads, async ones on its event loop"
+        )
+
+    async def call_in_executor(item: Any) -> Any:
+        return await asyncio.wrap_future(executor.submit(fn, item))
+
+    return "async", call_in_executor
+
+
+def _check_source(source: Any, continuous: bool) -> None:
+    """Checks that ``source`` can be a pipeline's source."""
+    if hasattr(source, "__aiter__"):
+        if continuous:
+            raise ValueError("continuous=True needs a sync iterable (an async iterator cannot be restarted)")
+    elif not hasattr(source, "__iter__"):
+        raise TypeError(f"source must be an iterable or an async iterable, got {type(source).__name__}")
+
+
+def _source_spec(source: Any, continuous: bool) -> tuple[Any, bool]:
+    """The engine's description of an iterable or async iterable source (a ``spdl_rs._native`` source object),
+    and whether it needs the event loop. An async iterable's iterator is made here, at build time."""
+    _check_source(source, continuous)
+    if hasattr(source, "__aiter__"):
+        return _native.AsyncSource(source.__aiter__()), True
+    if isinstance(source, range) and not continuous and all(
+        _I64[0] <= v <= _I64[1] for v in (source.start, source.stop, source.step)
+    ):
+        return _native.RangeSource(source.start, source.stop, source.step), False
+    # Snapshotted at build: only an exact list or tuple (finite by construction; a subclass's own
+    # ``__iter__`` may be endless or raise, so it is iterated lazily like any iterable).
+    if type(source) in (list, tuple) and not continuous:
+        return _native.ListSource(source), False
+    return _native.IterSource(source, continuous=bool(continuous)), False
+
+
+def _pipe_step(cfg: Any, hooks: list[Any] | None = None, ext: Extensions | None = None) -> tuple[Any, bool]:
+    """The engine step of a ``PipeConfig``, and whether it needs the event loop. With ``hooks``, the op runs
+    inside them on the event loop."""
+    concurrency = cfg.concurrency
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
+    if cfg.output_order not in ("completion", "input"):
+        raise ValueError(f'output_order must be "completion" or "input", got {cfg.output_order!r}')
+    kind, fn = _op_kind(cfg.op)
+    if cfg.executor is not None:
+        kind, fn = _in_executor(kind, fn, cfg.executor)
+    if hooks and ext is not None:
+        kind, fn = ext.hooked_op(kind, fn, hooks)
+    step = _native.PipeStep(
+        cfg.name,
+        kind,
+        fn,
+        concurrency=concurrency,
+        output_order=cfg.output_order,
+        **_budget(cfg.max_failures, "max_failures", stage=True),
+    )
+    return step, kind in ("async", "asyncgen")
+
+
+class _Conversion:
+    """What turning configs into engine steps collects: whether an event loop is needed, and the objects
+    (``.to()`` regions, custom merges) the pipeline must stop and close with it."""
+
+    def __init__(
+        self,
+        *,
+        num_threads: int,
+        max_failures: Any,
+        report_stats_interval: float,
+        stage_buffer_size: int,
+        ext: Extensions | None = None,
+        region_step: RegionStep | None = None,
+    ) -> None:
+        self.needs_loop = False
+        #: Relay steps of the source's custom queue, to put first in the pipeline's steps.
+        self.source_relays: list[Any] = []
+        #: Hooks, custom queues and background tasks (``None``: only validating).
+        self.ext = ext
+        self.resources: list[Any] = []
+        self.num_threads = num_threads
+        self.max_failures = max_failures
+        self.report_stats_interval = report_stats_interval
+        self.stage_buffer_size = stage_buffer_size
+        #: Makes a ``.to()`` region's step (``None``: a region is refused).
+        self.region_step = region_step
+
+    @property
+    def fail_fast(self) -> bool:
+        m = self.max_failures
+        return isinstance(m, int) and not isinstance(m, bool) and m == 0
+
+
+def _source_continuity(src: Any) -> set[bool]:
+
+    if isinstance(src, defs.MergeConfig):
+        return set().union(*(_source_continuity(c.src) for c in src.pipeline_configs))
+    return {bool(getattr(src, "continuous", False))}
+
+
+def _convert_source(src: Any, conv: _Conversion) -> Any:
+
+    if isinstance(src, defs.SourceConfig):
+        spec, loop = _source_spec(src.source, src.continuous)
+        conv.needs_loop |= loop
+        if conv.ext is not None:
+            stage = conv.ext.add_stage(conv.ext.stage_info("src"), "source", hooked=False)
+            conv.source_relays.extend(_relay_steps(stage, _STAGE_BUFFER_SIZE, conv))
+        return spec
+    if isinstance(src, defs.MergeConfig):
+        continuity = _source_continuity(src)
+        if len(continuity) > 1:
+            raise ValueError(
+                "Mixed continuous mode is not supported. All sources in a pipeline (including merged "
+                "sub-pipelines) must have the same continuous setting."
+            )
+        for cfg in src.pipeline_configs:
+            if not isinstance(cfg, defs.PipelineConfig):
+                raise TypeError(f"Merge takes PipelineConfig inputs, got {type(cfg).__name__}")
+        if src.op is None:
+            # As SPDL numbers them: the merge first, then the merged pipelines' stages. The merge gets the
+            # factory's hooks for their stage hooks (SPDL's merge runs no task hooks).
+            merge_stage = None
+            if conv.ext is not None:
+                merge_stage = conv.ext.add_stage(conv.ext.stage_info("merge"), "merge", hooked=True)
+            inputs = []
+            for c in src.pipeline_configs:
+                sub_source = _convert_source(c.src, conv)
+                relays, conv.source_relays = conv.source_relays, []
+                inputs.append((sub_source, relays + _convert_steps(c.pipes, conv)))
+            conv.source_relays.extend(_relay_steps(merge_stage, _STAGE_BUFFER_SIZE, conv))
+            return _native.MergeSource("merge", inputs, policy="as_available")
+        merge = _CustomMerge(src.op, src.pipeline_configs, continuous=continuity == {True}, conv=conv)
+        conv.resources.append(merge)
+        return _native.IterSource(merge, continuous=continuity == {True})
+    raise TypeError(f"the source must be a SourceConfig or a MergeConfig, got {type(src).__name__}")
+
+
+def _relay_steps(stage: Any, buffer_size: int, conv: _Conversion) -> list[Any]:
+    """The relay step that passes a stage's output through its custom queue (none for the engine's own)."""
+    ext = conv.ext
+    if ext is None or stage is None:
+        return []
+    q = ext.make_queue(stage, buffer_size)
+    if q is None:
+        return []
+    conv.needs_loop = True
+    return [_native.PipeStep(f"{stage.info.stage_name}_queue", "async", ext.relay(q), concurrency=1)]
+
+
+def _convert_step(cfg: Any, conv: _Conversion) -> list[Any]:
+    """The engine steps of one stage config (not a placement marker): the stage's own, then the relay of its
+    custom output queue, if any."""
+
+    ext = conv.ext
+    if isinstance(cfg, defs.PipeConfig):
+        stage = None if ext is None else ext.add_stage(ext.stage_info(cfg.name, cfg.concurrency), cfg.name, hooked=True)
+        step, loop = _pipe_step(cfg, stage.hooks if stage is not None else None, ext)
+        conv.needs_loop |= loop
+        return [step, *_relay_steps(stage, _STAGE_BUFFER_SIZE, conv)]
+    if isinstance(cfg, defs.AggregateConfig):
+        stage = None if ext is None else ext.add_stage(ext.stage_info(cfg.name), None, hooked=True)
+        if ext is not None and stage is not None and stage.hooks:
+            defs._aggregator_step(cfg.op, bool(cfg.drop_last))  # validates
+            agg = defs.Collate(cfg.op.n) if type(cfg.op) is defs.Collate else cfg.op
+            step = _native.AggregatorStep(
+                cfg.name, ext.hooked_aggregator(agg, stage.hooks, bool(cfg.drop_last)), drop_last=bool(cfg.drop_last)
+            )
+            conv.needs_loop = True
+        else:
+            step = defs._aggregator_step(cfg.op, bool(cfg.drop_last))
+        return [step, *_relay_steps(stage, _STAGE_BUFFER_SIZE, conv)]
+    if isinstance(cfg, defs.DisaggregateConfig):
+        stage = None if ext is None else ext.add_stage(ext.stage_info("disaggregate"), "disaggregate", hooked=True)
+        if ext is not None and stage is not None and stage.hooks:
+            step = _native.PipeStep("disaggregate", "asyncgen", ext.hooked_disaggregate(stage.hooks), concurrency=1)
+            conv.needs_loop = True
+        else:
+            step = _native.DisaggregateStep()
+        return [step, *_relay_steps(stage, _STAGE_BUFFER_SIZE, conv)]
+    if isinstance(cfg, defs.PathVariantsConfig):
+        kind, router = _op_kind(cfg.router)
+        if kind not in ("sync", "async"):
+            raise TypeError(f"a path_variants router must be a function or an async function, got a {kind} op")
+        if kind == "async":
+            conv.needs_loop = True
+        # The router and the merge of the paths get the factory's hooks for their stage hooks only (SPDL runs
+        # no task hooks around routing and merging).
+        router_stage = None
+        if ext is not None:
+            router_stage = ext.add_stage(ext.stage_info(cfg.name or "path_variants_router"), None, hooked=True)
+        paths = []
+        for i, path in enumerate(cfg.paths):
+            for j, stage in enumerate(path):
+                if isinstance(stage, defs.PlacementConfig):
+                    raise ValueError(
+                        f"Path {i}, position {j}: a to() placement marker is not allowed inside PathVariants paths."
+                    )
+            paths.append([s for stage in path for s in _convert_step(stage, conv)])
+        merge_stage = None
+        if router_stage is not None and ext is not None:
+            merge_stage = ext.add_stage(ext.stage_info("path_variants_merge"), None, hooked=True)
+        step = _native.PathVariantsStep(
+            cfg.name,
+            router,
+            paths,
+            is_async=kind == "async",
+            batched=bool(cfg.batched),
+            output_order=cfg.output_order,
+        )
+        return [step, *_relay_steps(merge_stage, _STAGE_BUFFER_SIZE, conv)]
+    raise TypeError(
+        f"a {type(cfg).__name__} step is not supported (Pipe, Aggregate, Disaggregate, PathVariants and "
+        "PlacementConfig markers are)"
+    )
+
+
+def _convert_steps(pipes: Sequence[Any], conv: _Conversion) -> list[Any]:
+    """The engine steps of a pipeline's ``pipes``: each ``.to()`` region (the stages between a marker with a
+    worker-pool target and the next marker, or the end) becomes one ``through`` step running them in the pool."""
+
+    steps: list[Any] = []
+    target: Any = defs.MAIN_PROCESS
+    input_buffer_size = 1
+    region: list[Any] = []
+
+    def close_region(output_buffer_size: int) -> None:
+        if region:
+            if conv.region_step is None:
+                raise TypeError("this pipeline cannot run to() regions (the build was given no region_step)")
+            steps.append(conv.region_step(list(region), target, input_buffer_size, output_buffer_size, conv))
+            region.clear()
+
+    for p in pipes:
+        if isinstance(p, defs.PlacementConfig):
+            _check_buffer_size(p.buffer_size)
+            close_region(p.buffer_size)
+            target = p.target
+            input_buffer_size = p.buffer_size
+        elif isinstance(target, defs._MainProcess):
+            steps.extend(_convert_step(p, conv))
+        else:
+            region.append(p)
+    close_region(1)
+    return steps
+
+
+def _check_buffer_size(buffer_size: Any) -> None:
+    if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or buffer_size < 1:
+        raise ValueError(f"`buffer_size` must be a positive integer. Got: {buffer_size}.")
+
+
+def _build(
+    src: Any,
+    pipes: Sequence[Any],
+    *,
+    buffer_size: int,
+    num_threads: int,
+    max_failures: Any,
+    report_stats_interval: float,
+    stage_buffer_size: int,
+    queue_class: Any = None,
+    task_hook_factory: Callable[[Any], list[Any]] | None = None,
+    background_tasks: Sequence[Callable[[], Any]] | None = None,
+    stage_id: int = 0,
+    extensions: bool = True,
+    autotune: bool = False,
+    max_memory_bytes: int | None = None,
+    region_step: RegionStep | None = None,
+) -> Pipeline[Any]:
+    """The pipeline of ``src`` and ``pipes`` (``.to()`` regions made by ``region_step``)."""
+    if isinstance(num_threads, bool) or not isinstance(num_threads, int):
+        raise ValueError(f"num_threads must be a positive integer, got {num_threads!r}")
+    # The module's one check (and message) for counts: a pool of 10**9 threads is refused, not attempted.
+    _native._check_count("num_threads", num_threads, 1, _native.ARG_LIMITS["threads"])
+    _check_size("stage_buffer_size", stage_buffer_size, minimum=1)
+    _check_size("buffer_size", buffer_size, minimum=0)
+    if max_memory_bytes is not None:
+        _check_size("max_memory_bytes", max_memory_bytes, minimum=1)
+    ext = None
+    if extensions:
+        ext = Extensions(
+            pipeline_id=_next_pipeline_id(),
+            stage_id=stage_id,
+            report_stats_interval=report_stats_interval,
+            queue_class=queue_class,
+            task_hook_factory=task_hook_factory,
+            background_tasks=[*(_bg_task.get_default_background_tasks() or []), *(background_tasks or [])],
+            num_threads=num_threads,
+        )
+        ext.continuous = True in _source_continuity(src)
+    conv = _Conversion(
+        num_threads=num_threads,
+        max_failures=max_failures,
+        report_stats_interval=report_stats_interval,
+        stage_buffer_size=stage_buffer_size,
+        ext=ext,
+        region_step=region_step,
+    )
+    # Checkpointable sources: items carry their keys, ops pass them on (see _checkpoint.py).
+    src, pipes, checkpoint = _checkpoint.instrument(src, pipes)
+    try:
+        source = _convert_source(src, conv)
+        steps = conv.source_relays + _convert_steps(pipes, conv)
+        if ext is not None:
+            sink = ext.add_stage(ext.stage_info("sink"), "sink", hooked=False)
+            steps += _relay_steps(sink, buffer_size, conv)
+            conv.needs_loop |= ext.needs_loop
+        loop = _EventLoop() if conv.needs_loop else None
+        if ext is not None:
+            ext.event_loop = loop
+        # Passed only when asked for, so that a native module built before the option still builds pipelines.
+        optional: dict[str, Any] = {}
+        if autotune:
+            optional["autotune"] = True
+        if max_memory_bytes is not None:
+            optional["max_memory_bytes"] = max_memory_bytes
+        options = _native.CoreOptions(
+            buffer_size=buffer_size,
+            num_threads=num_threads,
+            stage_buffer_size=stage_buffer_size,
+            **optional,
+            **_budget(max_failures, "max_failures"),
+        )
+        core = _native.PipelineCore(source, steps, options, bridge=loop.bridge if loop is not None else None)
+    except BaseException:
+        for r in conv.resources:
+            r.close()
+        raise
+    return Pipeline(
+        core,
+        event_loop=loop,
+        report_stats_interval=report_stats_interval,
+        resources=conv.resources,
+        extensions=ext,
+        checkpoint=checkpoint,
+    )
+
+
+################################################################################
+# Merge with a custom op (SPDL's `Merge(..., op=...)`), run in Python
+################################################################################
+
+_MERGE_QUEUE_SIZE = 2  # SPDL's queue size between stages
+_POLL = 0.1  # seconds between checks for a stop while waiting
+
+_ITEM, _EPOCH, _END, _ERROR = 0, 1, 2, 3
+
+
+class _MergeStageInfo(str):
+    """What a custom merge op gets as ``name``: ``"0:0:merge"`` as SPDL's ``StageInfo`` prints, with its
+    ``pipeline_id``, ``stage_id``, ``stage_name`` and ``concurrency`` attributes."""
+
+    pipeline_id = 0
+    stage_id = "0"
+    stage_name = "merge"
+    concurrency = None
+
+    def __new__(cls) -> _MergeStageInfo:
+        return super().__new__(cls, "0:0:merge")
+
+
+class _CustomMerge:
+    """The source of a pipeline whose ``src`` is ``Merge(configs, op=op)``.
+
+    Each input config is built as a pipeline of its own. On the first iteration a thread starts an event loop
+    that pumps each input pipeline's items into an ``asyncio.Queue`` (its end as ``EOF``, its epoch ends as
+    ``EPOCH_END``) and runs ``op(name, input_queues, output_queue)``; what the op puts in ``output_queue`` is
+    what this iterable yields (one epoch per ``iter()`` for continuous sources). When the op returns, the
+    input pipelines are stopped. An exception of the op or a failed input pipeline is raised by the
+    iteration (a source failure of the enclosing pipeline).
+    """
+
+    def __init__(self, op: Any, configs: Sequence[Any], *, continuous: bool, conv: _Conversion) -> None:
+        self._op = op
+        self._continuous = continuous
+        self._inputs = [
+            _build(
+                c.src,
+                c.pipes,
+                buffer_size=_MERGE_QUEUE_SIZE,
+                num_threads=conv.num_threads,
+                max_failures=conv.max_failures,
+                report_stats_interval=conv.report_stats_interval,
+                stage_buffer_size=conv.stage_buffer_size,
+                extensions=False,
+                region_step=conv.region_step,
+            )
+            for c in configs
+        ]
+        self._out: queue.Queue[tuple[int, Any]] = queue.Queue(maxsize=_MERGE_QUEUE_SIZE)
+        self._stop = threading.Event()
+        self._lock = threading.RLock()  # re-entrant: a finalizer (GC) may close this on a thread holding it
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._main_task: asyncio.Task[Any] | None = None
+        self._ended = False
+
+    # The source side (engine threads).
+
+    def __iter__(self) -> Iterator[Any]:
+        with self._lock:
+            if self._thread is None and not self._stop.is_set():
+                self._thread = threading.Thread(target=self._run, name="spdl_rs-merge", daemon=True)
+                self._thread.start()
+        return self._epoch()
+
+    def _epoch(self) -> Iterator[Any]:
+        while not self._ended:
+            try:
+                kind, value = self._out.get(timeout=_POLL)
+            except queue.Empty:
+                if self._stop.is_set():
+                    return
+                continue
+            if kind == _ITEM:
+                yield value
+                del value
+            elif kind == _EPOCH:
+                if self._continuous:
+                    return
+            elif kind == _END:
+                self._ended = True
+            else:
+                self._ended = True
+                raise value
+
+    # The merge thread.
+
+    def _put(self, msg: tuple[int, Any]) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._out.put(msg, timeout=_POLL)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        try:
+            asyncio.set_event_loop(loop)
+            with self._lock:
+                self._loop = loop
+                if self._stop.is_set():
+                    return
+                self._main_task = loop.create_task(self._main())
+            loop.run_until_complete(self._main_task)
+            self._put((_END, None))
+        except asyncio.CancelledError:
+            pass
+        except BaseException as e:  # noqa: BLE001 (handed to the consumer)
+            self._put((_ERROR, e))
+        finally:
+            for p in self._inputs:
+                try:
+                    p.stop()
+                except Exception as e:  # noqa: BLE001 (already reported, or the pipeline is being stopped)
+                    _LG.debug("merge input stopped with %r", e)
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    async def _main(self) -> None:
+
+        loop = asyncio.get_running_loop()
+        executor = ThreadPoolExecutor(max_workers=len(self._inputs) + 1, thread_name_prefix="spdl_rs-merge")
+        in_qs: list[asyncio.Queue[Any]] = [asyncio.Queue(_MERGE_QUEUE_SIZE) for _ in self._inputs]
+        out_q: asyncio.Queue[Any] = asyncio.Queue(_MERGE_QUEUE_SIZE)
+        failed: list[BaseException] = []
+
+        def next_of(p: Pipeline[Any]) -> tuple[int, Any]:
+            while True:
+                try:
+                    return p._core.get_item(_POLL)
+                except TimeoutError:
+                    if self._stop.is_set():
+                        return (2, None)
+
+        async def pump(p: Pipeline[Any], q: asyncio.Queue[Any]) -> None:
+            p.start()
+            while True:
+                kind, value = await loop.run_in_executor(executor, next_of, p)
+                if kind == 0:
+                    await q.put(value)
+                    del value
+                elif kind == 1:
+                    await q.put(EPOCH_END)
+                else:
+                    # The end: raise the input's failure, if any, here.
+                    await loop.run_in_executor(executor, p.stop)
+                    await q.put(EOF)
+                    return
+
+        async def forward() -> None:
+            while True:
+                item = await out_q.get()
+                try:
+                    if is_epoch_end(item):
+                        msg = (_EPOCH, None)
+                    elif is_eof(item):
+                        continue
+                    else:
+                        msg = (_ITEM, item)
+                    del item
+                    await loop.run_in_executor(executor, self._put, msg)
+                    del msg
+                finally:
+                    out_q.task_done()
+
+        def on_pump_done(task: asyncio.Task[Any]) -> None:
+            if not task.cancelled() and task.exception() is not None:
+                failed.append(task.exception())  # type: ignore[arg-type]
+                op_task.cancel()
+
+        pumps = [asyncio.ensure_future(pump(p, q)) for p, q in zip(self._inputs, in_qs)]
+        forwarder = asyncio.ensure_future(forward())
+        op_task = asyncio.ensure_future(self._op(_MergeStageInfo(), in_qs, out_q))
+        for t in pumps:
+            t.add_done_callback(on_pump_done)
+        try:
+            try:
+                await op_task
+            except asyncio.CancelledError:
+                if not failed:
+                    raise
+            if failed:
+                raise failed[0]
+            await out_q.join()
+        finally:
+            for t in (*pumps, forwarder, op_task):
+                t.cancel()
+            await asyncio.gather(*pumps, forwarder, op_task, return_exceptions=True)
+            executor.shutdown(wait=False, cancel_futures=True)
+
+    # The pipeline's stop.
+
+    def signal_stop(self) -> None:
+        self._stop.set()
+        with self._lock:
+            loop, task = self._loop, self._main_task
+        if loop is not None and task is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed already
+                loop.call_soon_threadsafe(task.cancel)
+
+    def close(self) -> None:
+        self.signal_stop()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(_FINALIZE_JOIN)
+        for p in self._inputs:
+            with contextlib.suppress(Exception):
+                p.stop(timeout=_FINALIZE_JOIN)
+
+
+_FINALIZE_JOIN = 5.0

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use futures::{FutureExt, Stream};
 
+use crate::ItemSize;
 use crate::aggregator::Aggregator;
 use crate::context::Shared;
 use crate::driver::{self, Concurrent, Link};
@@ -202,12 +203,67 @@ impl PipelineBuilder<(), NoSource> {
         Self { wire: None, sink_capacity: 0, _state: PhantomData }
     }
 
-    fn from_iter_source<I>(src: IterSource<I>) -> PipelineBuilder<I::Item, Open>
+    fn from_iter_source<I>(src: IterSource<I>, size: Option<ItemSize>) -> PipelineBuilder<I::Item, Open>
     where
         I: Iterator + Send + 'static,
         I::Item: Send + 'static,
     {
-        PipelineBuilder::with_wire(Box::new(move |w: &mut Wiring, cap| wire_iter_source(w, cap, src)))
+        PipelineBuilder::with_wire(Box::new(move |w: &mut Wiring, cap| wire_iter_source(w, cap, src, size)))
+    }
+
+    /// [`PipelineBuilder::source`] whose iterator measures its items in `size` (as a stage does with
+    /// [`Stage::item_size`]), so that the queue after the source holds more of them while they are small.
+    ///
+    /// ```
+    /// use spdl_exec::{BuildOptions, ItemSize, PipelineBuilder};
+    /// let size = ItemSize::new();
+    /// let probe = size.clone();
+    /// let ids = (0..100u64).inspect(move |_| {
+    ///     if probe.due() {
+    ///         probe.record(8);
+    ///     }
+    /// });
+    /// let pipeline = PipelineBuilder::new().source_measured(ids, size).sink(2).build(BuildOptions::default()).unwrap();
+    /// assert_eq!(pipeline.iter().count(), 100);
+    /// ```
+    pub fn source_measured<I>(self, iterable: I, size: ItemSize) -> PipelineBuilder<I::Item, Open>
+    where
+        I: IntoIterator + Send + 'static,
+        I::IntoIter: Send + 'static,
+        I::Item: Send + 'static,
+    {
+        Self::from_iter_source(
+            IterSource::OnePass { make: Some(Box::new(move || iterable.into_iter())), current: None },
+            Some(size),
+        )
+    }
+
+    /// [`PipelineBuilder::continuous_source`] whose iterators measure their items in `size` (see
+    /// [`PipelineBuilder::source_measured`]).
+    ///
+    /// ```
+    /// use spdl_exec::{BuildOptions, ItemSize, PipelineBuilder};
+    /// let size = ItemSize::new();
+    /// size.record(8);
+    /// let pipeline =
+    ///     PipelineBuilder::new().continuous_source_measured(vec![1u8, 2], size).sink(2).build(BuildOptions::default()).unwrap();
+    /// assert_eq!(pipeline.iter().count(), 2); // one epoch
+    /// ```
+    pub fn continuous_source_measured<I>(self, iterable: I, size: ItemSize) -> PipelineBuilder<I::Item, Open>
+    where
+        I: IntoIterator + Clone + Send + 'static,
+        I::IntoIter: Send + 'static,
+        I::Item: Send + 'static,
+    {
+        Self::from_iter_source(
+            IterSource::Continuous {
+                make: Box::new(move || iterable.clone().into_iter()),
+                current: None,
+                epoch: 0,
+                in_epoch: 0,
+            },
+            Some(size),
+        )
     }
 
     /// A one-pass source from any `IntoIterator`. `into_iter()` and every `next()` run on
@@ -218,10 +274,10 @@ impl PipelineBuilder<(), NoSource> {
         I::IntoIter: Send + 'static,
         I::Item: Send + 'static,
     {
-        Self::from_iter_source(IterSource::OnePass {
-            make: Some(Box::new(move || iterable.into_iter())),
-            current: None,
-        })
+        Self::from_iter_source(
+            IterSource::OnePass { make: Some(Box::new(move || iterable.into_iter())), current: None },
+            None,
+        )
     }
 
     /// A continuous source: `iterable` is cloned and iterated again for every epoch, and
@@ -234,12 +290,15 @@ impl PipelineBuilder<(), NoSource> {
         I::IntoIter: Send + 'static,
         I::Item: Send + 'static,
     {
-        Self::from_iter_source(IterSource::Continuous {
-            make: Box::new(move || iterable.clone().into_iter()),
-            current: None,
-            epoch: 0,
-            in_epoch: 0,
-        })
+        Self::from_iter_source(
+            IterSource::Continuous {
+                make: Box::new(move || iterable.clone().into_iter()),
+                current: None,
+                epoch: 0,
+                in_epoch: 0,
+            },
+            None,
+        )
     }
 
     /// A one-pass source from a `Stream`, polled on the scheduler's runtime (it must not
@@ -456,10 +515,21 @@ pub(crate) fn wire_pipe<T: Send + 'static, U: Send + 'static>(
         w.invalid(format!("stage `{name}`: tune"), format!("bounds {min}..={max} must satisfy 1 <= min <= max"));
     }
     let tuned = cell.tune.get().is_some();
-    // The queue after a tuned stage grows with it unless its capacity was set explicitly.
-    let queue_max = if tuned && !explicit_capacity { cap.saturating_mul(crate::autotune::QUEUE_GROWTH) } else { cap };
+    // The queue after a tuned stage grows with it unless its capacity was set explicitly; the
+    // queue after a stage whose items are measured holds more of them while they are small
+    // (see `ItemSize`).
+    let small = !tuned && cell.item_size.get().is_some();
+    let queue_max = if tuned && !explicit_capacity {
+        cap.saturating_mul(crate::autotune::QUEUE_GROWTH)
+    } else if small {
+        cap.max(crate::item_size::SMALL_QUEUE_ITEMS)
+    } else {
+        cap
+    };
     let (tx, rx) = resizable_queue(cap, queue_max);
-    if queue_max > cap {
+    if small && let Some(size) = cell.item_size.get() {
+        size.deepen_queue(tx.limit(), cap, queue_max);
+    } else if queue_max > cap {
         let _ = cell.output_tune.set(crate::stats::TunedQueue { limit: tx.limit(), min: cap, max: queue_max });
         w.last_limit = Some(tx.limit());
     }
@@ -548,14 +618,24 @@ where
 }
 
 /// Wires an iterator source; returns its output queue.
-pub(crate) fn wire_iter_source<I>(w: &mut Wiring, cap: Option<usize>, src: IterSource<I>) -> QueueRx<I::Item>
+pub(crate) fn wire_iter_source<I>(
+    w: &mut Wiring,
+    cap: Option<usize>,
+    src: IterSource<I>,
+    size: Option<ItemSize>,
+) -> QueueRx<I::Item>
 where
     I: Iterator + Send + 'static,
     I::Item: Send + 'static,
 {
     let cap = w.capacity(cap, SOURCE);
-    let (tx, rx) = queue(cap);
+    let max = if size.is_some() { cap.max(crate::item_size::SMALL_QUEUE_ITEMS) } else { cap };
+    let (tx, rx) = resizable_queue(cap, max);
     let cell = w.cell(SOURCE.into(), StageKind::Source, 1);
+    if let Some(size) = size {
+        size.deepen_queue(tx.limit(), cap, max);
+        let _ = cell.item_size.set(size);
+    }
     let fut = runs::iter_source(src, tx, cell, Arc::clone(&w.shared), w.pool.clone());
     w.task(SOURCE, fut);
     rx

@@ -245,7 +245,7 @@ impl PipelineBuilder<(), NoSource> {
                 }
             };
             let src: IterSource<std::iter::Empty<T>> = IterSource::Upstream(Box::new(next));
-            crate::builder::wire_iter_source(w, cap, src)
+            crate::builder::wire_iter_source(w, cap, src, None)
         }))
     }
 }

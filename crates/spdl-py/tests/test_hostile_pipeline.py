@@ -271,6 +271,29 @@ def test_items_alive_at_once_are_bounded_like_spdl_and_the_knob_changes_it(watch
         PipelineBuilder().add_source(range(3)).add_sink(1).build(num_threads=1, stage_buffer_size=0)
 
 
+def test_small_items_queue_deeper_within_a_byte_bound(watchdog):
+    # Ints are of known size (8 bytes): their queues hold up to 64 items (64 KiB at most) instead of
+    # stage_buffer_size, so the hand-off between threads is batched. Objects of unknown size stay bounded in
+    # items (the test above: Blobs).
+    pulled: list[int] = []
+
+    def source():
+        for i in range(1000):
+            pulled.append(i)
+            yield i
+
+    p = PipelineBuilder().add_source(source()).pipe(lambda x: x).add_sink(2).build(num_threads=2)
+    with p.auto_stop():
+        it = iter(p)
+        first = next(it)
+        time.sleep(0.5)
+        ahead = len(pulled)
+        rest = list(it)
+    assert [first, *rest] == list(range(1000))
+    # Three queues (source, stage, sink) of at most 64, plus what the source and stage hold in hand.
+    assert 9 < ahead <= 3 * 64 + 40, ahead
+
+
 def test_huge_sizes_neither_abort_nor_preallocate():
     # 3 GiB of address space: add_sink(10**8) used to preallocate 3.8 GB; 10**9 aborted.
     r = run_child(

@@ -324,7 +324,7 @@ pub(crate) fn py_nbytes(obj: &Bound<'_, PyAny>, depth: u32) -> PyResult<u64> {
 }
 
 /// The memory of a value a native op made (no GIL needed); `None` for Python objects.
-fn native_nbytes(value: &Value) -> Option<u64> {
+pub(crate) fn native_nbytes(value: &Value) -> Option<u64> {
     match value {
         Value::Py(_) => None,
         Value::Str(s) => Some(s.len() as u64),
@@ -343,6 +343,21 @@ fn measure_native(size: &ItemSize, outputs: &[Value]) {
             size.record(total / outputs.len() as u64);
         }
     }
+}
+
+/// A Python op's result as a [`Value`] ([`convert`]), its size recorded in `size` when a measure is due:
+/// exactly for plain data and buffers, as [`py_nbytes`]' estimate (a guess) for other Python objects.
+fn measured(size: &ItemSize, obj: Bound<'_, PyAny>, split: bool) -> PyResult<Value> {
+    if !size.due() {
+        return Ok(convert(obj, split));
+    }
+    let kept = obj.clone();
+    let value = convert(obj, split);
+    match native_nbytes(&value) {
+        Some(n) => size.record(n),
+        None => size.record_guess(py_nbytes(&kept, 2)?),
+    }
+    Ok(value)
 }
 
 /// A Python op's result as a [`Value`], split into a batch if a `disaggregate` follows.
@@ -388,11 +403,7 @@ where
                     match op.bind(py).call1((arg,)) {
                         Ok(r) if r.is_none() => Ok(None),
                         Ok(r) => {
-                            if probe.due() {
-                                let n = py_nbytes(&r, 2).map_err(|e| failures.record(py, &stage_name, e))?;
-                                probe.record(n);
-                            }
-                            Ok(Some(convert(r, split_output)))
+                            measured(&probe, r, split_output).map(Some).map_err(|e| failures.record(py, &stage_name, e))
                         }
                         Err(e) => Err(failures.record(py, &stage_name, e)),
                     }
@@ -500,13 +511,9 @@ impl Iterator for PyGen {
                     None => return None,
                     Some(Ok(obj)) if obj.is_none() => {}
                     Some(Ok(obj)) => {
-                        if self.size.due() {
-                            match py_nbytes(&obj, 2) {
-                                Ok(n) => self.size.record(n),
-                                Err(e) => return Some(Err(self.failures.record(py, &self.stage, e))),
-                            }
-                        }
-                        return Some(Ok(convert(obj, self.split)));
+                        return Some(
+                            measured(&self.size, obj, self.split).map_err(|e| self.failures.record(py, &self.stage, e)),
+                        );
                     }
                     Some(Err(e)) => return Some(Err(self.failures.record(py, &self.stage, e))),
                 }
@@ -757,6 +764,8 @@ pub(crate) struct PyIter {
     /// The most items taken per GIL acquisition (they wait here, alive, before the first queue).
     max_chunk: usize,
     failures: Arc<Failures>,
+    /// The items' measured size (the queue after the source deepens while they are small).
+    size: ItemSize,
 }
 
 /// Items taken from a Python iterator per GIL acquisition, at most: first 1 (the first item comes out at
@@ -766,9 +775,9 @@ const SOURCE_CHUNK: usize = 32;
 impl PyIter {
     /// `max_chunk`: items taken per GIL acquisition at most (clamped to 1..=32); the pipeline passes its
     /// stage queue capacity, so that the source holds no more items than a queue does.
-    pub(crate) fn new(iterable: Arc<Py<PyAny>>, failures: Arc<Failures>, max_chunk: usize) -> Self {
+    pub(crate) fn new(iterable: Arc<Py<PyAny>>, failures: Arc<Failures>, max_chunk: usize, size: ItemSize) -> Self {
         let max_chunk = max_chunk.clamp(1, SOURCE_CHUNK);
-        Self { iterable, iter: None, buf: Default::default(), done: false, chunk: 1, max_chunk, failures }
+        Self { iterable, iter: None, buf: Default::default(), done: false, chunk: 1, max_chunk, failures, size }
     }
 
     fn refill(&mut self) {
@@ -801,7 +810,14 @@ impl PyIter {
             };
             for _ in 0..chunk {
                 match it.next() {
-                    Some(Ok(obj)) => self.buf.push_back(Value::from_py(obj)),
+                    Some(Ok(obj)) => match measured(&self.size, obj, false) {
+                        Ok(v) => self.buf.push_back(v),
+                        Err(e) => {
+                            self.failures.record_source(py, e);
+                            self.done = true;
+                            return;
+                        }
+                    },
                     Some(Err(e)) => {
                         self.failures.record_source(py, e);
                         self.done = true;
@@ -836,6 +852,8 @@ pub(crate) struct PyIterable {
     pub(crate) failures: Arc<Failures>,
     /// See [`PyIter::new`].
     pub(crate) chunk: usize,
+    /// Shared by the epochs' iterators.
+    pub(crate) size: ItemSize,
 }
 
 impl IntoIterator for PyIterable {
@@ -843,7 +861,7 @@ impl IntoIterator for PyIterable {
     type IntoIter = PyIter;
 
     fn into_iter(self) -> PyIter {
-        PyIter::new(self.iterable, self.failures, self.chunk)
+        PyIter::new(self.iterable, self.failures, self.chunk, self.size)
     }
 }
 
@@ -853,6 +871,8 @@ pub(crate) struct RangeIter {
     pub(crate) next: i64,
     pub(crate) stop: i64,
     pub(crate) step: i64,
+    /// Every item is an 8-byte integer (recorded on the calls [`ItemSize::due`] asks for).
+    pub(crate) size: ItemSize,
 }
 
 impl Iterator for RangeIter {
@@ -864,6 +884,9 @@ impl Iterator for RangeIter {
             return None;
         }
         let v = self.next;
+        if self.size.due() {
+            self.size.record(8);
+        }
         match self.next.checked_add(self.step) {
             Some(n) => self.next = n,
             None => self.next = self.stop,

@@ -8,7 +8,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 use spdl_exec::{
-    Branch, FailureBudget, Inputs, MergeOptions, MergePolicy, MergeStop, OutputOrder, PipelineBuilder, Stage,
+    Branch, FailureBudget, Inputs, ItemSize, MergeOptions, MergePolicy, MergeStop, OutputOrder, PipelineBuilder, Stage,
 };
 
 use super::bridge::{JobContext, JobKind, Produced, Submitter};
@@ -66,15 +66,21 @@ pub(crate) fn source(source: &Bound<'_, PyAny>, ctx: &Ctx<'_>) -> PyResult<Pipel
     if let Ok(s) = source.cast::<IterSource>() {
         let IterSource { iterable, continuous } = s.get();
         let iterable = Arc::clone(iterable);
+        let size = ItemSize::new();
         return Ok(if *continuous {
-            start.continuous_source(PyIterable { iterable, failures: Arc::clone(ctx.failures), chunk: ctx.chunk })
+            let failures = Arc::clone(ctx.failures);
+            start.continuous_source_measured(
+                PyIterable { iterable, failures, chunk: ctx.chunk, size: size.clone() },
+                size,
+            )
         } else {
-            start.source(PyIter::new(iterable, Arc::clone(ctx.failures), ctx.chunk))
+            start.source_measured(PyIter::new(iterable, Arc::clone(ctx.failures), ctx.chunk, size.clone()), size)
         });
     }
     if let Ok(s) = source.cast::<RangeSource>() {
         let RangeSource { start: next, stop, step } = *s.get();
-        return Ok(start.source(RangeIter { next, stop, step }));
+        let size = ItemSize::new();
+        return Ok(start.source_measured(RangeIter { next, stop, step, size: size.clone() }, size));
     }
     if let Ok(s) = source.cast::<ListSource>() {
         let seq = s.get().items.bind(source.py());
@@ -83,10 +89,21 @@ pub(crate) fn source(source: &Bound<'_, PyAny>, ctx: &Ctx<'_>) -> PyResult<Pipel
         // be endless) is iterated lazily, as any iterable is.
         if !(seq.is_exact_instance_of::<PyList>() || seq.is_exact_instance_of::<PyTuple>()) {
             let iterable = Arc::new(seq.clone().unbind());
-            return Ok(start.source(PyIter::new(iterable, Arc::clone(ctx.failures), ctx.chunk)));
+            let size = ItemSize::new();
+            return Ok(
+                start.source_measured(PyIter::new(iterable, Arc::clone(ctx.failures), ctx.chunk, size.clone()), size)
+            );
         }
         let values: Vec<Value> = seq.try_iter()?.map(|o| o.map(Value::from_py)).collect::<PyResult<_>>()?;
-        return Ok(start.source(values));
+        // Measured up front (a sample), for the queue after the source.
+        let size = ItemSize::new();
+        for v in values.iter().take(8) {
+            match super::ops::native_nbytes(v) {
+                Some(n) => size.record(n),
+                None => size.record_guess(64),
+            }
+        }
+        return Ok(start.source_measured(values, size));
     }
     if let Ok(s) = source.cast::<AsyncSource>() {
         let submitter =

@@ -12,10 +12,12 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+import spdl_rs
+
+from ._demo import run_demo
+
 
 def _version_text() -> str:
-    import spdl_rs
-
     lines = [f"spdl_rs {spdl_rs.__version__}"]
     lines.extend(f"  {key}: {value}" for key, value in spdl_rs.build_info().items())
     return "\n".join(lines)
@@ -77,8 +79,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
-    from ._demo import run_demo
-
     return run_demo(
         dir=args.dir, images=args.images, batch_size=args.batch_size, threads=args.threads, json_output=args.json
     )

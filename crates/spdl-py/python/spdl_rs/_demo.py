@@ -26,6 +26,11 @@ from typing import Any
 
 import spdl_rs
 
+from . import _native
+from .io import ops
+from .loader import ImageLoader
+from .pipeline import PipelineBuilder
+
 __all__ = ["default_dir", "run_demo"]
 
 _SEED = 2024
@@ -160,8 +165,6 @@ def _image_path(images_dir: Path, i: int) -> Path:
 
 
 def _write_image(images_dir: Path, partial: Path, i: int) -> None:
-    from . import _native
-
     rng = random.Random(_SEED * 1_000_003 + i)
     width, height = rng.randint(320, 640), rng.randint(240, 480)
     pixels = _photo(width, height, rng)
@@ -173,8 +176,6 @@ def _write_image(images_dir: Path, partial: Path, i: int) -> None:
 def make_images(images_dir: Path, count: int, threads: int) -> int:
     """Writes the images of the dataset that are not there yet (atomically: a file exists only once complete);
     returns how many were written."""
-    from . import _native
-
     if not hasattr(_native, "encode_image_file"):
         raise RuntimeError("this build of spdl_rs has no image encoder (the `io` feature) to make the demo dataset")
     missing = [i for i in range(count) if not _image_path(images_dir, i).is_file()]
@@ -219,8 +220,6 @@ def make_videos(videos_dir: Path) -> list[Path]:
 
 def run_images(images_dir: Path, count: int, batch_size: int, threads: int, show_progress: bool) -> dict[str, Any]:
     """Runs the image loader over the first ``count`` images; returns its figures."""
-    from .loader import ImageLoader
-
     started = time.monotonic()
     cpu0 = _cpu_seconds()
     loader = ImageLoader(str(images_dir), batch_size=batch_size, num_threads=threads, size=_SIZE, limit=count)
@@ -278,9 +277,6 @@ def _video_unavailable() -> str | None:
 def run_videos(videos_dir: Path, threads: int, show_progress: bool) -> dict[str, Any]:
     """Makes the test videos and runs a clip loader over them; returns its figures, or why it did not run
     (``ran`` is ``False``, ``reason`` says why, ``hint`` how to get video where that is the cause)."""
-    from .io import ops
-    from .pipeline import PipelineBuilder
-
     result: dict[str, Any] = {"available": False, "ran": False, "reason": None, "hint": None}
     reason = _video_unavailable()
     if reason is not None:

@@ -40,6 +40,8 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+from . import io
+
 if TYPE_CHECKING:
     import numpy
 
@@ -238,8 +240,6 @@ class ImageBatchDecoder:
         """
         import numpy as np
 
-        from . import io
-
         if not isinstance(batch, Mapping):
             raise TypeError(
                 f"ImageBatchDecoder takes a dict of columns (map_batches(..., batch_format='numpy')), "
@@ -354,8 +354,6 @@ class VideoClipDecoder:
         )
 
     def _decode(self, src: Any, seed: int, name: str) -> Any:
-        from . import io
-
         fn = {
             "random_indices": io.clips_at_random_indices,
             "regular_indices": io.clips_at_regular_indices,

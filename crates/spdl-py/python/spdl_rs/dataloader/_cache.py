@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
+from ..pipeline._cache_iterator import cache_iterator
+
 __all__ = ["CacheDataLoader"]
 
 T = TypeVar("T")
@@ -49,8 +51,6 @@ class CacheDataLoader(Generic[T]):
 
     def __iter__(self) -> Iterator[T]:
         """The outputs of ``dl``, then the cached ones (see the class)."""
-        from ..pipeline._subprocess import cache_iterator
-
         return cache_iterator(
             self.dl,
             num_caches=self.num_caches,

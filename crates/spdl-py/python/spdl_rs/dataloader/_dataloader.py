@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Iterator
 from typing import Any, Generic, TypeAlias, TypeVar
 
+from .. import _native
 from ..pipeline import Pipeline, PipelineBuilder
 
 __all__ = ["DataLoader"]
@@ -86,8 +87,6 @@ class DataLoader(Generic[Source, Output]):
         timeout: float | None = None,
         output_order: str = "completion",
     ) -> None:
-        from .. import _native
-
         limits = _native.ARG_LIMITS
         # Checked here, with the module's one message, rather than when the first iteration builds the pipeline.
         _native._check_count("num_threads", num_threads, 1, limits["threads"])

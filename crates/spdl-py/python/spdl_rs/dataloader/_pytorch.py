@@ -21,6 +21,7 @@ from multiprocessing.shared_memory import SharedMemory
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from .. import _native
 from ..pipeline import Pipeline, PipelineBuilder
 
 if TYPE_CHECKING:
@@ -296,8 +297,6 @@ def _validate_options(
     if worker_init_concurrency is not None and worker_init_concurrency < 1:
         raise ValueError(f"`worker_init_concurrency` must be greater than 0. Found: {worker_init_concurrency}.")
     # Beyond SPDL's checks: the module's caps, with its one message (a worker is a process).
-    from .. import _native
-
     limits = _native.ARG_LIMITS
     _native._check_count("num_workers", num_workers, 0, limits["threads"])
     if worker_init_concurrency is not None:
@@ -382,8 +381,6 @@ def get_pytorch_dataloader(
         num_workers=num_workers,
         worker_init_concurrency=worker_init_concurrency,
     )
-    from .. import _native
-
     _native._check_count("prefetch_factor", prefetch_factor, 1, _native.ARG_LIMITS["batch"])
     if batch_size is not None:
         _native._check_count("batch_size", batch_size, 1, _native.ARG_LIMITS["items"])

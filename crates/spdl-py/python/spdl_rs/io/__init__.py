@@ -33,6 +33,14 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, cast
 from .. import _native
 from .._lazy import lazy_attributes as _lazy_attributes
 from .._native import HAS_VIDEO, Buffer
+from . import _cuda
+from ._filter_desc import get_video_filter_desc
+
+if HAS_VIDEO:
+    from . import _media
+else:
+    # What needs the demuxing and decoding objects raises their ImportError.
+    from . import _no_media as _media  # type: ignore[no-redef]
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer as _BufferLike
@@ -168,8 +176,6 @@ def _spdl_form(func: str, configs: _SpdlKeywords, own: Mapping[str, object]) -> 
 
 def _check_configs(configs: _SpdlKeywords) -> None:
     """SPDL's config objects, each of its own type (``TypeError`` naming the keyword otherwise)."""
-    from . import _cuda, _media
-
     types = {"demux_config": (_media.DemuxConfig, "spdl_rs.io.demux_config(...)"),
              "decode_config": (_media.DecodeConfig, "spdl_rs.io.decode_config(...)"),
              "device_config": (_cuda.CUDAConfig, "spdl_rs.io.cuda_config(...)")}
@@ -192,16 +198,12 @@ def _to_device(buffer: Buffer, configs: _SpdlKeywords) -> Any:
     device_config: Any = configs.get("device_config")
     if device_config is None:
         return buffer
-    from ._cuda import transfer_buffer
-
-    return transfer_buffer(buffer, device_config=device_config)
+    return _cuda.transfer_buffer(buffer, device_config=device_config)
 
 
 def _load_spdl(kind: str, src: Any, timestamp: Any, name: str | None, configs: _SpdlKeywords) -> Buffer:
     """SPDL's ``load_audio``/``load_video``/``load_image``: demux, decode with ``filter_desc`` (default:
     SPDL's conversion; ``None``: the decoder's format), convert, and move to ``device_config`` if given."""
-    from . import _media
-
     _check_configs(configs)
     filter_desc = configs.get("filter_desc", _FILTER_DESC_DEFAULT)
     demux_config = configs.get("demux_config")
@@ -373,9 +375,6 @@ def _load_image_batch_spdl(
     ``width`` x ``height`` where given, in ``pix_fmt``), the failures logged and left out (``strict``: any
     failure raises), then one :py:func:`convert_frames` of the rest (their shapes must agree)."""
     import logging
-
-    from . import _media
-    from ._filter_desc import get_video_filter_desc
 
     if not srcs:
         raise ValueError("`srcs` must not be empty.")
@@ -598,16 +597,12 @@ def demux_video(
         raise ValueError("give either timestamp=(start, end) or start/duration, not both")
     if demux_config is not None or timestamp is not None:
         # SPDL's form: any window, an empty one ((t, t)) included, which holds no packet.
-        from ._media import demux_video as _demux
-
         window = timestamp if timestamp is not None else None if start is None and duration is None else (
             start or 0.0, (start or 0.0) + duration if duration is not None else float("inf"))
-        return _demux(src, timestamp=window, demux_config=demux_config, bsf=bsf, name=name, limits=limits)  # type: ignore[arg-type]
+        return _media.demux_video(src, timestamp=window, demux_config=demux_config, bsf=bsf, name=name, limits=limits)  # type: ignore[arg-type]
     packets = _native_fn("demux_video", "ffmpeg")(src, name=name, start=start, duration=duration, limits=limits)
     if bsf is not None:
-        from ._media import apply_bsf
-
-        packets = apply_bsf(packets, bsf)
+        packets = _media.apply_bsf(packets, bsf)
     return packets
 
 
@@ -640,9 +635,7 @@ def decode_packets(
         v is not None for v in (fps, every_k, width, height, pix_fmt, filter, threads)
     )
     if not sampler:
-        from ._media import decode_packets as _decode
-
-        return _decode(packets, filter_desc, decode_config, num_frames=-1 if num_frames is None else num_frames)
+        return _media.decode_packets(packets, filter_desc, decode_config, num_frames=-1 if num_frames is None else num_frames)
     if filter_desc != _FILTER_DESC_DEFAULT or decode_config is not None:
         raise ValueError(
             "decode_packets: filter_desc/decode_config (SPDL's form) cannot be combined with the frame "

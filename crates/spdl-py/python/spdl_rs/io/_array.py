@@ -21,8 +21,9 @@ import zlib
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ._tar import FormatError
+from .._native import Buffer as _Buffer
 from .._views import SliceSource
+from ._tar import FormatError
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -559,8 +560,6 @@ def convert_array(vals: Any, storage: Any = None) -> Buffer:
         RuntimeError: ``vals`` is empty, or ``storage`` is too small (SPDL's errors).
     """
     np = _numpy()
-    from .._native import Buffer as _Buffer
-
     if storage is not None and bool(getattr(storage, "is_pinned", False)):
         raise ValueError(
             "convert_array: a pinned storage is not supported; spdl_rs buffers are allocated by spdl_rs "

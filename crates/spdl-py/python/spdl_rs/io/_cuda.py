@@ -366,8 +366,6 @@ def _check_num_caches(func: str, num_caches: object) -> int:
     n = _check_int(func, "num_caches", num_caches)
     if n < 0:
         raise ValueError(f"{func}: num_caches must be >= 0, got {n}")
-    from .. import _native
-
     _native._check_count("num_caches", n, 0, _native.ARG_LIMITS["threads"])
     return n
 

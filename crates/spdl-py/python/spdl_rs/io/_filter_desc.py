@@ -10,6 +10,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .._native import HAS_VIDEO
+
+if HAS_VIDEO:
+    from . import _media
+else:
+    from . import _no_media as _media  # type: ignore[no-redef]
+
 __all__ = [
     "get_abuffer_desc",
     "get_audio_filter_desc",
@@ -155,21 +162,10 @@ def get_video_filter_desc(
 
 def _packet_kind(packets: object) -> str | None:
     """``"audio"``, ``"video"`` or ``"image"`` for spdl_rs's packet types (``spdl_rs.io.AudioPackets``, ...,
-    and the native video :py:class:`spdl_rs.io.Packets`), ``None`` for anything else."""
-    from . import Packets
-
-    if isinstance(packets, Packets):
-        return "video"
-    from importlib import import_module
-
-    try:
-        media = import_module("._media", __package__)
-    except ModuleNotFoundError as e:  # a build without the demuxing objects: only `Packets` is a packet type
-        if e.name != f"{__package__}._media":
-            raise
-        media = None
+    and the native video :py:class:`spdl_rs.io.Packets`, the same type as ``VideoPackets``), ``None`` for
+    anything else. In a build without FFmpeg, the ``ImportError`` of the demuxing objects."""
     for kind in ("audio", "video", "image"):
-        cls = getattr(media, f"{kind.capitalize()}Packets", None)
+        cls = getattr(_media, f"{kind.capitalize()}Packets", None)
         if isinstance(cls, type) and isinstance(packets, cls):
             return kind
     return None

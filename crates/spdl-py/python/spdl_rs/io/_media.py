@@ -21,11 +21,10 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, Union, overload
 
 from .. import _native
 from .._native import Buffer
+from ._no_media import MESSAGE as _NO_FFMPEG
 
 if not _native.HAS_VIDEO:
-    raise ImportError(
-        "spdl_rs was built without the `ffmpeg` feature: the demuxing and decoding objects need FFmpeg"
-    )
+    raise ImportError(_NO_FFMPEG)
 
 from .._native import (  # noqa: E402
     AudioCodec,

@@ -41,7 +41,7 @@ _LAZY: dict[str, str] = {
     "run_pipeline_in_subprocess": "._subprocess",
     "iterate_in_subinterpreter": "._subprocess",
     "run_pipeline_in_subinterpreter": "._subprocess",
-    "cache_iterator": "._subprocess",
+    "cache_iterator": "._cache_iterator",
     "SharedMemoryRingBuffer": "._arena",
     "SharedMemorySegmentPool": "._arena",
     "PriorityExecutorEntrypoint": "._priority",

@@ -6,6 +6,8 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
+from .. import _native
+
 __all__ = ["merge_rank_states"]
 
 
@@ -31,8 +33,6 @@ def merge_rank_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
         ValueError: The states are not from one job's ranks (other samplers, missing or repeated ranks, more
             than one source).
     """
-    from .. import _native
-
     if not states:
         raise ValueError("merge_rank_states needs the state of every rank, got none")
     inputs = []

@@ -9,6 +9,8 @@ import warnings
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .. import _native
+
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
@@ -24,8 +26,6 @@ def _check_rank(n: int, rank: int, world_size: int) -> None:
     if not 0 <= rank < world_size:
         raise ValueError(f"`rank` ({rank}) must be within the range [0, {world_size}).")
     # Beyond SPDL's checks: the module's caps, with its one message.
-    from .. import _native
-
     _native._check_count("world_size", world_size, 1, _native.ARG_LIMITS["world_size"])
 
 
@@ -177,8 +177,6 @@ class DistributedRandomSampler:
         if num_draws is not None and num_draws <= 0:
             raise ValueError(f"`num_draws` must be greater than zero. Found: {num_draws}")
         # Each iteration draws (and, without replacement, permutes) in memory: sizes within the order cap.
-        from .. import _native
-
         _native._check_count("n", n, 1, _native.ARG_LIMITS["items"])
         if num_draws is not None:
             _native._check_count("num_draws", num_draws, 1, _native.ARG_LIMITS["items"])

@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use spdl_io::image::{ResizeFilter, Transform};
-use spdl_loader::{GpuMode, GpuStatus, ImageLoader, ListOptions, Listing, LoaderOptions};
+use spdl_io::image::{ResizeFilter, Transform, TransformName};
+use spdl_loader::{GpuMode, GpuStatus, ImageLoader, ListOptions, Listing, LoaderError, LoaderOptions};
 
 use crate::LoaderArgs;
 use crate::report::{AutotuneSummary, Report, StageReport};
@@ -29,31 +29,16 @@ fn transform(args: &LoaderArgs) -> Result<Transform> {
     if args.size == 0 {
         bail!("--size must be at least 1");
     }
-    Ok(match args.transform.as_str() {
-        "resize" => Transform::Resize { width: args.size, height: args.size, filter: ResizeFilter::Bilinear },
-        "random-resized-crop" => Transform::imagenet_train(args.size, args.seed),
-        _ => spdl_loader::eval_transform(args.size),
-    })
+    let name: TransformName = args.transform.parse()?;
+    Ok(name.transform(args.size, args.size, ResizeFilter::Bilinear, args.seed))
 }
 
-/// The recipe's options from the command line, checked before anything is paid.
+/// The recipe's options from the command line, checked (by the loader's own check, once) before anything is
+/// paid.
 fn options(args: &LoaderArgs) -> Result<LoaderOptions> {
-    let threads = args.threads.unwrap_or_else(crate::default_threads);
-    if threads == 0 || args.batch_size == 0 || args.epochs == 0 || args.io_concurrency == Some(0) {
-        bail!("--threads, --batch-size, --epochs and --io-concurrency must be at least 1");
-    }
-    if threads > spdl_loader::MAX_THREADS {
-        bail!("--threads {threads} is above the limit of {}", spdl_loader::MAX_THREADS);
-    }
-    if args.io_concurrency.is_some_and(|c| c > spdl_loader::MAX_IO_CONCURRENCY) {
-        bail!("--io-concurrency is above the limit of {}", spdl_loader::MAX_IO_CONCURRENCY);
-    }
-    if args.batch_size > spdl_loader::MAX_BATCH_SIZE {
-        bail!("--batch-size {} is above the limit of {}", args.batch_size, spdl_loader::MAX_BATCH_SIZE);
-    }
-    Ok(LoaderOptions {
+    let opts = LoaderOptions {
         batch_size: args.batch_size,
-        threads,
+        threads: args.threads.unwrap_or_else(crate::default_threads),
         io_concurrency: args.io_concurrency,
         epochs: args.epochs,
         transform: transform(args)?,
@@ -62,7 +47,12 @@ fn options(args: &LoaderArgs) -> Result<LoaderOptions> {
         // Hand-set options stay as set unless --autotune asks for tuning all the same.
         autotune: args.autotune || (!args.no_autotune && args.threads.is_none() && args.io_concurrency.is_none()),
         ..LoaderOptions::default()
-    })
+    };
+    opts.validate().map_err(|e| match e {
+        LoaderError::InvalidOption { option, reason } => anyhow::anyhow!("--{}: {reason}", option.replace('_', "-")),
+        other => other.into(),
+    })?;
+    Ok(opts)
 }
 
 /// Runs the pipeline and prints the report (table or JSON).

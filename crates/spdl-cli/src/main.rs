@@ -120,7 +120,7 @@ pub struct LoaderArgs {
     /// `center-crop`: resize the shorter side to size*256/224 then center-crop (ImageNet eval);
     /// `resize`: resize straight to size x size; `random-resized-crop`: a random crop of 8-100% of the area
     /// resized to size x size, flipped half the time (ImageNet training).
-    #[arg(long, default_value = "center-crop", value_parser = ["center-crop", "resize", "random-resized-crop"])]
+    #[arg(long, default_value = "center-crop", value_parser = spdl_io::image::TransformName::NAMES)]
     pub transform: String,
     /// Seed of `random-resized-crop` (torchvision's RandomResizedCrop(size) + RandomHorizontalFlip()): each
     /// image's crop and flip follow from the seed, the epoch and the image's place in the listing, whatever

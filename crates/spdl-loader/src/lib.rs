@@ -345,12 +345,7 @@ impl Default for LoaderOptions {
 /// ImageNet's evaluation transform: the shorter side resized to `size * 256 / 224`, then a
 /// center crop of `size` x `size`.
 pub fn eval_transform(size: u32) -> Transform {
-    Transform::ResizeShorterCenterCrop {
-        shorter: (size * 256).div_ceil(224),
-        crop_width: size,
-        crop_height: size,
-        filter: ResizeFilter::Bilinear,
-    }
+    spdl_io::image::TransformName::CenterCrop.transform(size, size, ResizeFilter::Bilinear, 0)
 }
 
 /// The bounds every recipe's pipeline options share: threads, batch size, reads in flight, epochs.
@@ -379,7 +374,17 @@ pub(crate) fn check_pipeline_options(
 }
 
 impl LoaderOptions {
-    fn check(&self) -> Result<(), LoaderError> {
+    /// Checks every option against its bounds, and one batch's bytes against the decode memory budget:
+    /// what opening a loader checks first, for a front end (the CLI, Python) that wants the error before it
+    /// lists anything. Each option is checked here only.
+    ///
+    /// ```
+    /// use spdl_loader::{LoaderError, LoaderOptions};
+    /// assert!(LoaderOptions::default().validate().is_ok());
+    /// let bad = LoaderOptions { batch_size: 0, ..LoaderOptions::default() };
+    /// assert!(matches!(bad.validate(), Err(LoaderError::InvalidOption { option: "batch_size", .. })));
+    /// ```
+    pub fn validate(&self) -> Result<(), LoaderError> {
         let bad = |option, reason: String| Err(LoaderError::InvalidOption { option, reason });
         check_pipeline_options(self.threads, self.batch_size, self.io_concurrency, self.epochs)?;
         // The bytes of one batch, checked against the process's decode memory budget before any is paid.
@@ -504,7 +509,7 @@ fn open_gpu(mode: GpuMode) -> Result<(Option<Arc<spdl_cuda::Transfer>>, GpuStatu
 impl ImageLoader {
     /// Builds the pipeline over `listing` (it starts on the first batch asked).
     pub fn new(listing: Listing, opts: LoaderOptions) -> Result<Self, LoaderError> {
-        opts.check()?;
+        opts.validate()?;
         let (gpu, status) = open_gpu(opts.gpu)?;
         // Batches are recycled either way: pinned blocks with a GPU, a heap pool without one (no mmap, page
         // faults and munmap per batch; RSS stays flat). The cap keeps a stalled consumer from growing it.

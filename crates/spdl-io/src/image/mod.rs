@@ -81,7 +81,7 @@ pub fn jpeg_decoder() -> String {
 pub use batch::{BatchDecoder, BatchOptions, BatchOutput, Normalize, decode_image_batch, load_image_batch};
 pub use encode::{EncodeColor, EncodeOptions, encode_image};
 pub use format::ImageFormat;
-pub use transform::{ResizeFilter, Transform};
+pub use transform::{ResizeFilter, Transform, TransformName, UnknownTransform};
 
 use crate::{Error, Result};
 use pixels::{BufferStore, Pixels, resize_into};

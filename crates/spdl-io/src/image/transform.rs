@@ -107,6 +107,85 @@ pub enum Transform {
     },
 }
 
+/// A transform a recipe names by string (`spdl demo --transform`, `spdl_rs`'s `transform=`), parsed in
+/// one place, and the [`Transform`] it stands for at a given output size.
+///
+/// ```
+/// use spdl_io::image::{ResizeFilter, Transform, TransformName};
+/// let name: TransformName = "center-crop".parse().unwrap();
+/// let t = name.transform(224, 224, ResizeFilter::Bilinear, 0);
+/// assert!(matches!(t, Transform::ResizeShorterCenterCrop { shorter: 256, crop_width: 224, .. }));
+/// assert!("crop".parse::<TransformName>().unwrap_err().to_string().contains("center-crop"));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TransformName {
+    /// `"resize"`: exactly to the output size ([`Transform::Resize`]).
+    Resize,
+    /// `"center-crop"`: ImageNet's evaluation transform, the shorter side to 256/224 of the output's longer
+    /// side, then the centered output-sized crop ([`Transform::ResizeShorterCenterCrop`]).
+    CenterCrop,
+    /// `"random-resized-crop"`: torchvision's `RandomResizedCrop` with a horizontal flip half the time
+    /// ([`Transform::RandomResizedCrop`]), seeded.
+    RandomResizedCrop,
+}
+
+impl TransformName {
+    /// Every name, as parsed.
+    pub const NAMES: [&'static str; 3] = ["resize", "center-crop", "random-resized-crop"];
+
+    /// The name as parsed.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransformName::Resize => "resize",
+            TransformName::CenterCrop => "center-crop",
+            TransformName::RandomResizedCrop => "random-resized-crop",
+        }
+    }
+
+    /// The transform to a `width` x `height` output, resampled with `filter`; `seed` seeds the random crop.
+    pub fn transform(self, width: u32, height: u32, filter: ResizeFilter, seed: u64) -> Transform {
+        match self {
+            TransformName::Resize => Transform::Resize { width, height, filter },
+            TransformName::CenterCrop => Transform::ResizeShorterCenterCrop {
+                shorter: u32::try_from((u64::from(width.max(height)) * 256).div_ceil(224)).unwrap_or(u32::MAX),
+                crop_width: width,
+                crop_height: height,
+                filter,
+            },
+            TransformName::RandomResizedCrop => match Transform::random_resized_crop(width, height, seed) {
+                Transform::RandomResizedCrop { scale, ratio, seed, .. } => {
+                    Transform::RandomResizedCrop { width, height, scale, ratio, seed, hflip: 0.5, filter }
+                }
+                other => other,
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for TransformName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A transform name that is not one of [`TransformName::NAMES`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("transform must be \"resize\", \"center-crop\" or \"random-resized-crop\", got {0:?}")]
+pub struct UnknownTransform(pub String);
+
+impl std::str::FromStr for TransformName {
+    type Err = UnknownTransform;
+
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        match s {
+            "resize" => Ok(TransformName::Resize),
+            "center-crop" => Ok(TransformName::CenterCrop),
+            "random-resized-crop" => Ok(TransformName::RandomResizedCrop),
+            other => Err(UnknownTransform(other.to_owned())),
+        }
+    }
+}
+
 impl Transform {
     /// [`Transform::Resize`] with the bilinear filter.
     pub fn resize(width: u32, height: u32) -> Transform {

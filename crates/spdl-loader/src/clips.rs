@@ -250,7 +250,7 @@ impl std::fmt::Debug for ClipLoader {
 impl ClipLoader {
     /// Builds the pipeline over `listing` (it starts on the first batch asked).
     pub fn new(listing: Listing, opts: ClipLoaderOptions) -> Result<Self, LoaderError> {
-        opts.validate()?;
+        opts.check()?;
         let pool = Arc::new(CachingPool::new(HeapBackend, PoolConfig { max_bytes: opts.pool_bytes }));
         let allocator: SharedAllocator = pool.clone();
         let io_concurrency = opts.io_concurrency.unwrap_or(if listing.is_remote() { 32 } else { 8 });

@@ -30,7 +30,10 @@ use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyDict};
 use spdl_buffer::{Buffer, Layout, system_allocator};
-use spdl_io::image::{BatchDecoder, BatchOptions, ImageOptions, Normalize, PixelFormat, ResizeFilter, Transform};
+use spdl_io::image::{
+    BatchDecoder, BatchOptions, ImageOptions, Normalize, PixelFormat, ResizeFilter, Transform, TransformName,
+    UnknownTransform,
+};
 
 use self::options::KeywordOptions;
 use crate::args::{self, Int};
@@ -447,26 +450,8 @@ impl BatchSpec {
 /// The batch transform named `name`, to a `width` x `height` output.
 fn batch_transform(name: &str, width: u32, height: u32, filter_name: &str, seed: u64) -> PyResult<Transform> {
     let filter = filter(filter_name)?;
-    Ok(match name {
-        "resize" => Transform::Resize { width, height, filter },
-        "center-crop" => Transform::ResizeShorterCenterCrop {
-            shorter: (u64::from(width.max(height)) * 256).div_ceil(224).min(u64::from(u32::MAX)) as u32,
-            crop_width: width,
-            crop_height: height,
-            filter,
-        },
-        "random-resized-crop" => match Transform::imagenet_train(width, seed) {
-            Transform::RandomResizedCrop { scale, ratio, seed, hflip, .. } => {
-                Transform::RandomResizedCrop { width, height, scale, ratio, seed, hflip, filter }
-            }
-            other => other,
-        },
-        other => {
-            return Err(PyValueError::new_err(format!(
-                "transform must be \"resize\", \"center-crop\" or \"random-resized-crop\", got {other:?}"
-            )));
-        }
-    })
+    let name: TransformName = name.parse().map_err(|e: UnknownTransform| PyValueError::new_err(e.to_string()))?;
+    Ok(name.transform(width, height, filter, seed))
 }
 
 /// Decodes a batch of images (paths or encoded bytes) resized to ``width`` x ``height`` into one contiguous

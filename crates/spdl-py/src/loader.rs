@@ -8,7 +8,7 @@ use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use spdl_buffer::Layout;
 use spdl_exec::Item;
-use spdl_io::image::{ResizeFilter, Transform};
+use spdl_io::image::{ResizeFilter, Transform, TransformName, UnknownTransform};
 use spdl_loader::{GpuMode, ListOptions, Listing, LoaderError, LoaderOptions};
 
 use crate::args::{self, Int};
@@ -75,16 +75,8 @@ fn loader_err(e: LoaderError) -> PyErr {
 }
 
 fn transform(name: &str, size: u32, seed: u64) -> PyResult<Transform> {
-    Ok(match name {
-        "center-crop" => spdl_loader::eval_transform(size),
-        "resize" => Transform::Resize { width: size, height: size, filter: ResizeFilter::Bilinear },
-        "random-resized-crop" => Transform::imagenet_train(size, seed),
-        other => {
-            return Err(PyValueError::new_err(format!(
-                "transform must be \"center-crop\", \"resize\" or \"random-resized-crop\", got {other:?}"
-            )));
-        }
-    })
+    let name: TransformName = name.parse().map_err(|e: UnknownTransform| PyValueError::new_err(e.to_string()))?;
+    Ok(name.transform(size, size, ResizeFilter::Bilinear, seed))
 }
 
 keyword_options! {

@@ -94,7 +94,7 @@ pub(crate) fn ensure_ffmpeg(major: u32) -> Result<PathBuf> {
     }
     fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
 
-    let source_dir = crate::python::fetch_debian_source(&work, suite, package)
+    let source_dir = crate::debian::fetch_debian_source(&work, suite, package)
         .with_context(|| format!("fetching the {package} source package from {suite}"))?;
     let version = fs::read_to_string(source_dir.join("VERSION"))
         .or_else(|_| fs::read_to_string(source_dir.join("RELEASE")))

@@ -23,8 +23,10 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
+mod debian;
 mod ffmpeg;
 mod ffmpeg_source;
+mod free_threaded;
 mod fuzz;
 mod gpu;
 mod python;

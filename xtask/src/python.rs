@@ -6,13 +6,8 @@
 //! the suite once, so that the module's claim to be safe without the GIL is tested on an interpreter that has
 //! none.
 //!
-//! The free-threaded interpreter is `$SPDL_FT_PYTHON` when set (a `python3.13t` from anywhere, e.g.
-//! `actions/setup-python` with `3.13t`). Otherwise, as this Debian release does not package one, it is built once
-//! from Debian's own source package (the `trixie` suite, fetched with `apt-get source` from the mirror the system
-//! already uses, with private apt lists so that the system's stay untouched) into a cache outside the clone
-//! (`~/.cache/spdl-rs/python3.13t`, or `$SPDL_RS_PYTHON_FT` if set) and reused by every later run.
+//! The free-threaded interpreter comes from [`crate::free_threaded`].
 
-use std::ffi::OsStr;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -32,15 +27,6 @@ const CHECK_PACKAGES: &[&str] = &["mypy==2.4.1"];
 /// pinned; only in `target/venv-wheel`: neither has a wheel for the free-threaded interpreter. torch pulls its CUDA
 /// packages (about 5 GB; it runs on CPU here), which pip caches between runs.
 const DIST_PACKAGES: &[&str] = &["torch==2.15.0", "ray[data]==2.60.0"];
-
-/// A free-threaded interpreter to use instead of building one (see the module docs).
-const FT_PYTHON_ENV: &str = "SPDL_FT_PYTHON";
-
-/// The Debian source package the free-threaded interpreter is built from, and the suite that has it.
-const FT_SOURCE_PACKAGE: &str = "python3.13";
-const FT_SUITE: &str = "trixie";
-/// Written into the interpreter's prefix after `make install` succeeds; a prefix without it is rebuilt.
-const FT_COMPLETE_STAMP: &str = ".spdl-rs-complete";
 
 /// Cargo features of spdl-py's clippy and rustdoc gates: the abi3 wheel's.
 fn module_features() -> String {
@@ -84,7 +70,7 @@ pub fn python_tests(root: &Path, s3s_fs: &Path, quick: bool) -> Result<()> {
     run_pytest(&installed, &crate_dir, false, s3s_fs, Ffmpeg::Present)?;
     run_pytest(&installed, &crate_dir, false, s3s_fs, Ffmpeg::Hidden)?;
 
-    let ft_python = ensure_free_threaded_python()?;
+    let ft_python = crate::free_threaded::ensure_free_threaded_python()?;
     let installed_ft =
         fresh_venv(&root.join("target/venv-wheel-ft"), &ft_python, &wheels.free_threaded, TEST_PACKAGES)?;
     run_pytest(&installed_ft, &crate_dir, true, s3s_fs, Ffmpeg::Present)?;
@@ -349,187 +335,5 @@ fn run_pytest(venv: &Path, crate_dir: &Path, free_threaded: bool, s3s_fs: &Path,
             py.display(),
             if ffmpeg == Ffmpeg::Hidden { ", FFmpeg hidden" } else { "" }
         ),
-    }
-}
-
-/// The free-threaded interpreter's prefix: `$SPDL_RS_PYTHON_FT`, else `~/.cache/spdl-rs/python3.13t`.
-fn free_threaded_prefix() -> Result<PathBuf> {
-    if let Some(dir) = std::env::var_os("SPDL_RS_PYTHON_FT") {
-        return Ok(PathBuf::from(dir));
-    }
-    let home = std::env::var_os("HOME").context("HOME is not set (needed for ~/.cache/spdl-rs)")?;
-    Ok(PathBuf::from(home).join(".cache/spdl-rs/python3.13t"))
-}
-
-/// Returns the free-threaded interpreter: `$SPDL_FT_PYTHON` if set (it must report the GIL disabled), else
-/// the cached `python3.13t`, built into the cache first if it is not there.
-pub(crate) fn ensure_free_threaded_python() -> Result<PathBuf> {
-    if let Some(given) = std::env::var_os(FT_PYTHON_ENV) {
-        let python = PathBuf::from(given);
-        let answer = gil_enabled(&python).with_context(|| format!("{FT_PYTHON_ENV}={}", python.display()))?;
-        if answer != "False" {
-            bail!(
-                "{FT_PYTHON_ENV}={} is not a free-threaded interpreter (sys._is_gil_enabled(): {answer})",
-                python.display()
-            );
-        }
-        return Ok(python);
-    }
-    let prefix = free_threaded_prefix()?;
-    let python = prefix.join("bin/python3.13t");
-    if prefix.join(FT_COMPLETE_STAMP).is_file() && python.is_file() {
-        return Ok(python);
-    }
-    eprintln!("xtask: building a free-threaded CPython into {} (a few minutes, once)", prefix.display());
-    let work = prefix.with_file_name("python3.13t-build");
-    if work.exists() {
-        fs::remove_dir_all(&work).with_context(|| format!("removing {}", work.display()))?;
-    }
-    fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
-
-    let source_dir = fetch_python_source(&work)?;
-    if prefix.exists() {
-        fs::remove_dir_all(&prefix).with_context(|| format!("removing the partial {}", prefix.display()))?;
-    }
-    let jobs = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).to_string();
-    run(Command::new("./configure")
-        .arg("--disable-gil")
-        .arg(format!("--prefix={}", prefix.display()))
-        .arg("--with-ensurepip=install")
-        .current_dir(&source_dir))
-    .context("configuring CPython (free-threaded)")?;
-    run(Command::new("make").args(["-j", &jobs]).current_dir(&source_dir)).context("building CPython")?;
-    run(Command::new("make").arg("install").current_dir(&source_dir)).context("installing CPython")?;
-
-    let answer = gil_enabled(&python)?;
-    if answer != "False" {
-        bail!("{} was built but reports the GIL enabled ({answer})", python.display());
-    }
-    fs::write(prefix.join(FT_COMPLETE_STAMP), FT_SOURCE_PACKAGE)
-        .with_context(|| format!("writing {}", prefix.join(FT_COMPLETE_STAMP).display()))?;
-    // The sources and object files are not needed any more (about 300 MB).
-    let _ = fs::remove_dir_all(&work);
-    Ok(python)
-}
-
-/// What `sys._is_gil_enabled()` prints on `python` (`False` on a free-threaded interpreter running without the
-/// GIL; an error message on interpreters before 3.13).
-fn gil_enabled(python: &Path) -> Result<String> {
-    let out = Command::new(python)
-        .args(["-c", "import sys; print(sys._is_gil_enabled())"])
-        .output()
-        .with_context(|| format!("running {}", python.display()))?;
-    let mut answer = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    if answer.is_empty() {
-        answer = String::from_utf8_lossy(&out.stderr).trim().lines().last().unwrap_or_default().to_string();
-    }
-    Ok(answer)
-}
-
-/// Downloads Debian's `python3.13` source package into `work` with private apt lists and unpacks the
-/// upstream tarball; returns the unpacked source directory.
-fn fetch_python_source(work: &Path) -> Result<PathBuf> {
-    fetch_debian_source(work, FT_SUITE, FT_SOURCE_PACKAGE)
-}
-
-/// Downloads Debian source package `package` from `suite` into `work` with private apt lists (the system's
-/// own apt configuration is left alone) and unpacks its upstream `{package}_*.orig.tar.xz` into `work/src`;
-/// returns that directory.
-pub(crate) fn fetch_debian_source(work: &Path, suite: &str, package: &str) -> Result<PathBuf> {
-    let mirror = debian_mirror().context("finding the Debian mirror this system uses")?;
-    let keyring = Path::new("/usr/share/keyrings/debian-archive-keyring.gpg");
-    let sources = work.join("sources.list");
-    fs::write(&sources, format!("deb-src [signed-by={}] {mirror} {suite} main\n", keyring.display()))
-        .with_context(|| format!("writing {}", sources.display()))?;
-    let lists = work.join("lists");
-    let cache = work.join("cache");
-    let parts = work.join("sources.list.d");
-    for dir in [lists.join("partial"), cache.join("archives/partial"), parts.clone()] {
-        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    let apt = |args: &[&str]| {
-        let mut cmd = Command::new("apt-get");
-        cmd.arg("-o")
-            .arg(format!("Dir::Etc::SourceList={}", sources.display()))
-            .arg("-o")
-            .arg(format!("Dir::Etc::SourceParts={}", parts.display()))
-            .arg("-o")
-            .arg(format!("Dir::State::Lists={}", lists.display()))
-            .arg("-o")
-            .arg(format!("Dir::Cache={}", cache.display()))
-            .args(args)
-            .current_dir(work);
-        cmd
-    };
-    run(&mut apt(&["update"])).with_context(|| format!("apt-get update on the private {suite} deb-src list"))?;
-    run(&mut apt(&["source", "--download-only", package])).with_context(|| format!("apt-get source {package}"))?;
-
-    let tarball = fs::read_dir(work)
-        .with_context(|| format!("listing {}", work.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| {
-            p.file_name()
-                .and_then(OsStr::to_str)
-                .is_some_and(|n| n.starts_with(&format!("{package}_")) && n.ends_with(".orig.tar.xz"))
-        })
-        .with_context(|| format!("no {package}_*.orig.tar.xz in {}", work.display()))?;
-    let src = work.join("src");
-    fs::create_dir_all(&src).with_context(|| format!("creating {}", src.display()))?;
-    run(Command::new("tar").arg("-xJf").arg(&tarball).arg("-C").arg(&src).arg("--strip-components=1"))
-        .with_context(|| format!("unpacking {}", tarball.display()))?;
-    Ok(src)
-}
-
-/// The URI of the main Debian archive in the system's apt sources (deb822 `.sources` files or the one-line
-/// `sources.list` format), so that the build uses whatever mirror the machine is set up with.
-fn debian_mirror() -> Result<String> {
-    let mut texts = Vec::new();
-    if let Ok(entries) = fs::read_dir("/etc/apt/sources.list.d") {
-        for entry in entries.flatten() {
-            let p = entry.path();
-            if p.extension().and_then(OsStr::to_str).is_some_and(|e| e == "sources" || e == "list") {
-                texts.push(fs::read_to_string(&p).unwrap_or_default());
-            }
-        }
-    }
-    texts.push(fs::read_to_string("/etc/apt/sources.list").unwrap_or_default());
-    let is_archive = |uri: &str| uri.trim_end_matches('/').ends_with("/debian");
-    for text in &texts {
-        for line in text.lines().map(str::trim) {
-            if let Some(rest) = line.strip_prefix("URIs:") {
-                if let Some(uri) = rest.split_whitespace().find(|u| is_archive(u)) {
-                    return Ok(uri.trim_end_matches('/').to_string());
-                }
-            } else if line.starts_with("deb ") || line.starts_with("deb-src ") {
-                // `deb [options] URI suite components`
-                if let Some(uri) = line.split_whitespace().find(|w| w.contains("://") && is_archive(w)) {
-                    return Ok(uri.trim_end_matches('/').to_string());
-                }
-            }
-        }
-    }
-    bail!("no Debian archive URI (…/debian) in /etc/apt/sources.list or /etc/apt/sources.list.d")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn asks_an_interpreter_about_its_gil_or_fails() {
-        assert!(gil_enabled(Path::new("/nonexistent/python3.13t")).is_err());
-        if let Ok(python) = which("python3") {
-            // `True`/`False` from 3.13 on, the AttributeError's line before: never empty.
-            assert!(!gil_enabled(&python).expect("python3 runs").is_empty());
-        }
-    }
-
-    #[test]
-    fn finds_a_mirror_or_says_why() {
-        // On Debian this names the archive; elsewhere it must fail with a message, not panic.
-        match debian_mirror() {
-            Ok(uri) => assert!(uri.contains("://") && uri.ends_with("/debian"), "{uri}"),
-            Err(e) => assert!(e.to_string().contains("no Debian archive URI")),
-        }
     }
 }

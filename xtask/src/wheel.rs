@@ -2,7 +2,7 @@
 //!
 //! 1. an abi3 wheel for CPython >= 3.10 (the crate's `abi3` feature, PyO3's `abi3-py310`);
 //! 2. a wheel for the free-threaded CPython 3.13t, which has no stable ABI (its interpreter comes from
-//!    [`crate::python::ensure_free_threaded_python`]);
+//!    [`crate::free_threaded::ensure_free_threaded_python`]);
 //! 3. the sdist (`maturin sdist`).
 //!
 //! Both wheels carry [`WHEEL_FEATURES`] and are built with `maturin build --profile wheel --zig --compatibility
@@ -150,7 +150,7 @@ pub fn wheel(root: &Path, extra_majors: &[u32]) -> Result<Wheels> {
     }
 
     let venv = ensure_build_venv(&root.join("target/wheel-venv"))?;
-    let ft_python = crate::python::ensure_free_threaded_python()?;
+    let ft_python = crate::free_threaded::ensure_free_threaded_python()?;
     let tools = Tools { venv: venv.clone(), target_dir };
 
     let mut artefacts = Vec::new();

@@ -41,6 +41,9 @@ static IN_PYTHON: AtomicUsize = AtomicUsize::new(0);
 /// frame). The `atexit` hook lets them through before finalization starts: CPython would kill a thread that
 /// takes the GIL during finalization, and the forced unwind cannot cross the Rust frame it waits in.
 static IN_TRANSIT: AtomicUsize = AtomicUsize::new(0);
+/// The engine threads running Python code now (their thread ids; 0 is a free slot), for the shutdown hook's
+/// `SystemExit` (lock-free, so that a fork cannot leave it locked in the child).
+static ENGINE_THREAD_IDS: [AtomicU64; 256] = [const { AtomicU64::new(0) }; 256];
 
 fn this_thread() -> u64 {
     // SAFETY: pthread_self is always safe to call.
@@ -132,19 +135,46 @@ pub(crate) fn leave_transit() {
 }
 
 /// Counts an engine thread as running Python code while the guard lives (the shutdown hook waits for
-/// these to leave).
-pub(crate) struct InPython(());
+/// these to leave), and holds its entry in [`ENGINE_THREAD_IDS`] (none if every slot is taken), so that the
+/// hook can raise `SystemExit` in it.
+pub(crate) struct InPython {
+    slot: Option<usize>,
+}
 
 impl InPython {
     pub(crate) fn enter() -> Self {
         IN_PYTHON.fetch_add(1, Ordering::AcqRel);
-        InPython(())
+        // SAFETY: pthread_self is always safe to call.
+        let me = unsafe { libc::pthread_self() } as u64;
+        let slot = ENGINE_THREAD_IDS
+            .iter()
+            .position(|slot| slot.compare_exchange(0, me, Ordering::AcqRel, Ordering::Relaxed).is_ok());
+        InPython { slot }
     }
 }
 
 impl Drop for InPython {
     fn drop(&mut self) {
+        if let Some(i) = self.slot {
+            ENGINE_THREAD_IDS[i].store(0, Ordering::Release);
+        }
         IN_PYTHON.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Raises `SystemExit` in every engine thread that is running Python code (the shutdown hook's last resort
+/// for an op that outlives the grace period: CPython raises it when that thread next runs bytecode).
+fn interrupt_engine_threads(py: Python<'_>) {
+    let exc = py.get_type::<pyo3::exceptions::PySystemExit>();
+    for slot in &ENGINE_THREAD_IDS {
+        let id = slot.load(Ordering::Acquire);
+        if id != 0 {
+            // SAFETY: the GIL is held (`py`); `id` is a thread id as `threading.get_ident` gives it, and
+            // `exc` a live exception type.
+            unsafe {
+                pyo3::ffi::PyThreadState_SetAsyncExc(id as std::os::raw::c_ulong as _, exc.as_ptr());
+            }
+        }
     }
 }
 
@@ -181,7 +211,9 @@ fn after_fork_in_child() {
     IN_PYTHON.store(0, Ordering::Release);
     IN_TRANSIT.store(0, Ordering::Release);
     EXITING.store(false, Ordering::Release);
-    crate::pipeline::tstate::after_fork_in_child();
+    for slot in &ENGINE_THREAD_IDS {
+        slot.store(0, Ordering::Release);
+    }
 }
 
 /// The `atexit` hook: from now on, threads park instead of entering the interpreter.
@@ -220,7 +252,7 @@ fn wait_engine_threads(py: Python<'_>) -> PyResult<usize> {
         py.check_signals()?;
     }
     if IN_PYTHON.load(Ordering::Acquire) > 0 {
-        crate::pipeline::tstate::interrupt_engine_threads(py);
+        interrupt_engine_threads(py);
         let deadline = Instant::now() + AFTER_ASYNC_EXC;
         while IN_PYTHON.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
             py.detach(|| std::thread::sleep(Duration::from_millis(10)));

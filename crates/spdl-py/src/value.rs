@@ -77,6 +77,12 @@ impl Value {
         Value::from_py(obj)
     }
 
+    /// A Python op's result as a [`Value`]: [`Value::from_py_splittable`] when a `disaggregate` follows
+    /// (`split`), [`Value::from_py`] otherwise.
+    pub(crate) fn from_op_output(obj: Bound<'_, PyAny>, split: bool) -> Value {
+        if split { Value::from_py_splittable(obj) } else { Value::from_py(obj) }
+    }
+
     /// The Python object for this value (a new object for Rust data; no copy for buffers).
     pub fn into_py(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         Ok(match self {

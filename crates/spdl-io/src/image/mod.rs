@@ -48,6 +48,7 @@
 //! # Ok::<(), spdl_io::Error>(())
 //! ```
 
+mod admit;
 mod batch;
 mod decode;
 mod encode;

@@ -17,7 +17,7 @@ use std::ffi::CStr;
 use image::metadata::Orientation;
 use turbojpeg_sys as tj;
 
-use crate::image::decode::{
+use crate::image::admit::{
     Decoded, Issue, admit, check_jpeg_work, check_size, decode_error, exif_orientation, jpeg_is_complete,
     reduction_factor,
 };
@@ -343,109 +343,6 @@ mod tests {
         assert_eq!(r.x % 8, 0);
         assert!(r.x <= 500 && r.x + r.w >= 1500 && r.y <= 400 && r.y + r.h >= 1200);
         assert!((moved.left + f64::from(r.x) - 500.0).abs() < 1e-9 && (moved.width - 1000.0).abs() < 1e-9);
-    }
-}
-
-/// The region path against the reference of a full decode followed by the same crop and resize.
-#[cfg(all(test, feature = "synth"))]
-mod region_tests {
-    use fast_image_resize::Resizer;
-
-    use super::*;
-    use crate::image::ResizeFilter;
-    use crate::image::decode::decode;
-    use crate::image::pixels::{Pixels, resize_into};
-
-    fn jpeg(w: u32, h: u32, seed: u64, progressive: bool) -> Vec<u8> {
-        let rgb = crate::synth::photo(seed, w, h);
-        crate::synth::encode_jpeg(&rgb, w, h, 90, progressive).unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    /// Full decode (no transform): the reference pixels.
-    fn full(bytes: &[u8], opts: &ImageOptions) -> Pixels {
-        let (mut data, mut tmp) = (Vec::new(), Vec::new());
-        let d =
-            decode(bytes, "ref.jpg", opts, &Transform::None, 0, &mut data, &mut tmp).unwrap_or_else(|e| panic!("{e}"));
-        Pixels { data, width: d.width, height: d.height, channels: d.channels }
-    }
-
-    fn resize(px: &Pixels, plan: &Plan) -> Vec<u8> {
-        let mut out = vec![0u8; (plan.out_w * plan.out_h) as usize * usize::from(px.channels)];
-        resize_into(&mut Resizer::new(), px, plan, ResizeFilter::Bilinear, &mut out, "x")
-            .unwrap_or_else(|e| panic!("{e}"));
-        out
-    }
-
-    fn psnr(a: &[u8], b: &[u8]) -> f64 {
-        let mse = a.iter().zip(b).map(|(&x, &y)| (f64::from(x) - f64::from(y)).powi(2)).sum::<f64>() / a.len() as f64;
-        if mse == 0.0 { f64::INFINITY } else { 10.0 * (255.0f64 * 255.0 / mse).log10() }
-    }
-
-    fn transforms(seed: u64) -> Vec<Transform> {
-        vec![Transform::imagenet_eval(), Transform::resize(224, 224), Transform::random_resized_crop(224, 224, seed)]
-    }
-
-    #[test]
-    fn region_decode_equals_full_decode_then_crop() {
-        let opts = ImageOptions { reduced_scale_jpeg: false, ..ImageOptions::default() };
-        for (w, h, progressive) in [(640, 427, false), (333, 500, true), (1001, 677, false)] {
-            let bytes = jpeg(w, h, u64::from(w), progressive);
-            let reference = full(&bytes, &opts);
-            for salt in 0..20u64 {
-                let t = Transform::random_resized_crop(224, 224, 7);
-                let (mut data, mut tmp) = (Vec::new(), Vec::new());
-                let d = decode(&bytes, "x.jpg", &opts, &t, salt, &mut data, &mut tmp).unwrap_or_else(|e| panic!("{e}"));
-                let (Some(moved), Some(plan)) = (d.plan, t.plan(w, h, salt)) else { panic!("no plan") };
-                let (x0, y0) = ((plan.left - moved.left).round() as u32, (plan.top - moved.top).round() as u32);
-                assert!(d.width <= w && d.height <= h);
-                let mut diff = 0u64;
-                for y in 0..d.height {
-                    for x in 0..d.width * 3 {
-                        let got = data[(y * d.width * 3 + x) as usize];
-                        let want = reference.data[((y + y0) * w * 3 + x0 * 3 + x) as usize];
-                        diff += u64::from(got.abs_diff(want));
-                    }
-                }
-                let mad = diff as f64 / f64::from(d.width * d.height * 3);
-                assert!(mad <= 1.0, "{w}x{h} salt {salt}: mean absolute difference {mad}");
-            }
-        }
-    }
-
-    #[test]
-    fn fused_outputs_match_the_reference_within_40_db() {
-        for (w, h) in [(640, 427), (500, 375), (2000, 1500), (257, 911)] {
-            let bytes = jpeg(w, h, u64::from(h), false);
-            let reference = full(&bytes, &ImageOptions::default());
-            for t in transforms(3) {
-                for salt in 0..8u64 {
-                    let (mut data, mut tmp) = (Vec::new(), Vec::new());
-                    let opts = ImageOptions::default();
-                    let d =
-                        decode(&bytes, "x.jpg", &opts, &t, salt, &mut data, &mut tmp).unwrap_or_else(|e| panic!("{e}"));
-                    let px = Pixels { data, width: d.width, height: d.height, channels: d.channels };
-                    let fused = resize(&px, &d.plan.unwrap_or_else(|| panic!("plan")));
-                    let want = resize(&reference, &t.plan(w, h, salt).unwrap_or_else(|| panic!("plan")));
-                    let p = psnr(&fused, &want);
-                    assert!(p >= 40.0, "{w}x{h} {t:?} salt {salt}: {p:.1} dB");
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn a_failed_decode_does_not_change_the_next_one() {
-        let good = jpeg(320, 240, 1, false);
-        let opts = ImageOptions { allow_truncated: true, ..ImageOptions::default() };
-        let run = |bytes: &[u8]| {
-            let (mut data, mut tmp) = (Vec::new(), Vec::new());
-            decode(bytes, "x.jpg", &opts, &Transform::resize(40, 30), 0, &mut data, &mut tmp).map(|_| data)
-        };
-        let first = run(&good).unwrap_or_else(|e| panic!("{e}"));
-        for cut in [24, 32, 44, 200, good.len() / 2] {
-            let _ = run(&good[..cut]);
-            assert!(run(&good).ok().as_ref() == Some(&first), "after a file cut at {cut}: the next decode changed");
-        }
     }
 
     #[test]

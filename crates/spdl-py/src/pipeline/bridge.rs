@@ -17,7 +17,7 @@ use pyo3::exceptions::{PyRuntimeError, PyStopAsyncIteration};
 use pyo3::prelude::*;
 use tokio::sync::oneshot;
 
-use super::ops::{Failures, convert};
+use super::failure_log::Failures;
 use crate::error::Error;
 use crate::value::Value;
 
@@ -231,14 +231,14 @@ impl Reply {
         };
         let outcome = match (self.kind, result) {
             (JobKind::Call, Ok(obj)) if obj.is_none() => Ok(Produced::Items(Vec::new())),
-            (JobKind::Call, Ok(obj)) => Ok(Produced::Items(vec![convert(obj, ctx.split)])),
+            (JobKind::Call, Ok(obj)) => Ok(Produced::Items(vec![Value::from_op_output(obj, ctx.split)])),
             (JobKind::CollectGen, Ok(obj)) => {
                 collect(obj, ctx.split).map(Produced::Items).map_err(|e| ctx.failures.record(py, &ctx.stage, e))
             }
             (JobKind::Next, Ok(obj)) => Ok(Produced::Items(vec![Value::from_py(obj)])),
             (JobKind::Start, Ok(obj)) => Ok(Produced::Object(obj.unbind())),
             (JobKind::GenNext, Ok(obj)) if obj.is_none() => Ok(Produced::Items(Vec::new())),
-            (JobKind::GenNext, Ok(obj)) => Ok(Produced::Items(vec![convert(obj, ctx.split)])),
+            (JobKind::GenNext, Ok(obj)) => Ok(Produced::Items(vec![Value::from_op_output(obj, ctx.split)])),
             (JobKind::Next | JobKind::GenNext, Err(e)) if e.is_instance_of::<PyStopAsyncIteration>(py) => {
                 Ok(Produced::End)
             }
@@ -267,7 +267,7 @@ fn collect(obj: Bound<'_, PyAny>, split: bool) -> PyResult<Vec<Value>> {
     for item in obj.try_iter()? {
         let item = item?;
         if !item.is_none() {
-            out.push(convert(item, split));
+            out.push(Value::from_op_output(item, split));
         }
     }
     Ok(out)

@@ -3,6 +3,7 @@
 //! (start, stop, get_item, stats). Waiting for items, stopping and joining run with the GIL released.
 
 mod bridge;
+mod failure_log;
 mod ops;
 mod spec;
 pub(crate) mod tstate;
@@ -22,7 +23,7 @@ use spdl_exec::autotune::Window;
 use spdl_exec::{BuildOptions, FailureBudget, Item, Pipeline, PipelineBuilder, PipelineError, PipelineStats, state};
 
 pub use bridge::{AsyncBridge, Reply};
-use ops::Failures;
+use failure_log::Failures;
 pub use ops::{NativeOp, PyNativeOp};
 use wiring::Chain;
 pub use wiring::RegionInputs;

@@ -7,16 +7,11 @@
 //! the thread state kept (detached between calls), `Python::attach` only re-attaches it.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use pyo3::ffi;
 use pyo3::prelude::*;
 
 use crate::lifecycle;
-
-/// The engine threads running Python code now (their thread ids; 0 is a free slot), for the shutdown hook's
-/// `SystemExit` (lock-free, so that a fork cannot leave it locked in the child).
-static IN_PYTHON: [AtomicU64; 256] = [const { AtomicU64::new(0) }; 256];
 
 /// The kept thread state of this thread, detached.
 struct Kept {
@@ -78,62 +73,14 @@ pub(crate) fn keep() {
 
 /// `Python::attach` on an engine thread, keeping this thread's thread state for the next call (see the
 /// module doc). While the interpreter exits, the thread parks instead (see [`crate::lifecycle`]); while it
-/// runs Python code it is counted, for the shutdown hook.
+/// runs Python code it is counted ([`lifecycle::InPython`]), for the shutdown hook.
 pub(crate) fn attach<R>(f: impl for<'py> FnOnce(Python<'py>) -> R) -> R {
     lifecycle::park_if_exiting();
     keep();
     let _counted = lifecycle::InPython::enter();
-    let _slot = Slot::take();
     lifecycle::enter_transit();
     Python::attach(|py| {
         lifecycle::leave_transit();
         f(py)
     })
-}
-
-/// This thread's entry in [`IN_PYTHON`] while it runs Python code (none if every slot is taken).
-struct Slot(Option<usize>);
-
-impl Slot {
-    fn take() -> Self {
-        // SAFETY: pthread_self is always safe to call.
-        let me = unsafe { libc::pthread_self() } as u64;
-        for (i, slot) in IN_PYTHON.iter().enumerate() {
-            if slot.compare_exchange(0, me, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-                return Slot(Some(i));
-            }
-        }
-        Slot(None)
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        if let Some(i) = self.0 {
-            IN_PYTHON[i].store(0, Ordering::Release);
-        }
-    }
-}
-
-/// Raises `SystemExit` in every engine thread that is running Python code (the shutdown hook's last resort
-/// for an op that outlives the grace period: CPython raises it when that thread next runs bytecode).
-pub(crate) fn interrupt_engine_threads(py: Python<'_>) {
-    let exc = py.get_type::<pyo3::exceptions::PySystemExit>();
-    for slot in &IN_PYTHON {
-        let id = slot.load(Ordering::Acquire);
-        if id != 0 {
-            // SAFETY: the GIL is held (`py`); `id` is a thread id as `threading.get_ident` gives it, and
-            // `exc` a live exception type.
-            unsafe {
-                ffi::PyThreadState_SetAsyncExc(id as std::os::raw::c_ulong as _, exc.as_ptr());
-            }
-        }
-    }
-}
-
-/// After a fork: the parent's threads do not exist in the child.
-pub(crate) fn after_fork_in_child() {
-    for slot in &IN_PYTHON {
-        slot.store(0, Ordering::Release);
-    }
 }

@@ -12,9 +12,9 @@ use spdl_exec::{
 };
 
 use super::bridge::{JobContext, JobKind, Produced, Submitter};
+use super::failure_log::Failures;
 use super::ops::{
-    Failures, OpImpl, PipeSpec, PyAggregator, PyIter, PyIterable, RangeIter, collect_items, disaggregate_stage,
-    make_stage,
+    OpImpl, PipeSpec, PyAggregator, PyIter, PyIterable, RangeIter, collect_items, disaggregate_stage, make_stage,
 };
 use super::spec::{
     AggregateStep, AggregatorStep, AsyncSource, DisaggregateStep, IterSource, ListSource, MergeSource,

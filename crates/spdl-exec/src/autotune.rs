@@ -26,7 +26,7 @@
 //! windows in a row. So it never oscillates: a round is finite, and a steady pipeline
 //! starts no new one. Raises stay within each stage's bounds and within the memory budget
 //! (each stage's `item_bytes` for its calls in flight and its output queue); while the
-//! process's resident memory exceeds the budget, it halves the stage that holds the most.
+//! process's resident memory exceeds the memory budget, it halves the stage that holds the most.
 //! The pool follows: its thread count is the sum of the blocking concurrency (at least the
 //! pipeline's `num_threads`, at most [`AutotuneConfig::max_threads`]).
 //!
@@ -91,8 +91,9 @@ pub struct AutotuneConfig {
     /// A queue is grown when the stage before it is blocked and the stage after it starved
     /// for at least this share of a window each (default 0.1).
     pub jitter_floor: f64,
-    /// The memory the tuned stages may hold, and the resident memory above which the
-    /// controller lowers what it raised (`None`: no limit).
+    /// The memory budget: the memory the tuned stages may hold, and the resident memory above
+    /// which the controller lowers what it raised (`None`: no limit). Not the pipeline's
+    /// [`crate::FailureBudget`], nor spdl-io's process-wide decode memory budget.
     pub max_memory_bytes: Option<u64>,
     /// The most pool threads (default 4x the cores).
     pub max_threads: usize,
@@ -962,8 +963,9 @@ pub(crate) fn resident_bytes() -> Option<u64> {
     kib_field(&status, "VmRSS:")
 }
 
-/// Half the memory available now, where it can be read (Linux): the default budget.
-pub(crate) fn default_budget() -> Option<u64> {
+/// Half the memory available now, where it can be read (Linux): the default memory budget
+/// ([`AutotuneConfig::max_memory_bytes`]).
+pub(crate) fn default_memory_budget() -> Option<u64> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
     kib_field(&info, "MemAvailable:").map(|b| b / 2)
 }
@@ -1026,7 +1028,7 @@ impl Setup {
                 })
             })
             .collect();
-        let max_memory_bytes = max_memory_bytes.or_else(default_budget);
+        let max_memory_bytes = max_memory_bytes.or_else(default_memory_budget);
         let config = AutotuneConfig { max_memory_bytes, max_threads: (4 * cores()).max(threads), ..Default::default() };
         let report = AutotuneReport { threads, max_memory_bytes, rounds: 1, ..Default::default() };
         Self {

@@ -421,7 +421,7 @@ impl<T: Send + 'static> PipelineBuilder<T, Sunk> {
                 reason: "must be at least 1".into(),
             });
         }
-        crate::budget::validate(&options.failure_budget, "failure_budget")?;
+        crate::failure_accounting::validate(&options.failure_budget, "failure_budget")?;
         let shared = Arc::new(Shared::new(options.failure_budget));
         let pool = Pool::new();
         let mut w = Wiring {
@@ -480,7 +480,7 @@ pub(crate) fn wire_pipe<T: Send + 'static, U: Send + 'static>(
         w.invalid(format!("stage `{name}`: concurrency"), "must be at least 1".into());
     }
     if let Some(budget) = &options.failure_budget
-        && let Err(e) = crate::budget::validate(budget, &format!("stage `{name}`: failure_budget"))
+        && let Err(e) = crate::failure_accounting::validate(budget, &format!("stage `{name}`: failure_budget"))
     {
         w.error.get_or_insert(e);
     }

@@ -331,8 +331,10 @@ impl InputLog {
     }
 }
 
+/// What a [`Checkpoint`] holds behind its lock: the log of each input registered with it, and the state
+/// being resumed from.
 #[derive(Debug, Default)]
-struct Tracker {
+struct CheckpointInputs {
     inputs: Vec<InputLog>,
     /// The state being resumed from (inputs are matched by position as they are added).
     resume: Option<PipelineState>,
@@ -342,7 +344,7 @@ struct Tracker {
 /// failures in it, and [`CheckpointedPipeline`] records deliveries. Cheap to clone (one `Arc`).
 #[derive(Debug, Clone, Default)]
 pub struct Checkpoint {
-    inner: Arc<Mutex<Tracker>>,
+    inner: Arc<Mutex<CheckpointInputs>>,
 }
 
 impl Checkpoint {
@@ -354,10 +356,10 @@ impl Checkpoint {
     /// A checkpoint that resumes from `state`: the inputs, added in the same order as in the
     /// pipeline that saved it, re-enumerate the epochs not fully delivered and skip what was.
     pub fn resume(state: &PipelineState) -> Self {
-        Self { inner: Arc::new(Mutex::new(Tracker { inputs: Vec::new(), resume: Some(state.clone()) })) }
+        Self { inner: Arc::new(Mutex::new(CheckpointInputs { inputs: Vec::new(), resume: Some(state.clone()) })) }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Tracker> {
+    fn lock(&self) -> MutexGuard<'_, CheckpointInputs> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 

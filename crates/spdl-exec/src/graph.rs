@@ -428,7 +428,7 @@ pub(crate) struct Tag<X> {
 
 /// Reports `(branch, seq)` done to the route's tracker when dropped, unless disarmed.
 pub(crate) struct EndGuard {
-    tracker: Option<Arc<Tracker>>,
+    tracker: Option<Arc<EndedRoutes>>,
     branch: usize,
     seq: u64,
 }
@@ -447,14 +447,15 @@ impl Drop for EndGuard {
     }
 }
 
-/// The inputs of a route that ended inside a branch without a last output.
+/// The inputs of a route that ended inside a branch without a last output, `(branch, seq)`, which an
+/// ordered merge waits on instead of that route's output.
 #[derive(Default)]
-pub(crate) struct Tracker {
+pub(crate) struct EndedRoutes {
     ended: Mutex<HashSet<(usize, u64)>>,
     notify: Notify,
 }
 
-impl Tracker {
+impl EndedRoutes {
     fn end(&self, branch: usize, seq: u64) {
         self.ended.lock().unwrap_or_else(PoisonError::into_inner).insert((branch, seq));
         self.notify.notify_waiters();
@@ -721,7 +722,7 @@ fn wire_route<T: Send + 'static, U: Send + 'static>(
     let shared = w.shared();
     let mut feeds = Vec::with_capacity(branches.len());
     let join = if ordered {
-        let tracker = Arc::new(Tracker::default());
+        let tracker = Arc::new(EndedRoutes::default());
         let (order_tx, order_rx) = mpsc::unbounded_channel();
         let mut txs = Vec::new();
         let mut rxs = Vec::new();
@@ -787,7 +788,7 @@ fn wire_route<T: Send + 'static, U: Send + 'static>(
 
 enum Join<U> {
     Completion(Vec<QueueRx<U>>),
-    Ordered { rxs: Vec<QueueRx<Tag<U>>>, order: mpsc::UnboundedReceiver<Order>, tracker: Arc<Tracker> },
+    Ordered { rxs: Vec<QueueRx<Tag<U>>>, order: mpsc::UnboundedReceiver<Order>, tracker: Arc<EndedRoutes> },
 }
 
 fn wire_route_batched<T: Send + 'static, U: Send + 'static>(
@@ -802,7 +803,7 @@ fn wire_route_batched<T: Send + 'static, U: Send + 'static>(
     let (routed, cls) = wire_classifier(w, input, classifier, true);
     let batched = w.batched;
     let shared = w.shared();
-    let tracker = Arc::new(Tracker::default());
+    let tracker = Arc::new(EndedRoutes::default());
     let (order_tx, order_rx) = mpsc::unbounded_channel();
     let mut feeds = Vec::with_capacity(branches.len());
     let mut txs = Vec::new();
@@ -931,7 +932,7 @@ async fn dispatch_tagged<T>(
     input: QueueRx<(usize, T)>,
     txs: Vec<Port<Tag<T>>>,
     order: mpsc::UnboundedSender<Order>,
-    tracker: Arc<Tracker>,
+    tracker: Arc<EndedRoutes>,
     cls: Arc<StageCell>,
     shared: Arc<Shared>,
 ) {
@@ -970,7 +971,7 @@ async fn dispatch_batched<T>(
     input: QueueRx<(Vec<usize>, Vec<T>)>,
     txs: Vec<Port<Tag<Vec<T>>>>,
     order: mpsc::UnboundedSender<Order>,
-    tracker: Arc<Tracker>,
+    tracker: Arc<EndedRoutes>,
     cls: Arc<StageCell>,
     shared: Arc<Shared>,
 ) {
@@ -1069,7 +1070,7 @@ async fn next_piece<U>(
     out: &mut BranchOut<U>,
     b: usize,
     seq: u64,
-    tracker: &Tracker,
+    tracker: &EndedRoutes,
     downstream: &QueueTx<impl Sized>,
     cell: &StageCell,
 ) -> Piece<U> {
@@ -1157,7 +1158,7 @@ async fn next_order(order: &mut mpsc::UnboundedReceiver<Order>, out: &QueueTx<im
 async fn join_ordered<U: Send + 'static>(
     rxs: Vec<QueueRx<Tag<U>>>,
     mut order: mpsc::UnboundedReceiver<Order>,
-    tracker: Arc<Tracker>,
+    tracker: Arc<EndedRoutes>,
     out: QueueTx<U>,
     cell: Arc<StageCell>,
     shared: Arc<Shared>,
@@ -1204,7 +1205,7 @@ async fn join_ordered<U: Send + 'static>(
 async fn join_batched<U: Send + 'static>(
     rxs: Vec<QueueRx<Tag<Vec<U>>>>,
     mut order: mpsc::UnboundedReceiver<Order>,
-    tracker: Arc<Tracker>,
+    tracker: Arc<EndedRoutes>,
     out: QueueTx<Vec<U>>,
     cell: Arc<StageCell>,
     shared: Arc<Shared>,

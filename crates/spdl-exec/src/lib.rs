@@ -52,13 +52,13 @@
 
 mod aggregator;
 pub mod autotune;
-mod budget;
 mod builder;
 pub mod checkpoint;
 mod context;
 mod driver;
 mod error;
 mod failure;
+mod failure_accounting;
 mod fast;
 mod graph;
 mod item_size;

@@ -180,6 +180,6 @@ mod tests {
         assert!(!FailureBudget::Fraction(0.1).is_exceeded(50, 99));
         assert!(FailureBudget::Fraction(0.1).is_exceeded(11, 100));
         assert!(!FailureBudget::Fraction(0.1).is_exceeded(10, 100));
-        assert!(crate::budget::validate(&FailureBudget::Fraction(1.5), "x").is_err());
+        assert!(crate::failure_accounting::validate(&FailureBudget::Fraction(1.5), "x").is_err());
     }
 }

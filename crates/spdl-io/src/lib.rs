@@ -59,7 +59,7 @@
 //! ```
 #![deny(missing_docs)]
 
-mod budget;
+mod decode_memory;
 mod error;
 pub mod input;
 
@@ -80,7 +80,9 @@ pub mod synth;
 #[cfg(feature = "ffmpeg")]
 pub mod video;
 
-pub use budget::{UNMETERED_BYTES, decode_memory_budget, default_decode_memory_budget, set_decode_memory_budget};
+pub use decode_memory::{
+    UNMETERED_BYTES, decode_memory_budget, default_decode_memory_budget, set_decode_memory_budget,
+};
 pub use error::{Error, Result};
 pub use input::{DEFAULT_MAX_FILE_BYTES, MediaInput, ReadLimits, TimeWindow, read_file};
 

@@ -13,8 +13,8 @@ use audio_video_util::*;
 use spdl_buffer::{Layout, system_allocator};
 use spdl_io::audio::{AudioOptions, decode_audio};
 use spdl_io::video::{
-    DecodeOptions, DemuxOptions, FrameSampling, PixelFormat, VideoLimits, VideoOptions, decode_packets, decode_video,
-    demux_video,
+    DecodeOptions, DemuxOptions, FramePixelFormat, FrameSampling, VideoLimits, VideoOptions, decode_packets,
+    decode_video, demux_video,
 };
 use spdl_io::{Error, MediaInput, StreamKind, TimeWindow, probe};
 
@@ -150,7 +150,7 @@ fn solid_red_scaled_and_gray() {
         assert!(px[0] >= 250 && px[1] <= 5 && px[2] <= 5, "{px:?}");
     }
     let small = VideoOptions {
-        decode: DecodeOptions { size: Some((32, 20)), pixel_format: PixelFormat::Gray8, ..Default::default() },
+        decode: DecodeOptions { size: Some((32, 20)), pixel_format: FramePixelFormat::Gray8, ..Default::default() },
         ..Default::default()
     };
     let g = decode(&path, &small);

@@ -100,7 +100,7 @@ fn src_from_py(obj: &Bound<'_, PyAny>, index: usize) -> PyResult<Src> {
 }
 
 /// The failed items of a non-strict batch: `(index, item, message)`, as Python sees them.
-type Failures = Vec<(usize, String, String)>;
+type FailedItems = Vec<(usize, String, String)>;
 
 /// A media source argument: a path, or bytes named `name` in errors (default `<bytes>`).
 fn media_src(obj: &Bound<'_, PyAny>, name: Option<&str>) -> PyResult<Src> {
@@ -416,7 +416,7 @@ impl BatchSpec {
     /// Decodes the batch: all paths, all bytes, or a mix (then files are read first). `keys` seed each item's
     /// random transform (default: its position). Returns the buffer and the failed items (non-strict mode) as
     /// `(index, item, message)`.
-    fn run(&self, srcs: Vec<Src>, keys: Option<&[u64]>) -> Result<(Buffer, Failures), spdl_io::Error> {
+    fn run(&self, srcs: Vec<Src>, keys: Option<&[u64]>) -> Result<(Buffer, FailedItems), spdl_io::Error> {
         let positions: Vec<u64>;
         let keys = match keys {
             Some(k) => k,

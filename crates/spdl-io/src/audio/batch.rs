@@ -135,7 +135,7 @@ fn run<T: OutSample>(
         )));
     }
     let batch_bytes = slot.saturating_mul(n as u64).saturating_mul(dtype.size() as u64);
-    crate::budget::check_fits(&format!("a batch of {n} clips"), "batch buffer bytes", batch_bytes)?;
+    crate::decode_memory::check_fits(&format!("a batch of {n} clips"), "batch buffer bytes", batch_bytes)?;
     let dims = match audio.layout {
         AudioLayout::ChannelsFirst => [n, channels, opts.num_frames],
         AudioLayout::Interleaved => [n, opts.num_frames, channels],

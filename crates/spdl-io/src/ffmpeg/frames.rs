@@ -768,7 +768,7 @@ pub(crate) fn convert_frames(items: &[&MediaFrames], batch: bool, allocator: &Sh
         full.insert(0, items.len());
     }
     let bytes = full.iter().try_fold(dtype.size() as u64, |a, &d| a.checked_mul(d as u64)).unwrap_or(u64::MAX);
-    crate::budget::check_fits(&first.item, "converted frames bytes", bytes)?;
+    crate::decode_memory::check_fits(&first.item, "converted frames bytes", bytes)?;
     let layout = if batch { Layout::Plain } else { layout };
     let mut buf = Buffer::zeros(dtype, &full, layout, allocator)?;
     let per_item = usize::try_from(bytes).unwrap_or(usize::MAX) / items.len().max(1);
@@ -844,7 +844,7 @@ pub(crate) fn reference_video_frames(
     if data.len() != frame_len * n {
         return Err(bad(format!("{} bytes of data for {n} frames of {frame_len} bytes", data.len())));
     }
-    crate::budget::check_fits("create_reference_video_frame", "frame bytes", data.len() as u64)?;
+    crate::decode_memory::check_fits("create_reference_video_frame", "frame bytes", data.len() as u64)?;
     let mut frames = Vec::with_capacity(n);
     for k in 0..n {
         let f = alloc_frame("create_reference_video_frame")?;

@@ -17,14 +17,14 @@ use spdl_buffer::{Buffer, DType, Layout, SharedAllocator};
 use super::avio::{ff_error, ts_seconds};
 use super::media::{ff_packet, params_of};
 use crate::media::Packets;
-use crate::video::{DecodeOptions, FrameSampling, Frames, PixelFormat, ScaleFilter, VideoLimits, select_keys};
+use crate::video::{DecodeOptions, FramePixelFormat, FrameSampling, Frames, ScaleFilter, VideoLimits, select_keys};
 use crate::{Error, Result};
 
 /// The swscale pixel format of `f`.
-fn pixel(f: PixelFormat) -> ff::format::Pixel {
+fn pixel(f: FramePixelFormat) -> ff::format::Pixel {
     match f {
-        PixelFormat::Rgb24 => ff::format::Pixel::RGB24,
-        PixelFormat::Gray8 => ff::format::Pixel::GRAY8,
+        FramePixelFormat::Rgb24 => ff::format::Pixel::RGB24,
+        FramePixelFormat::Gray8 => ff::format::Pixel::GRAY8,
     }
 }
 
@@ -63,7 +63,7 @@ pub(super) struct Converter {
 
 impl Converter {
     /// A converter to `width x height` in `format` (its swscale context is made for the first frame).
-    pub(super) fn new(format: PixelFormat, width: u32, height: u32, filter: ScaleFilter) -> Converter {
+    pub(super) fn new(format: FramePixelFormat, width: u32, height: u32, filter: ScaleFilter) -> Converter {
         Converter {
             ctx: None,
             dst: pixel(format),

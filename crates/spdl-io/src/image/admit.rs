@@ -5,7 +5,7 @@
 
 use image::metadata::Orientation;
 
-use crate::budget::{self, Reservation};
+use crate::decode_memory::{self, Reservation};
 use crate::image::format::ImageFormat;
 use crate::image::transform::Plan;
 use crate::{Error, Result};
@@ -39,7 +39,7 @@ pub(crate) enum Issue {
 
 /// What a decode produced: the pixels (in the store) are `width` x `height` x `channels`, oriented, and
 /// `plan` is the transform planned on them (already scaled if the JPEG was decoded at a reduced scale).
-/// `reservation` holds the decode's working memory in the process-wide budget until the caller has
+/// `reservation` holds the decode's working memory in the process-wide decode memory budget until the caller has
 /// resized the pixels.
 #[derive(Debug)]
 pub(crate) struct Decoded {
@@ -87,7 +87,7 @@ pub(crate) fn admit(
         }
         bytes = bytes.saturating_add(mid.saturating_add(out).saturating_mul(cout));
     }
-    budget::reserve(item, bytes)
+    decode_memory::reserve(item, bytes)
 }
 
 pub(crate) fn decode_error(item: &str, format: ImageFormat, cause: impl Into<crate::error::BoxError>) -> Error {

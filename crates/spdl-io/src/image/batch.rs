@@ -164,7 +164,7 @@ struct Worker {
 }
 
 /// Scratch above this many bytes is freed after its image rather than kept for the next: one huge image
-/// must not hold its decode's memory (outside the decode budget) for the rest of the batch.
+/// must not hold its decode's memory (outside the decode memory budget) for the rest of the batch.
 const KEEP_SCRATCH_BYTES: usize = 64 << 20;
 
 impl Worker {
@@ -274,7 +274,7 @@ impl BatchDecoder {
         let dtype = if self.lut.is_some() { DType::F32 } else { DType::U8 };
         let shape = self.output_shape(n);
         let bytes = shape.iter().fold(dtype.size() as u64, |acc, &d| acc.saturating_mul(d as u64));
-        crate::budget::check_fits(&format!("a batch of {n} images"), "batch buffer bytes", bytes)?;
+        crate::decode_memory::check_fits(&format!("a batch of {n} images"), "batch buffer bytes", bytes)?;
         let mut buffer = Buffer::zeros(dtype, &shape, self.opts.layout, &self.allocator)?;
         let slots: Vec<SlotMut<'_>> = match (&self.lut, self.opts.layout) {
             (Some(lut), Layout::Nchw) => {

@@ -95,15 +95,16 @@ pub const JPEG_DECODER: &str = if cfg!(feature = "turbojpeg") { "libjpeg-turbo" 
 pub const DEFAULT_MAX_PIXELS: u64 = 178_956_970;
 
 /// The default [`ImageOptions::max_metadata_bytes`]: 16 MiB (real ICC profiles are under 1 MB), the size
-/// below which a decode's working memory is not metered by the process-wide budget.
-pub const DEFAULT_MAX_METADATA_BYTES: u64 = crate::budget::UNMETERED_BYTES;
+/// below which a decode's working memory is not metered by the process-wide decode memory budget.
+pub const DEFAULT_MAX_METADATA_BYTES: u64 = crate::decode_memory::UNMETERED_BYTES;
 
 /// The default [`ImageOptions::max_scan_pixels`]: 2^32, 24 full passes over an image of
 /// [`DEFAULT_MAX_PIXELS`]; real progressive encoders write about 10 scans. About 4 s of zune-jpeg decode
 /// at the limit (a pass over the coefficients costs about 1 ns a pixel).
 pub const DEFAULT_MAX_SCAN_PIXELS: u64 = 1 << 32;
 
-/// The pixel format of decoded images (always 8 bits per channel, interleaved).
+/// The pixel format of decoded images (always 8 bits per channel, interleaved). Video frames have their
+/// own, `spdl_io::video::FramePixelFormat`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum PixelFormat {

@@ -509,7 +509,7 @@ pub mod abi {
         /// Its length in bytes.
         pub build_id_len: usize,
         /// The loading library's decode memory budget (read only after the build id matched).
-        pub budget: *const c_void,
+        pub decode_memory: *const c_void,
     }
 
     impl Request {
@@ -521,7 +521,8 @@ pub mod abi {
                 abi: ABI,
                 build_id: id.as_ptr(),
                 build_id_len: id.len(),
-                budget: crate::budget::shared() as *const crate::budget::Shared as *const c_void,
+                decode_memory: crate::decode_memory::shared() as *const crate::decode_memory::SharedDecodeMemory
+                    as *const c_void,
             }
         }
     }
@@ -551,9 +552,12 @@ pub mod abi {
             if id != build_id().as_bytes() {
                 return std::ptr::null();
             }
-            if !r.budget.is_null() {
-                // SAFETY: the build id matched: `budget` is this build's `Shared`, a static of the loader.
-                crate::budget::use_host(unsafe { &*r.budget.cast::<crate::budget::Shared>() });
+            if !r.decode_memory.is_null() {
+                // SAFETY: the build id matched: `decode_memory` is this build's `SharedDecodeMemory`, a static of the
+                // loader.
+                crate::decode_memory::use_host(unsafe {
+                    &*r.decode_memory.cast::<crate::decode_memory::SharedDecodeMemory>()
+                });
             }
             let b: &'static &'static dyn super::Backend = BACKEND.get_or_init(crate::ffmpeg::linked);
             b as *const &'static dyn super::Backend as *const c_void

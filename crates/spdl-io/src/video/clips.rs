@@ -24,7 +24,7 @@
 
 use spdl_buffer::{Buffer, DType, Layout, SharedAllocator};
 
-use super::{PixelFormat, ScaleFilter, VideoLimits};
+use super::{FramePixelFormat, ScaleFilter, VideoLimits};
 use crate::input::MediaInput;
 use crate::media::{Packets, ts_seconds};
 use crate::{Error, Result};
@@ -136,7 +136,7 @@ pub struct ClipOptions {
     /// Output `(width, height)`; `None` keeps the coded size. Resizing is fused with the conversion.
     pub size: Option<(u32, u32)>,
     /// RGB or gray.
-    pub pixel_format: PixelFormat,
+    pub pixel_format: FramePixelFormat,
     /// Interpolation when resizing.
     pub filter: ScaleFilter,
     /// Decoder threads (frame threading); `0` lets FFmpeg pick. Default 1.
@@ -151,7 +151,7 @@ impl Default for ClipOptions {
     fn default() -> Self {
         ClipOptions {
             size: None,
-            pixel_format: PixelFormat::Rgb24,
+            pixel_format: FramePixelFormat::Rgb24,
             filter: ScaleFilter::Bicubic,
             threads: 1,
             skip_unused: true,
@@ -501,7 +501,7 @@ pub fn plan_on(timeline: &Timeline, packets: &Packets, request: &ClipRequest, op
         });
     }
     // And to the process's decode memory budget: an output that could never fit is refused now.
-    crate::budget::check_fits(item, "clip output bytes", bytes)?;
+    crate::decode_memory::check_fits(item, "clip output bytes", bytes)?;
     let n = timeline.frames.len();
     if n == 0 && num_clips > 0 {
         return Err(Error::Decode {

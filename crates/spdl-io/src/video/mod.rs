@@ -37,7 +37,7 @@ pub use clips::{
     sample_starts,
 };
 pub use options::{
-    DecodeOptions, DemuxOptions, FrameSampling, Frames, PixelFormat, ScaleFilter, VideoLimits, VideoOptions,
+    DecodeOptions, DemuxOptions, FramePixelFormat, FrameSampling, Frames, ScaleFilter, VideoLimits, VideoOptions,
 };
 
 #[cfg(feature = "ffmpeg-linked")]

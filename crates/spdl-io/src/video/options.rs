@@ -62,10 +62,11 @@ pub enum FrameSampling {
     Uniform(usize),
 }
 
-/// Pixel format of the output frames.
+/// Pixel format of the output video frames (FFmpeg's `rgb24` or `gray8`, made by swscale); not to be
+/// confused with `spdl_io::image::PixelFormat`, the format of decoded still images.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
-pub enum PixelFormat {
+pub enum FramePixelFormat {
     /// 8-bit RGB, `C = 3` (default).
     #[default]
     Rgb24,
@@ -73,12 +74,12 @@ pub enum PixelFormat {
     Gray8,
 }
 
-impl PixelFormat {
+impl FramePixelFormat {
     /// Channels per pixel.
     pub fn channels(self) -> usize {
         match self {
-            PixelFormat::Rgb24 => 3,
-            PixelFormat::Gray8 => 1,
+            FramePixelFormat::Rgb24 => 3,
+            FramePixelFormat::Gray8 => 1,
         }
     }
 }
@@ -106,7 +107,7 @@ pub struct DecodeOptions {
     /// Output `(width, height)`; `None` keeps the coded size.
     pub size: Option<(u32, u32)>,
     /// RGB or gray.
-    pub pixel_format: PixelFormat,
+    pub pixel_format: FramePixelFormat,
     /// Interpolation when resizing.
     pub filter: ScaleFilter,
     /// Decoder threads (frame threading); `0` lets FFmpeg pick one per core. Default 1: a loader
@@ -119,7 +120,7 @@ impl Default for DecodeOptions {
         DecodeOptions {
             sampling: FrameSampling::All,
             size: None,
-            pixel_format: PixelFormat::Rgb24,
+            pixel_format: FramePixelFormat::Rgb24,
             filter: ScaleFilter::Bicubic,
             threads: 1,
         }

@@ -191,7 +191,7 @@ fn failure_list<'py>(py: Python<'py>, failures: &[(usize, String, String)]) -> P
     PyList::new(py, failures)
 }
 
-fn batch_failures(batch: &AudioBatch) -> super::Failures {
+fn batch_failures(batch: &AudioBatch) -> super::FailedItems {
     batch.failures.iter().map(crate::error::batch_failure).collect()
 }
 

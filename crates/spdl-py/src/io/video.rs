@@ -10,8 +10,8 @@ use pyo3::types::PyDict;
 use spdl_buffer::system_allocator;
 use spdl_io::media::MediaPackets;
 use spdl_io::video::{
-    DecodeOptions, DemuxOptions, FrameSampling, Frames, PixelFormat, ScaleFilter, decode_packets as decode_packets_rs,
-    demux_video as demux_video_rs,
+    DecodeOptions, DemuxOptions, FramePixelFormat, FrameSampling, Frames, ScaleFilter,
+    decode_packets as decode_packets_rs, demux_video as demux_video_rs,
 };
 
 use super::audio::window;
@@ -22,10 +22,10 @@ use crate::error::Error;
 use crate::pipeline::{NativeOp, PyNativeOp};
 use crate::value::Value;
 
-pub(super) fn pixel_format(name: &str) -> PyResult<PixelFormat> {
+pub(super) fn pixel_format(name: &str) -> PyResult<FramePixelFormat> {
     match name.to_ascii_lowercase().as_str() {
-        "rgb24" | "rgb" => Ok(PixelFormat::Rgb24),
-        "gray" | "gray8" | "grey" => Ok(PixelFormat::Gray8),
+        "rgb24" | "rgb" => Ok(FramePixelFormat::Rgb24),
+        "gray" | "gray8" | "grey" => Ok(FramePixelFormat::Gray8),
         other => Err(PyValueError::new_err(format!("pix_fmt must be \"rgb24\" or \"gray\", got {other:?}"))),
     }
 }

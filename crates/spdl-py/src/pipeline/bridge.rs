@@ -17,7 +17,7 @@ use pyo3::exceptions::{PyRuntimeError, PyStopAsyncIteration};
 use pyo3::prelude::*;
 use tokio::sync::oneshot;
 
-use super::failure_log::Failures;
+use super::failure_log::FailureLog;
 use crate::error::Error;
 use crate::value::Value;
 
@@ -70,7 +70,7 @@ pub(crate) struct JobContext {
     pub(crate) stage: String,
     /// Split `list`/`tuple` results for a following `disaggregate`.
     pub(crate) split: bool,
-    pub(crate) failures: Arc<Failures>,
+    pub(crate) failures: Arc<FailureLog>,
 }
 
 /// The scheduler's end of the bridge: cheap to clone, never touches Python.

@@ -1,6 +1,6 @@
 //! The record of a pipeline's Python exceptions: failed items, the source's failures, and the fatal
 //! exception that stops the pipeline. The ops (`ops`), the asyncio bridge (`bridge`) and the pipeline
-//! object all record into one [`Failures`].
+//! object all record into one [`FailureLog`].
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
@@ -13,19 +13,20 @@ use crate::error::Error;
 /// Python exceptions kept per pipeline for `PipelineFailure` (the first ones; later ones are only logged).
 const KEPT_EXCEPTIONS: usize = 32;
 
-/// The Python exceptions of a pipeline's failed items, its source's failures, the fatal exception that
-/// stops it, and its logger.
+/// The log of a pipeline's Python exceptions: those of its failed items, its source's failures, the fatal
+/// exception that stops it, and the logger they are written to. (The counts that a failure budget judges
+/// are spdl-exec's; this keeps the exceptions themselves, for `PipelineFailure`.)
 ///
 /// Every exception that escapes Python code on an engine thread or on the event loop comes here
-/// ([`Failures::record`]). An ordinary `Exception` (and an op's own `asyncio.CancelledError`) fails the
+/// ([`FailureLog::record`]). An ordinary `Exception` (and an op's own `asyncio.CancelledError`) fails the
 /// item; any other `BaseException` (`KeyboardInterrupt`, `SystemExit`, `GeneratorExit`, a user's
-/// `BaseException` subclass) is *fatal*: the first one is kept ([`Failures::fatal`]) and the consumer's
+/// `BaseException` subclass) is *fatal*: the first one is kept ([`FailureLog::fatal`]) and the consumer's
 /// `get_item` stops the pipeline and raises it.
 #[derive(Debug)]
-pub(crate) struct Failures {
+pub(crate) struct FailureLog {
     /// The exceptions kept for `PipelineFailure` (the first [`KEPT_EXCEPTIONS`]), oldest first. Their
     /// tracebacks hold the frames of the ops that raised, and so whatever those refer to (the object that owns
-    /// the pipeline, for a bound-method op): [`Failures::traverse`] shows them to the garbage collector.
+    /// the pipeline, for a bound-method op): [`FailureLog::traverse`] shows them to the garbage collector.
     kept_list: std::sync::Mutex<Vec<(String, Py<PyBaseException>)>>,
     kept: AtomicUsize,
     logger: Py<PyAny>,
@@ -41,7 +42,7 @@ pub(crate) struct Failures {
     fatal_raised: AtomicBool,
 }
 
-impl Failures {
+impl FailureLog {
     pub(crate) fn new(py: Python<'_>) -> PyResult<Self> {
         let logger = py.import("logging")?.call_method1("getLogger", ("spdl_rs.pipeline",))?.unbind();
         let cancelled = py.import("asyncio")?.getattr("CancelledError")?.unbind();
@@ -64,7 +65,7 @@ impl Failures {
     }
 
     /// Logs a failed item's exception with its traceback, keeps it for `PipelineFailure`, and returns the
-    /// error the engine counts. A fatal exception ([`Failures::is_fatal`]) is kept as the pipeline's fatal
+    /// error the engine counts. A fatal exception ([`FailureLog::is_fatal`]) is kept as the pipeline's fatal
     /// exception instead (the first one; it is not a `PipelineFailure` exception).
     pub(crate) fn record(&self, py: Python<'_>, stage: &str, err: PyErr) -> Error {
         if self.is_fatal(py, &err) {

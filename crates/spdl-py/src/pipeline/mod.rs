@@ -23,7 +23,7 @@ use spdl_exec::autotune::Window;
 use spdl_exec::{BuildOptions, FailureBudget, Item, Pipeline, PipelineBuilder, PipelineError, PipelineStats, state};
 
 pub use bridge::{AsyncBridge, Reply};
-use failure_log::Failures;
+use failure_log::FailureLog;
 pub use ops::{NativeOp, PyNativeOp};
 use wiring::Chain;
 pub use wiring::RegionInputs;
@@ -148,7 +148,7 @@ pub struct PipelineCore {
     specs: Vec<Py<PyAny>>,
     /// The fork generation it was built in (`crate::lifecycle::generation`).
     generation: u64,
-    failures: Arc<Failures>,
+    failures: Arc<FailureLog>,
     /// The error that ended iteration (a spent failure budget), kept for `stop()` to raise.
     error: Mutex<Option<String>>,
     error_stage: Mutex<Option<String>>,
@@ -180,7 +180,7 @@ impl PipelineCore {
 pub struct CoreOptions {
     buffer_size: usize,
     num_threads: usize,
-    budget: FailureBudget,
+    failure_budget: FailureBudget,
     stage_buffer_size: usize,
     autotune: bool,
     max_memory_bytes: Option<u64>,
@@ -212,7 +212,7 @@ impl CoreOptions {
         Ok(Self {
             buffer_size,
             num_threads,
-            budget: spec::budget(max_failures, max_failure_fraction)?,
+            failure_budget: spec::failure_budget(max_failures, max_failure_fraction)?,
             stage_buffer_size,
             autotune,
             max_memory_bytes,
@@ -228,8 +228,9 @@ impl PipelineCore {
         options: &CoreOptions,
         bridge: Option<Bound<'_, AsyncBridge>>,
     ) -> PyResult<Self> {
-        let CoreOptions { buffer_size, num_threads, budget, stage_buffer_size, autotune, max_memory_bytes } = *options;
-        let failures = Arc::new(Failures::new(py)?);
+        let CoreOptions { buffer_size, num_threads, failure_budget, stage_buffer_size, autotune, max_memory_bytes } =
+            *options;
+        let failures = Arc::new(FailureLog::new(py)?);
         let submitter = bridge.as_ref().map(|b| b.get().submitter());
         let ctx = wiring::Ctx { failures: &failures, submitter: submitter.as_ref(), chunk: stage_buffer_size };
         let chain = wiring::steps_on(Chain::One(wiring::source(source, &ctx)?), steps, &ctx)?;
@@ -239,7 +240,7 @@ impl PipelineCore {
             num_threads,
             queue_capacity: stage_buffer_size,
             batch_queue_capacity: stage_buffer_size,
-            failure_budget: budget,
+            failure_budget,
             // Stats are reported by the Python layer (through `logging`), not by the engine's hook.
             report_interval: None,
             autotune,
@@ -378,7 +379,7 @@ impl PipelineCore {
     /// The auto-tuner's state: a dict with `decisions` (as `autotune_decisions`), `settled_at` (seconds
     /// from the start when it first settled, or `None`), `settled` (whether it is settled now), `rounds`
     /// (rounds of search started), `threads` (the pool's thread count now) and `max_memory_bytes` (the
-    /// budget in force, or `None`); `None` unless the pipeline was built with `autotune`.
+    /// memory budget in force, or `None`); `None` unless the pipeline was built with `autotune`.
     fn autotune_report<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
         let Some(report) = crate::lifecycle::detach(py, || self.sink.autotune()) else {
             return Ok(None);

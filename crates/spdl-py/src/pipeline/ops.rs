@@ -11,7 +11,7 @@ use pyo3::types::{PyByteArray, PyBytes, PyDict, PyIterator, PyList, PyString, Py
 use spdl_exec::{Aggregator, BoxError, FailureBudget, ItemSize, OutputOrder, Stage};
 
 use super::bridge::{JobContext, JobKind, Produced, Submitter};
-use super::failure_log::Failures;
+use super::failure_log::FailureLog;
 use crate::error::Error;
 use crate::value::Value;
 
@@ -91,8 +91,8 @@ pub(crate) struct PipeSpec {
     pub(crate) op: OpImpl,
     pub(crate) concurrency: usize,
     pub(crate) order: OutputOrder,
-    /// The stage's own budget (`None`: the pipeline's judges it).
-    pub(crate) budget: Option<FailureBudget>,
+    /// The stage's own failure budget (`None`: the pipeline's judges it).
+    pub(crate) failure_budget: Option<FailureBudget>,
     /// A `disaggregate` follows: a Python op's `list`/`tuple` result is split into Rust values now, while
     /// the GIL is held, so that the `disaggregate` does not need it.
     pub(crate) split_output: bool,
@@ -108,7 +108,7 @@ pub(crate) enum OpImpl {
 /// Items of a container that [`py_nbytes`] looks at (the rest are counted at their mean).
 const SIZE_SAMPLE: usize = 16;
 
-/// The memory a Python object holds, as the auto-tuner's budget counts a stage's items: `nbytes` where
+/// The memory a Python object holds, as the auto-tuner's memory budget counts a stage's items: `nbytes` where
 /// the object has it (NumPy arrays, tensors, `memoryview`, `spdl_rs.Buffer`), the length of bytes-like
 /// objects and strings, and for lists, tuples and dicts the sum over their items (the first
 /// [`SIZE_SAMPLE`], scaled to the container's length; `depth` levels deep); anything else counts 64
@@ -204,13 +204,13 @@ fn measured(size: &ItemSize, obj: Bound<'_, PyAny>, split: bool) -> PyResult<Val
 /// batch of an `aggregate`).
 pub(crate) fn make_stage<T>(
     spec: PipeSpec,
-    failures: &Arc<Failures>,
+    failures: &Arc<FailureLog>,
     submitter: Option<&Submitter>,
 ) -> Result<Stage<T, Value>, Error>
 where
     T: Into<Value> + Send + 'static,
 {
-    let PipeSpec { name, op, concurrency, order, budget, split_output } = spec;
+    let PipeSpec { name, op, concurrency, order, failure_budget, split_output } = spec;
     let stage_name = name.clone();
     // What the stage's items hold, measured on a sample of its outputs (for the auto-tuner's memory budget).
     let size = ItemSize::new();
@@ -318,7 +318,7 @@ where
     // A concurrency left at SPDL's default (1) may be tuned (`build(autotune=True)`); any other is fixed.
     let stage = stage.item_size(size);
     let stage = if concurrency == 1 { stage } else { stage.concurrency(concurrency) };
-    Ok(match budget {
+    Ok(match failure_budget {
         Some(budget) => stage.order(order).failure_budget(budget),
         None => stage.order(order),
     })
@@ -330,7 +330,7 @@ struct PyGen {
     it: Option<Py<PyIterator>>,
     stage: String,
     split: bool,
-    failures: Arc<Failures>,
+    failures: Arc<FailureLog>,
     size: ItemSize,
 }
 
@@ -372,7 +372,7 @@ const DISAGGREGATE: &str = "disaggregate";
 /// has room, so an endless iterator is fine; an exception of its `__iter__`/`__next__` fails the item
 /// (logged, kept for `PipelineFailure`) and ends that iterable. A value that is not iterable is a
 /// one-element batch.
-pub(crate) fn disaggregate_stage(failures: &Arc<Failures>) -> Stage<Value, Value> {
+pub(crate) fn disaggregate_stage(failures: &Arc<FailureLog>) -> Stage<Value, Value> {
     let failures = Arc::clone(failures);
     Stage::flat_map_lazy(DISAGGREGATE, move |v: Value| -> Result<Elements, Error> {
         match v {
@@ -435,7 +435,7 @@ impl Iterator for Elements {
 /// recorded as the item's failure and ends it; elements that are `None` are elements too.
 pub(crate) struct PyElements {
     it: Option<Py<PyIterator>>,
-    failures: Arc<Failures>,
+    failures: Arc<FailureLog>,
 }
 
 impl Iterator for PyElements {
@@ -461,7 +461,7 @@ pub(crate) const MAX_COLLECTED: usize = 1 << 20;
 /// [`Value::List`] as it is, a Python iterable iterated with the GIL (at most [`MAX_COLLECTED`]
 /// elements: more is a failure, as is an exception of the iterable, recorded for `stage`), anything else
 /// a one-element batch.
-pub(crate) fn collect_items(v: Value, stage: &str, failures: &Failures) -> Result<Vec<Value>, Error> {
+pub(crate) fn collect_items(v: Value, stage: &str, failures: &FailureLog) -> Result<Vec<Value>, Error> {
     let obj = match v {
         Value::List(items) => return Ok(items),
         Value::Py(obj) => obj,
@@ -554,7 +554,7 @@ impl Drop for AgenGuard {
 pub(crate) struct PyAggregator {
     pub(crate) stage: String,
     pub(crate) agg: Arc<Py<PyAny>>,
-    pub(crate) failures: Arc<Failures>,
+    pub(crate) failures: Arc<FailureLog>,
     /// A `disaggregate` follows: split `list`/`tuple` outputs now, while the GIL is held.
     pub(crate) split_output: bool,
 }
@@ -598,7 +598,7 @@ pub(crate) struct PyIter {
     chunk: usize,
     /// The most items taken per GIL acquisition (they wait here, alive, before the first queue).
     max_chunk: usize,
-    failures: Arc<Failures>,
+    failures: Arc<FailureLog>,
     /// The items' measured size (the queue after the source deepens while they are small).
     size: ItemSize,
 }
@@ -610,7 +610,7 @@ const SOURCE_CHUNK: usize = 32;
 impl PyIter {
     /// `max_chunk`: items taken per GIL acquisition at most (clamped to 1..=32); the pipeline passes its
     /// stage queue capacity, so that the source holds no more items than a queue does.
-    pub(crate) fn new(iterable: Arc<Py<PyAny>>, failures: Arc<Failures>, max_chunk: usize, size: ItemSize) -> Self {
+    pub(crate) fn new(iterable: Arc<Py<PyAny>>, failures: Arc<FailureLog>, max_chunk: usize, size: ItemSize) -> Self {
         let max_chunk = max_chunk.clamp(1, SOURCE_CHUNK);
         Self { iterable, iter: None, buf: Default::default(), done: false, chunk: 1, max_chunk, failures, size }
     }
@@ -684,7 +684,7 @@ impl Iterator for PyIter {
 #[derive(Clone)]
 pub(crate) struct PyIterable {
     pub(crate) iterable: Arc<Py<PyAny>>,
-    pub(crate) failures: Arc<Failures>,
+    pub(crate) failures: Arc<FailureLog>,
     /// See [`PyIter::new`].
     pub(crate) chunk: usize,
     /// Shared by the epochs' iterators.
@@ -734,7 +734,7 @@ impl Iterator for RangeIter {
 pub(crate) fn async_source(
     aiter: Arc<Py<PyAny>>,
     submitter: Submitter,
-    failures: Arc<Failures>,
+    failures: Arc<FailureLog>,
 ) -> impl futures::Stream<Item = Value> + Send + 'static {
     let context = Arc::new(JobContext { stage: "source".to_owned(), split: false, failures });
     futures::stream::unfold(Some((aiter, submitter, context)), |state| async move {

@@ -20,7 +20,7 @@ fn order(name: &str) -> PyResult<OutputOrder> {
 }
 
 /// A failure budget: `count` failures, or a `fraction` of the calls; neither: unlimited.
-pub(crate) fn budget(count: Option<u64>, fraction: Option<f64>) -> PyResult<FailureBudget> {
+pub(crate) fn failure_budget(count: Option<u64>, fraction: Option<f64>) -> PyResult<FailureBudget> {
     match (count, fraction) {
         (None, None) => Ok(FailureBudget::Unlimited),
         (Some(n), None) => Ok(FailureBudget::Count(n)),
@@ -32,7 +32,7 @@ pub(crate) fn budget(count: Option<u64>, fraction: Option<f64>) -> PyResult<Fail
 
 /// A stage's own failure budget: `None` (neither given) leaves the stage to the pipeline's budget; a count of
 /// -1 is "unlimited for this stage" (SPDL's per-pipe `max_failures=-1`), which the pipeline's does not judge.
-pub(crate) fn stage_budget(count: Option<i64>, fraction: Option<f64>) -> PyResult<Option<FailureBudget>> {
+pub(crate) fn stage_failure_budget(count: Option<i64>, fraction: Option<f64>) -> PyResult<Option<FailureBudget>> {
     match (count, fraction) {
         (None, None) => Ok(None),
         (Some(-1), None) => Ok(Some(FailureBudget::Unlimited)),
@@ -40,7 +40,7 @@ pub(crate) fn stage_budget(count: Option<i64>, fraction: Option<f64>) -> PyResul
             Ok(n) => Ok(Some(FailureBudget::Count(n))),
             Err(_) => Err(PyValueError::new_err(format!("max_failures must be -1 (unlimited) or >= 0, got {n}"))),
         },
-        (count, fraction) => budget(count.map(|c| c.max(0).unsigned_abs()), fraction).map(Some),
+        (count, fraction) => failure_budget(count.map(|c| c.max(0).unsigned_abs()), fraction).map(Some),
     }
 }
 
@@ -214,8 +214,8 @@ pub struct PipeStep {
     pub(crate) op: Arc<Py<PyAny>>,
     pub(crate) concurrency: usize,
     pub(crate) order: OutputOrder,
-    /// The stage's own budget (`None`: the pipeline's judges it).
-    pub(crate) budget: Option<FailureBudget>,
+    /// The stage's own failure budget (`None`: the pipeline's judges it).
+    pub(crate) failure_budget: Option<FailureBudget>,
 }
 
 #[pymethods]
@@ -246,7 +246,7 @@ impl PipeStep {
             op: Arc::new(op),
             concurrency,
             order: order(output_order)?,
-            budget: stage_budget(max_failures, max_failure_fraction)?,
+            failure_budget: stage_failure_budget(max_failures, max_failure_fraction)?,
         })
     }
 }

@@ -12,7 +12,7 @@ use spdl_exec::{
 };
 
 use super::bridge::{JobContext, JobKind, Produced, Submitter};
-use super::failure_log::Failures;
+use super::failure_log::FailureLog;
 use super::ops::{
     OpImpl, PipeSpec, PyAggregator, PyIter, PyIterable, RangeIter, collect_items, disaggregate_stage, make_stage,
 };
@@ -25,7 +25,7 @@ use crate::value::Value;
 
 /// What every step needs while the graph is wired.
 pub(crate) struct Ctx<'a> {
-    pub(crate) failures: &'a Arc<Failures>,
+    pub(crate) failures: &'a Arc<FailureLog>,
     pub(crate) submitter: Option<&'a Submitter>,
     /// Items taken from a Python iterator per GIL acquisition (the stage buffer size).
     pub(crate) chunk: usize,
@@ -49,7 +49,7 @@ fn collate() -> Stage<Vec<Value>, Value> {
 }
 
 /// A `list` item (or any iterable, collected whole and bounded: [`collect_items`]) becomes a batch.
-fn split(failures: &Arc<Failures>) -> Stage<Value, Vec<Value>> {
+fn split(failures: &Arc<FailureLog>) -> Stage<Value, Vec<Value>> {
     let failures = Arc::clone(failures);
     Stage::map("split", move |v: Value| collect_items(v, "split", &failures))
 }
@@ -238,22 +238,22 @@ fn branch_steps<X: Send + 'static>(
 /// A `through` step inside a branch is a region in a branch: not wired (the Python layer refuses
 /// placement markers inside paths).
 trait Through: Sized {
-    fn through_py(self, name: String, func: Arc<Py<PyAny>>, failures: Arc<Failures>) -> PyResult<Self>;
+    fn through_py(self, name: String, func: Arc<Py<PyAny>>, failures: Arc<FailureLog>) -> PyResult<Self>;
 }
 
-fn through<B: Through>(b: B, name: String, func: Arc<Py<PyAny>>, failures: Arc<Failures>) -> PyResult<B> {
+fn through<B: Through>(b: B, name: String, func: Arc<Py<PyAny>>, failures: Arc<FailureLog>) -> PyResult<B> {
     b.through_py(name, func, failures)
 }
 
 impl Through for PipelineBuilder<Value> {
-    fn through_py(self, name: String, func: Arc<Py<PyAny>>, failures: Arc<Failures>) -> PyResult<Self> {
+    fn through_py(self, name: String, func: Arc<Py<PyAny>>, failures: Arc<FailureLog>) -> PyResult<Self> {
         let stage = name.clone();
         Ok(self.through(name, move |inputs: Inputs<Value>| start_through(&stage, &func, inputs, &failures)))
     }
 }
 
 impl<X> Through for Branch<X, Value> {
-    fn through_py(self, name: String, _func: Arc<Py<PyAny>>, _failures: Arc<Failures>) -> PyResult<Self> {
+    fn through_py(self, name: String, _func: Arc<Py<PyAny>>, _failures: Arc<FailureLog>) -> PyResult<Self> {
         Err(PyValueError::new_err(format!("stage `{name}`: a region (to()) cannot be inside a path of path_variants")))
     }
 }
@@ -263,7 +263,7 @@ fn start_through(
     stage: &str,
     func: &Py<PyAny>,
     inputs: Inputs<Value>,
-    failures: &Arc<Failures>,
+    failures: &Arc<FailureLog>,
 ) -> Result<PyOutputs, Error> {
     super::tstate::attach(|py| {
         let run = || -> PyResult<Py<PyAny>> {
@@ -281,7 +281,7 @@ fn start_through(
 struct PyOutputs {
     it: Option<Py<PyAny>>,
     stage: String,
-    failures: Arc<Failures>,
+    failures: Arc<FailureLog>,
 }
 
 impl Iterator for PyOutputs {
@@ -358,7 +358,7 @@ fn pipe_spec(p: &PipeStep, py: Python<'_>, split_output: bool) -> PyResult<PipeS
         op,
         concurrency: p.concurrency,
         order: p.order,
-        budget: p.budget,
+        failure_budget: p.failure_budget,
         split_output,
     })
 }
@@ -418,7 +418,7 @@ impl<'py> RouteSpec<'py> {
                     }
                 }
             })
-            .failure_budget(ROUTER_BUDGET),
+            .failure_budget(ROUTER_FAILURE_BUDGET),
         ))
     }
 
@@ -440,7 +440,7 @@ impl<'py> RouteSpec<'py> {
                 run().map_err(|e| failures.record(py, &name, e))
             })
         })
-        .failure_budget(ROUTER_BUDGET)
+        .failure_budget(ROUTER_FAILURE_BUDGET)
     }
 
     fn item_branches(&self, ctx: &Ctx<'_>) -> PyResult<Vec<Branch<Value, Value>>> {
@@ -469,7 +469,7 @@ impl<'py> RouteSpec<'py> {
                 run().map_err(|e| failures.record(py, &name, e))
             })
         })
-        .failure_budget(ROUTER_BUDGET)
+        .failure_budget(ROUTER_FAILURE_BUDGET)
     }
 
     fn batch_branches(&self, ctx: &Ctx<'_>) -> PyResult<Vec<Branch<Vec<Value>, Vec<Value>>>> {
@@ -485,7 +485,7 @@ impl<'py> RouteSpec<'py> {
 
 /// A router that raises or returns an index out of range fails the pipeline, as in SPDL: routing is the
 /// pipeline's own logic, not a property of one item, so it has no failure budget (whatever `max_failures`).
-const ROUTER_BUDGET: FailureBudget = FailureBudget::Count(0);
+const ROUTER_FAILURE_BUDGET: FailureBudget = FailureBudget::Count(0);
 
 /// A router's index, checked against the number of paths.
 fn index(obj: &Bound<'_, PyAny>, n: usize) -> PyResult<usize> {

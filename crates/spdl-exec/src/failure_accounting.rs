@@ -13,7 +13,7 @@ use crate::stats::StageCell;
 /// Failures kept per stage for the error message.
 const KEPT_CAUSES: usize = 5;
 
-/// Checks a budget given as `option`.
+/// Checks a failure budget given as `option`.
 pub(crate) fn validate(budget: &FailureBudget, option: &str) -> Result<(), PipelineError> {
     match *budget {
         FailureBudget::Fraction(f) if !(0.0..=1.0).contains(&f) => Err(PipelineError::InvalidOption {

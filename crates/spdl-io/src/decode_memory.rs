@@ -1,4 +1,6 @@
-//! The process-wide decode memory budget.
+//! The process-wide decode memory budget: the bytes that large decodes running at once may hold together
+//! (not the pipeline's failure budget, `spdl_exec::FailureBudget`, nor the auto-tuner's memory budget,
+//! `spdl_exec::autotune::AutotuneConfig::max_memory_bytes`).
 //!
 //! Per-decode limits bound one decode, not the sum of those running at once: with 16 decoding threads, a
 //! batch of images that each decode to 1 GB would need 16 GB. Large decodes therefore reserve their
@@ -26,10 +28,12 @@ use crate::{Error, Result};
 pub const UNMETERED_BYTES: u64 = 16 << 20;
 
 /// Used when the machine's memory cannot be read: 4 GiB.
-const FALLBACK_BUDGET: u64 = 4 << 30;
+const FALLBACK_CAPACITY: u64 = 4 << 30;
 
+/// The decode memory budget of one process: its capacity, what is reserved now, and the waiters for
+/// reservations to be given back.
 #[derive(Debug)]
-struct Budget {
+struct DecodeMemoryPool {
     /// The process this budget belongs to.
     pid: u32,
     state: Mutex<State>,
@@ -45,37 +49,39 @@ struct State {
 /// Where a budget lives: this process's budget (see the module doc), made on first use and again in a
 /// forked child, and the capacity [`set_decode_memory_budget`] set (0: the default), carried into forked
 /// children. A run-time-loaded FFmpeg backend (crate::media) holds a copy of this crate: it uses the
-/// loader's `Shared` instead of its own, so that the process has one budget.
+/// loader's `SharedDecodeMemory` instead of its own, so that the process has one budget.
 #[derive(Debug)]
-pub(crate) struct Shared {
-    current: AtomicPtr<Budget>,
+pub(crate) struct SharedDecodeMemory {
+    current: AtomicPtr<DecodeMemoryPool>,
     capacity: AtomicU64,
 }
 
-static OWN: Shared = Shared { current: AtomicPtr::new(std::ptr::null_mut()), capacity: AtomicU64::new(0) };
-/// The loader's `Shared`, in a backend (null: this copy's own).
-static HOST: AtomicPtr<Shared> = AtomicPtr::new(std::ptr::null_mut());
+static OWN: SharedDecodeMemory =
+    SharedDecodeMemory { current: AtomicPtr::new(std::ptr::null_mut()), capacity: AtomicU64::new(0) };
+/// The loader's `SharedDecodeMemory`, in a backend (null: this copy's own).
+static HOST: AtomicPtr<SharedDecodeMemory> = AtomicPtr::new(std::ptr::null_mut());
 
-/// The `Shared` this copy of the crate uses.
-pub(crate) fn shared() -> &'static Shared {
+/// The `SharedDecodeMemory` this copy of the crate uses.
+pub(crate) fn shared() -> &'static SharedDecodeMemory {
     // SAFETY: a non-null HOST points at the loader's `OWN`, a static of a library that is never unloaded.
     unsafe { HOST.load(Ordering::Acquire).as_ref() }.unwrap_or(&OWN)
 }
 
 /// Makes this copy of the crate use `host` (a backend, told by its loader).
 #[cfg_attr(not(feature = "ffmpeg-linked"), allow(dead_code))]
-pub(crate) fn use_host(host: &'static Shared) {
+pub(crate) fn use_host(host: &'static SharedDecodeMemory) {
     if !std::ptr::eq(host, &OWN) {
         HOST.store(std::ptr::from_ref(host).cast_mut(), Ordering::Release);
     }
 }
 
-fn budget() -> &'static Budget {
+/// This process's pool (made on first use, and again in a forked child).
+fn pool() -> &'static DecodeMemoryPool {
     let pid = std::process::id();
     let shared = shared();
     loop {
         let current = shared.current.load(Ordering::Acquire);
-        // SAFETY: a non-null `current` always points to a leaked, never freed `Budget`.
+        // SAFETY: a non-null `current` always points to a leaked, never freed `DecodeMemoryPool`.
         if let Some(b) = unsafe { current.as_ref() }
             && b.pid == pid
         {
@@ -86,8 +92,11 @@ fn budget() -> &'static Budget {
             c => c,
         };
         // One small allocation per process (and per fork), never freed: reservations refer to it.
-        let fresh: &'static mut Budget =
-            Box::leak(Box::new(Budget { pid, state: Mutex::new(State { capacity, used: 0 }), freed: Condvar::new() }));
+        let fresh: &'static mut DecodeMemoryPool = Box::leak(Box::new(DecodeMemoryPool {
+            pid,
+            state: Mutex::new(State { capacity, used: 0 }),
+            freed: Condvar::new(),
+        }));
         if shared.current.compare_exchange(current, fresh, Ordering::AcqRel, Ordering::Acquire).is_ok() {
             return fresh;
         }
@@ -108,13 +117,13 @@ pub fn default_decode_memory_budget() -> u64 {
     match (mem_total, cgroup) {
         (Some(a), Some(b)) => a.min(b) / 4,
         (Some(a), None) | (None, Some(a)) => a / 4,
-        (None, None) => FALLBACK_BUDGET,
+        (None, None) => FALLBACK_CAPACITY,
     }
 }
 
-/// The current budget in bytes.
+/// The current decode memory budget in bytes.
 pub fn decode_memory_budget() -> u64 {
-    budget().state.lock().unwrap_or_else(PoisonError::into_inner).capacity
+    pool().state.lock().unwrap_or_else(PoisonError::into_inner).capacity
 }
 
 /// Sets the process-wide decode memory budget (bytes, at least [`UNMETERED_BYTES`]). Decodes already
@@ -136,19 +145,19 @@ pub fn set_decode_memory_budget(bytes: u64) -> Result<()> {
         )));
     }
     shared().capacity.store(bytes, Ordering::Release);
-    let b = budget();
+    let b = pool();
     b.state.lock().unwrap_or_else(PoisonError::into_inner).capacity = bytes;
     b.freed.notify_all();
     Ok(())
 }
 
-/// Bytes reserved from the budget, given back on drop.
+/// Bytes reserved from the decode memory budget, given back on drop.
 #[derive(Debug)]
 #[must_use = "the reservation is released when dropped"]
 pub(crate) struct Reservation {
     bytes: u64,
     /// The budget it was taken from (`None`: not metered).
-    from: Option<&'static Budget>,
+    from: Option<&'static DecodeMemoryPool>,
 }
 
 impl Drop for Reservation {
@@ -170,7 +179,7 @@ pub(crate) fn reserve(item: &str, bytes: u64) -> Result<Reservation> {
     if bytes < UNMETERED_BYTES {
         return Ok(Reservation { bytes: 0, from: None });
     }
-    let b = budget();
+    let b = pool();
     let mut s = b.state.lock().unwrap_or_else(PoisonError::into_inner);
     loop {
         if bytes > s.capacity {

@@ -143,6 +143,35 @@ pub enum CheckpointError {
         /// Inputs registered by the new pipeline.
         now: usize,
     },
+    /// The state was asked for in the middle of an epoch of a source whose epochs do not come again
+    /// in the same order ([`CheckpointSource::deterministic_epoch_order`] is `false`): skipping "the
+    /// delivered positions" of a different order would skip the wrong items.
+    #[error(
+        "checkpoint: the state cannot be saved in the middle of an epoch: the source of input {input} ({source_name}) \
+         does not enumerate an epoch in the same order again; save the state at an epoch boundary"
+    )]
+    MidEpoch {
+        /// The merge input.
+        input: u32,
+        /// The source, as [`CheckpointSource::describe`] names it.
+        source_name: String,
+    },
+    /// [`Checkpoint::load`] was called after an input began an epoch.
+    #[error("checkpoint: a state must be loaded before the pipeline starts")]
+    Started,
+}
+
+impl CheckpointError {
+    /// A copy (the causes are kept as text, so every variant can be copied).
+    fn duplicate(&self) -> Self {
+        match self {
+            Self::Source { input, what, cause } => Self::Source { input: *input, what, cause: cause.clone() },
+            Self::InvalidState(s) => Self::InvalidState(s.clone()),
+            Self::InputCount { saved, now } => Self::InputCount { saved: *saved, now: *now },
+            Self::MidEpoch { input, source_name } => Self::MidEpoch { input: *input, source_name: source_name.clone() },
+            Self::Started => Self::Started,
+        }
+    }
 }
 
 /// A source whose epochs can be re-enumerated from a saved state (a seeded sampler: seed and epoch).
@@ -162,8 +191,23 @@ pub trait CheckpointSource: Send + 'static {
     /// Sets the state (one that [`state`](CheckpointSource::state) returned).
     fn load_state(&mut self, state: &serde_json::Value) -> Result<(), BoxError>;
 
-    /// Enumerates the next epoch and advances the state past it.
+    /// Enumerates the next epoch and advances the state past it. A source whose state moves on only
+    /// as the epoch is enumerated (a Python generator) is supported too: the checkpoint reads the state
+    /// again once the epoch is exhausted, and never loads a state between this call and the epoch's end.
     fn next_epoch(&mut self) -> Result<Self::Epoch, BoxError>;
+
+    /// Whether an epoch enumerated again from the same state comes in the same order (the default).
+    /// A source that says `false` (a distributed reader, a stream) can be checkpointed at epoch
+    /// boundaries only: [`Checkpoint::state`] refuses a state taken in the middle of one of its epochs
+    /// ([`CheckpointError::MidEpoch`]). Asked once, when the source is registered.
+    fn deterministic_epoch_order(&self) -> bool {
+        true
+    }
+
+    /// The source's name in error messages (default: its type's).
+    fn describe(&self) -> String {
+        std::any::type_name::<Self>().to_owned()
+    }
 }
 
 /// A failure recorded against an item's key.
@@ -225,14 +269,19 @@ impl PipelineState {
 
     /// A state from JSON text made by [`to_json`](PipelineState::to_json).
     pub fn from_json(text: &str) -> Result<Self, CheckpointError> {
-        let state: Self = serde_json::from_str(text).map_err(|e| CheckpointError::InvalidState(e.to_string()))?;
-        if state.version != VERSION {
-            return Err(CheckpointError::InvalidState(format!(
-                "format version {} (this build reads {VERSION})",
-                state.version
-            )));
-        }
-        Ok(state)
+        serde_json::from_value(parse_versioned(text)?).map_err(|e| CheckpointError::InvalidState(e.to_string()))
+    }
+}
+
+/// A state's JSON, its format version checked first (a state of another version is reported as such,
+/// whatever else differs).
+fn parse_versioned(text: &str) -> Result<serde_json::Value, CheckpointError> {
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| CheckpointError::InvalidState(e.to_string()))?;
+    match value.get("version").and_then(serde_json::Value::as_u64) {
+        Some(v) if v == u64::from(VERSION) => Ok(value),
+        Some(v) => Err(CheckpointError::InvalidState(format!("format version {v} (this build reads {VERSION})"))),
+        None => Err(CheckpointError::InvalidState(format!("no format version (this build reads {VERSION})"))),
     }
 }
 
@@ -281,6 +330,12 @@ struct InputLog {
     pending: Vec<EpochState>,
     /// Why this input cannot be checkpointed, if it cannot.
     broken: Option<CheckpointError>,
+    /// Whether `next_source` is to be loaded into the source before its first epoch (a state loaded
+    /// by [`Checkpoint::load`] with no epoch to re-enumerate).
+    load_next: bool,
+    /// [`CheckpointSource::deterministic_epoch_order`] and [`CheckpointSource::describe`].
+    ordered: bool,
+    name: String,
 }
 
 impl InputLog {
@@ -301,12 +356,12 @@ impl InputLog {
 
     fn state(&self, input: u32) -> Result<InputState, CheckpointError> {
         if let Some(err) = &self.broken {
-            return Err(match err {
-                CheckpointError::Source { input, what, cause } => {
-                    CheckpointError::Source { input: *input, what, cause: cause.clone() }
-                }
-                other => CheckpointError::InvalidState(other.to_string()),
-            });
+            return Err(err.duplicate());
+        }
+        if !self.ordered
+            && (!self.pending.is_empty() || self.epochs.values().any(|e| e.watermark > 0 || !e.above.spans.is_empty()))
+        {
+            return Err(CheckpointError::MidEpoch { input, source_name: self.name.clone() });
         }
         let next_source = self.next_source.clone().ok_or_else(|| CheckpointError::Source {
             input,
@@ -338,6 +393,8 @@ struct CheckpointInputs {
     inputs: Vec<InputLog>,
     /// The state being resumed from (inputs are matched by position as they are added).
     resume: Option<PipelineState>,
+    /// Whether an input has begun an epoch.
+    started: bool,
 }
 
 /// The shared checkpoint of one pipeline: its inputs register with it, its stage wrappers record
@@ -356,7 +413,8 @@ impl Checkpoint {
     /// A checkpoint that resumes from `state`: the inputs, added in the same order as in the
     /// pipeline that saved it, re-enumerate the epochs not fully delivered and skip what was.
     pub fn resume(state: &PipelineState) -> Self {
-        Self { inner: Arc::new(Mutex::new(CheckpointInputs { inputs: Vec::new(), resume: Some(state.clone()) })) }
+        let inputs = CheckpointInputs { inputs: Vec::new(), resume: Some(state.clone()), started: false };
+        Self { inner: Arc::new(Mutex::new(inputs)) }
     }
 
     fn lock(&self) -> MutexGuard<'_, CheckpointInputs> {
@@ -368,6 +426,7 @@ impl Checkpoint {
     /// [`continuous_source`](crate::PipelineBuilder::continuous_source) (epoch after epoch). On
     /// resume, the source's state is loaded from the saved one.
     pub fn input<S: CheckpointSource>(&self, mut source: S) -> Result<KeyedSource<S>, CheckpointError> {
+        let (ordered, name) = (source.deterministic_epoch_order(), source.describe());
         let mut t = self.lock();
         let input =
             u32::try_from(t.inputs.len()).map_err(|_| CheckpointError::InvalidState("too many inputs".into()))?;
@@ -402,6 +461,9 @@ impl Checkpoint {
                     failures_done: s.failures_done,
                     pending,
                     broken: None,
+                    load_next: false,
+                    ordered,
+                    name,
                 }
             }
             None => {
@@ -417,11 +479,103 @@ impl Checkpoint {
                     failures_done: 0,
                     pending: Vec::new(),
                     broken: None,
+                    load_next: false,
+                    ordered,
+                    name,
                 }
             }
         };
         t.inputs.push(log);
         Ok(KeyedSource { input, checkpoint: self.clone(), source: Arc::new(Mutex::new(source)) })
+    }
+
+    /// Resumes the inputs already registered from `state` (of a pipeline of the same shape): what
+    /// [`Checkpoint::resume`] does for a checkpoint made before its inputs. Call it before any input
+    /// begins an epoch; the sources' states are loaded as their epochs begin.
+    ///
+    /// ```
+    /// use spdl_exec::checkpoint::{Checkpoint, CheckpointError, CheckpointSource};
+    ///
+    /// /// `0..3` for two epochs, then nothing.
+    /// struct Twice { epoch: u64 }
+    /// impl CheckpointSource for Twice {
+    ///     type Item = u64;
+    ///     type Epoch = std::ops::Range<u64>;
+    ///     fn state(&self) -> Result<serde_json::Value, spdl_exec::BoxError> {
+    ///         Ok(self.epoch.into())
+    ///     }
+    ///     fn load_state(&mut self, state: &serde_json::Value) -> Result<(), spdl_exec::BoxError> {
+    ///         self.epoch = state.as_u64().ok_or("not an epoch")?;
+    ///         Ok(())
+    ///     }
+    ///     fn next_epoch(&mut self) -> Result<Self::Epoch, spdl_exec::BoxError> {
+    ///         self.epoch += 1;
+    ///         Ok(if self.epoch <= 2 { 0..3 } else { 0..0 })
+    ///     }
+    /// }
+    ///
+    /// let first = Checkpoint::new();
+    /// let mut epoch = first.input(Twice { epoch: 0 })?.into_iter();
+    /// let item = epoch.next().ok_or("empty")?;
+    /// first.deliver(item.keys());
+    /// let saved = first.state()?;
+    ///
+    /// let again = Checkpoint::new();
+    /// let source = again.input(Twice { epoch: 0 })?;
+    /// again.load(&saved)?;
+    /// let rest: Vec<u64> = source.into_iter().map(|k| k.into_value()).collect();
+    /// assert_eq!(rest, [1, 2]);
+    /// assert!(matches!(again.load(&saved), Err(CheckpointError::Started)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn load(&self, state: &PipelineState) -> Result<(), CheckpointError> {
+        let mut t = self.lock();
+        if t.started {
+            return Err(CheckpointError::Started);
+        }
+        if state.inputs.len() != t.inputs.len() {
+            return Err(CheckpointError::InputCount { saved: state.inputs.len(), now: t.inputs.len() });
+        }
+        for s in &state.inputs {
+            for e in &s.epochs {
+                SpanSet::from_pairs(&e.delivered)?;
+            }
+        }
+        for (log, s) in t.inputs.iter_mut().zip(&state.inputs) {
+            let mut pending = s.epochs.clone();
+            pending.sort_by_key(|e| e.epoch);
+            pending.reverse(); // popped oldest first
+            log.load_next = pending.is_empty();
+            log.epochs.clear();
+            log.pending = pending;
+            log.next_epoch = s.next_epoch;
+            log.next_source = Some(s.next_source.clone());
+            log.failures_done = s.failures_done;
+            log.broken = None;
+        }
+        Ok(())
+    }
+
+    /// [`load`](Checkpoint::load) of a state's JSON text, checked in the order that says the most: its
+    /// format version, then its number of inputs, then the rest of its shape.
+    pub fn load_json(&self, text: &str) -> Result<(), CheckpointError> {
+        let value = parse_versioned(text)?;
+        let saved = value.get("inputs").and_then(serde_json::Value::as_array).map(Vec::len);
+        let now = self.lock().inputs.len();
+        if let Some(saved) = saved
+            && saved != now
+        {
+            return Err(CheckpointError::InputCount { saved, now });
+        }
+        let state: PipelineState =
+            serde_json::from_value(value).map_err(|e| CheckpointError::InvalidState(e.to_string()))?;
+        self.load(&state)
+    }
+
+    /// Why input `input` cannot be checkpointed (its source failed to report or load its state), if
+    /// it cannot: an epoch whose start failed yields nothing, and this says why.
+    pub fn input_error(&self, input: u32) -> Option<CheckpointError> {
+        self.lock().inputs.get(input as usize).and_then(|log| log.broken.as_ref().map(CheckpointError::duplicate))
     }
 
     /// Records `keys` as delivered (what [`CheckpointedPipeline`] does with every item it hands out;
@@ -642,13 +796,9 @@ impl Checkpoint {
             .ok_or_else(|| CheckpointError::InvalidState(format!("unknown input {input}")))?;
         let res = Self::begin_epoch_locked(input, log, source);
         if let Err(e) = &res {
-            log.broken = Some(match e {
-                CheckpointError::Source { input, what, cause } => {
-                    CheckpointError::Source { input: *input, what, cause: cause.clone() }
-                }
-                other => CheckpointError::InvalidState(other.to_string()),
-            });
+            log.broken = Some(e.duplicate());
         }
+        t.started = true;
         res
     }
 
@@ -659,6 +809,11 @@ impl Checkpoint {
     ) -> Result<EpochRun<S::Epoch>, CheckpointError> {
         let src_err =
             |what: &'static str| move |e: BoxError| CheckpointError::Source { input, what, cause: error_chain(&*e) };
+        if std::mem::take(&mut log.load_next)
+            && let Some(next) = &log.next_source
+        {
+            source.load_state(next).map_err(src_err("load"))?;
+        }
         if let Some(saved) = log.pending.pop() {
             source.load_state(&saved.source).map_err(src_err("load"))?;
             let iter = source.next_epoch().map_err(src_err("load"))?;
@@ -668,13 +823,9 @@ impl Checkpoint {
             elog.failures = saved.failures;
             let skip_below = elog.watermark;
             let skip = elog.above.pairs();
+            // Past the saved epochs the source continues from its own state after them (which it reaches
+            // as this epoch is enumerated); the state after the last one is read when it ends.
             log.epochs.insert(saved.epoch, elog);
-            if log.pending.is_empty()
-                && let Some(next) = &log.next_source
-            {
-                // Past the saved epochs: the source continues from where the saved run would have.
-                source.load_state(next).map_err(src_err("load"))?;
-            }
             return Ok(EpochRun {
                 epoch: saved.epoch,
                 iter,
@@ -705,12 +856,19 @@ impl Checkpoint {
         })
     }
 
-    /// The source enumerated all `total` positions of `epoch`.
-    fn end_epoch(&self, input: u32, epoch: u64, total: u64) {
+    /// The source enumerated all `total` positions of `epoch`; `after` is its state then (the state of
+    /// the next epoch, if `epoch` is the latest).
+    fn end_epoch(&self, input: u32, epoch: u64, total: u64, after: Result<serde_json::Value, BoxError>) {
         let mut t = self.lock();
-        if let Some(log) = t.inputs.get_mut(input as usize)
-            && let Some(e) = log.epochs.get_mut(&epoch)
-        {
+        let Some(log) = t.inputs.get_mut(input as usize) else { return };
+        match after {
+            Ok(state) if epoch + 1 == log.next_epoch => log.next_source = Some(state),
+            Ok(_) => {}
+            Err(e) => {
+                log.broken = Some(CheckpointError::Source { input, what: "report", cause: error_chain(&*e) });
+            }
+        }
+        if let Some(e) = log.epochs.get_mut(&epoch) {
             e.total = Some(total);
             if e.complete() {
                 log.finish(epoch);
@@ -981,7 +1139,8 @@ impl<S: CheckpointSource> Iterator for KeyedEpoch<S> {
                 }
                 None => {
                     let (epoch, total, resumed_empty) = (run.epoch, run.index, run.resumed && run.yielded == 0);
-                    self.owner.checkpoint.end_epoch(self.owner.input, epoch, total);
+                    let after = self.owner.source.lock().unwrap_or_else(PoisonError::into_inner).state();
+                    self.owner.checkpoint.end_epoch(self.owner.input, epoch, total, after);
                     self.run = None;
                     // A resumed epoch whose every item was delivered yields nothing: go on with the
                     // next one (an empty epoch would end a continuous source).

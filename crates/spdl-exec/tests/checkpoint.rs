@@ -554,3 +554,116 @@ fn malformed_delivered_spans_are_refused() {
     let err = build(cfg, &Checkpoint::resume(&state)).expect_err("overlapping spans");
     assert!(err.to_string().contains("ascending, disjoint"), "{err}");
 }
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// `(epoch, i)` for `i` in `0..n`, for `epochs` epochs, whose state (the epoch) moves on only as an epoch
+/// is enumerated: read at the first item, advanced at the end, as a Python generator's `__iter__` does.
+struct Lazy {
+    n: u64,
+    epochs: u64,
+    epoch: Arc<AtomicU64>,
+    ordered: bool,
+}
+
+struct LazyEpoch {
+    n: u64,
+    epochs: u64,
+    shared: Arc<AtomicU64>,
+    epoch: Option<u64>,
+    i: u64,
+    done: bool,
+}
+
+impl Iterator for LazyEpoch {
+    type Item = (u64, u64);
+    fn next(&mut self) -> Option<(u64, u64)> {
+        if self.done {
+            return None;
+        }
+        let e = *self.epoch.get_or_insert_with(|| self.shared.load(Ordering::SeqCst));
+        if e < self.epochs && self.i < self.n {
+            self.i += 1;
+            return Some((e, self.i - 1));
+        }
+        self.done = true;
+        if e < self.epochs {
+            self.shared.store(e + 1, Ordering::SeqCst);
+        }
+        None
+    }
+}
+
+impl CheckpointSource for Lazy {
+    type Item = (u64, u64);
+    type Epoch = LazyEpoch;
+    fn state(&self) -> Result<serde_json::Value, BoxError> {
+        Ok(self.epoch.load(Ordering::SeqCst).into())
+    }
+    fn load_state(&mut self, state: &serde_json::Value) -> Result<(), BoxError> {
+        self.epoch.store(state.as_u64().ok_or("not an epoch")?, Ordering::SeqCst);
+        Ok(())
+    }
+    fn next_epoch(&mut self) -> Result<LazyEpoch, BoxError> {
+        let shared = Arc::clone(&self.epoch);
+        Ok(LazyEpoch { n: self.n, epochs: self.epochs, shared, epoch: None, i: 0, done: false })
+    }
+    fn deterministic_epoch_order(&self) -> bool {
+        self.ordered
+    }
+    fn describe(&self) -> String {
+        "Lazy".into()
+    }
+}
+
+fn lazy(ordered: bool) -> Lazy {
+    Lazy { n: 5, epochs: 2, epoch: Arc::default(), ordered }
+}
+
+#[test]
+fn a_source_whose_state_moves_on_as_it_runs_resumes_exactly_through_load() {
+    for stop_after in 0..=10 {
+        let first = Checkpoint::new();
+        let source = first.input(lazy(true)).expect("input");
+        let mut got = Vec::new();
+        'run: for _ in 0..2 {
+            for k in source.clone() {
+                if got.len() == stop_after {
+                    break 'run;
+                }
+                first.deliver(k.keys());
+                got.push(k.into_value());
+            }
+        }
+        let saved = PipelineState::from_json(&first.state().expect("state").to_json().expect("json")).expect("parse");
+        let again = Checkpoint::new();
+        let source = again.input(lazy(true)).expect("input");
+        again.load(&saved).expect("load");
+        for _ in 0..2 {
+            got.extend(source.clone().into_iter().map(Keyed::into_value));
+        }
+        got.sort_unstable();
+        let want: Vec<(u64, u64)> = (0..2).flat_map(|e| (0..5).map(move |i| (e, i))).collect();
+        assert_eq!(got, want, "interrupted after {stop_after}");
+        assert!(matches!(again.load(&saved), Err(CheckpointError::Started)));
+    }
+}
+
+#[test]
+fn a_source_without_a_deterministic_order_is_saved_at_epoch_boundaries_only() {
+    let ckpt = Checkpoint::new();
+    let source = ckpt.input(lazy(false)).expect("input");
+    let mut epoch = source.into_iter();
+    let item = epoch.next().expect("an item");
+    ckpt.deliver(item.keys());
+    let err = ckpt.state().expect_err("mid-epoch");
+    assert!(matches!(err, CheckpointError::MidEpoch { input: 0, .. }), "{err}");
+    assert!(err.to_string().contains("(Lazy)"), "{err}");
+    for k in epoch {
+        ckpt.deliver(k.keys());
+    }
+    let state = ckpt.state().expect("at the boundary");
+    assert!(state.inputs[0].epochs.is_empty());
+    assert_eq!(state.inputs[0].next_source, serde_json::json!(1));
+}

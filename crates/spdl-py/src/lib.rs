@@ -51,6 +51,7 @@
 mod args;
 mod buffer;
 mod build_info;
+mod checkpoint;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod dlpack;
@@ -88,6 +89,8 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pipeline::CoreOptions>()?;
     pipeline::register_specs(m)?;
     m.add_class::<pipeline::PyNativeOp>()?;
+    m.add_class::<checkpoint::CheckpointTracker>()?;
+    m.add_class::<checkpoint::CheckpointEpoch>()?;
     lifecycle::register(m)?;
     build_info::register(m)?;
     args::register(m)?;

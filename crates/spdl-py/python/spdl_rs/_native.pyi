@@ -27,6 +27,8 @@ __all__ = [
     "AsyncBridge",
     "Reply",
     "RegionInputs",
+    "CheckpointTracker",
+    "CheckpointEpoch",
     "IterSource",
     "RangeSource",
     "ListSource",
@@ -235,6 +237,32 @@ class RegionInputs:
 
     def __iter__(self) -> RegionInputs: ...
     def __next__(self) -> Any: ...
+
+@final
+class CheckpointTracker:
+    """Internal: the checkpoint of one pipeline (spdl-exec's): its inputs, what was delivered, what failed.
+    A source's state reaches it as ``encode(source.state_dict())`` and goes back through ``decode``."""
+
+    def __new__(cls, encode: Any, decode: Any) -> CheckpointTracker: ...
+    def add_input(self, source: Any, *, deterministic_epoch_order: bool, name: str) -> int:
+        """Registers ``source`` as the next input and returns its number; reads its state."""
+    def epoch(self, input: int) -> CheckpointEpoch:
+        """One epoch of input ``input``, without what a loaded state says was delivered."""
+    def deliver(self, keys: list[tuple[int, int, int]]) -> None:
+        """Records ``keys`` (``(input, epoch, index)``) as delivered."""
+    def fail(self, keys: list[tuple[int, int, int]], stage: str, cause: str) -> None:
+        """Records ``keys`` as failed in ``stage`` (they count as delivered)."""
+    def state_json(self) -> str:
+        """The state as JSON text."""
+    def load_json(self, state: str) -> None:
+        """Resumes from a state's JSON text (before any epoch begins)."""
+
+@final
+class CheckpointEpoch:
+    """Internal: one epoch of a checkpointed input, as ``(input, epoch, index, item)`` tuples."""
+
+    def __iter__(self) -> CheckpointEpoch: ...
+    def __next__(self) -> tuple[int, int, int, Any]: ...
 
 @final
 class IterSource:

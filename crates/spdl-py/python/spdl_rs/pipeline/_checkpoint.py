@@ -1,15 +1,17 @@
 """Whole-pipeline checkpoints for Python pipelines: what the consumer has received, saved so that a new
 pipeline resumes with exactly the items not yet delivered.
 
-The design is spdl-exec's ``checkpoint`` module (docs/ARCHITECTURE.md, "Whole-pipeline checkpoints"),
-applied to a pipeline's configuration at build time: when every source implements the torchdata
-``Stateful`` protocol (``state_dict()``/``load_state_dict()``), each item is wrapped with its key
-``(input, epoch, index)`` (``index``: its position in the epoch the source enumerated), every op is wrapped
-to pass the key on (and to record a failure against it), batches carry the keys of their items, and
-:py:meth:`Pipeline.get_item` records the keys it hands out. The state holds, per input, the source's
-``state_dict()`` at the start of each epoch not fully delivered, a watermark (every position below it is
-delivered or failed), the delivered positions above it, and the failures. On resume the source is loaded
-with that start state, enumerates the epoch again, and the delivered positions are skipped.
+The checkpoint itself is spdl-exec's ``checkpoint`` module (docs/ARCHITECTURE.md, "Whole-pipeline
+checkpoints"), reached through ``_native.CheckpointTracker``: it keeps, per input, the source's state at the
+start of each epoch not fully delivered, a watermark (every position below it is delivered or failed), the
+delivered positions above it and the failures; it enumerates each epoch (``iter(source)``) and, on resume,
+loads the saved start state and skips the delivered positions. What stays here is what the engine cannot
+see: when every source implements the torchdata ``Stateful`` protocol (``state_dict()``/``load_state_dict()``),
+each item travels through the Python steps as a :py:class:`_Keyed` with its key ``(input, epoch, index)``
+(``index``: its position in the epoch the source enumerated), every op is wrapped to pass the key on (and to
+record a failure against it), batches carry the keys of their items, and :py:meth:`Pipeline.get_item` records
+the keys it hands out. The sources' states, Python objects, reach the engine pickled (as base64 text), and
+:py:meth:`Tracker.state_dict` gives them back as objects, in the ``dict`` format of the protocol.
 
 A source's protocol, as used here: ``state_dict()`` taken before ``iter(source)`` is the state from which
 that iteration enumerates an epoch (the same items in the same order for the same state); after the epoch
@@ -21,19 +23,20 @@ since skipping "the delivered positions" of a different order would skip the wro
 
 from __future__ import annotations
 
-import bisect
-import copy
+import base64
 import dataclasses
-import threading
+import json
+import pickle
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
+from .. import _native
 from . import defs
 from ._op import _op_kind
 
 __all__ = ["Tracker", "instrument"]
 
-#: Version of the state's format.
+#: Version of the state's format (the engine's).
 _VERSION = 1
 
 
@@ -50,289 +53,99 @@ class _Keyed:
         return f"_Keyed({self.keys!r}, {self.value!r})"
 
 
-class _Spans:
-    """Positions as sorted, disjoint, non-adjacent ``[start, end)`` spans (few: one per gap an item still in
-    flight leaves above the watermark)."""
-
-    __slots__ = ("ends", "starts")
-
-    def __init__(self) -> None:
-        self.starts: list[int] = []
-        self.ends: list[int] = []
-
-    @classmethod
-    def from_pairs(cls, pairs: Any) -> _Spans:
-        out = cls()
-        last = None
-        for pair in pairs:
-            s, e = (int(x) for x in pair)
-            if s >= e or (last is not None and s <= last):
-                raise ValueError(f"delivered spans must be ascending, disjoint and non-empty; got {pairs!r:.200}")
-            out.starts.append(s)
-            out.ends.append(e)
-            last = e
-        return out
-
-    def pairs(self) -> list[list[int]]:
-        return [[s, e] for s, e in zip(self.starts, self.ends, strict=True)]
-
-    def add(self, p: int) -> None:
-        starts, ends = self.starts, self.ends
-        i = bisect.bisect_right(starts, p) - 1
-        if i >= 0 and p < ends[i]:
-            return  # present
-        left = i >= 0 and ends[i] == p
-        right = i + 1 < len(starts) and starts[i + 1] == p + 1
-        if left and right:
-            ends[i] = ends[i + 1]
-            del starts[i + 1], ends[i + 1]
-        elif left:
-            ends[i] = p + 1
-        elif right:
-            starts[i + 1] = p
-        else:
-            starts.insert(i + 1, p)
-            ends.insert(i + 1, p + 1)
-
-    def take_from(self, w: int) -> int:
-        """``w``, or the end of the span starting at ``w`` (removed): the new watermark."""
-        if self.starts and self.starts[0] == w:
-            end = self.ends[0]
-            del self.starts[0], self.ends[0]
-            return end
-        return w
+def _encode(state: Any) -> str:
+    """A source's state as the text the engine keeps (a snapshot: later changes to ``state`` do not show)."""
+    return base64.b64encode(pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)).decode("ascii")
 
 
-class _Epoch:
-    """The delivery log of one epoch of one input."""
-
-    __slots__ = ("above", "failures", "start", "total", "watermark")
-
-    def __init__(self, start: Any) -> None:
-        self.start = start
-        self.watermark = 0
-        self.above = _Spans()
-        self.total: int | None = None
-        self.failures: list[tuple[int, str, str]] = []
-
-    def mark(self, index: int) -> None:
-        if index < self.watermark:
-            return
-        if index == self.watermark:
-            self.watermark = self.above.take_from(index + 1)
-        else:
-            self.above.add(index)
-
-    def complete(self) -> bool:
-        return self.total is not None and self.watermark >= self.total
+def _decode(text: str) -> Any:
+    """A state from :py:func:`_encode`'s text (only text this module made reaches it)."""
+    return pickle.loads(base64.b64decode(text))  # noqa: S301
 
 
-class _Input:
-    """One input's log: its open epochs, where it goes next, and the saved epochs still to re-enumerate."""
+def _epoch_to_engine(e: Any) -> Any:
+    if not isinstance(e, dict):
+        return e
+    out = dict(e)
+    if "source" in e:
+        out["source"] = _encode(e["source"])
+    failures = e.get("failures")
+    if isinstance(failures, list):
+        out["failures"] = [
+            {"index": f[0], "stage": f[1], "cause": f[2]} if isinstance(f, (list, tuple)) and len(f) == 3 else f
+            for f in failures
+        ]
+    return out
 
-    def __init__(self, source: Any) -> None:
-        self.source = source
-        self.epochs: dict[int, _Epoch] = {}
-        self.next_epoch = 0
-        self.next_source: Any = None
-        self.failures_done = 0
-        self.pending: list[dict[str, Any]] = []
-        self.error: str | None = None
 
-    def mark(self, epoch: int, index: int) -> None:
-        e = self.epochs.get(epoch)
-        if e is not None:
-            e.mark(index)
-            if e.complete():
-                self.finish(epoch)
-
-    def finish(self, epoch: int) -> None:
-        e = self.epochs.pop(epoch, None)
-        if e is not None:
-            self.failures_done += len(e.failures)
+def _input_to_engine(inp: Any) -> Any:
+    if not isinstance(inp, dict):
+        return inp
+    out = dict(inp)
+    if "next_source" in inp:
+        out["next_source"] = _encode(inp["next_source"])
+    epochs = inp.get("epochs")
+    if isinstance(epochs, list):
+        out["epochs"] = [_epoch_to_engine(e) for e in epochs]
+    return out
 
 
 class Tracker:
-    """The checkpoint of one pipeline: its inputs, what was delivered, what failed."""
+    """The checkpoint of one pipeline (the engine's): its inputs, what was delivered, what failed."""
 
     def __init__(self) -> None:
-        # Reentrant: a call that holds it runs user code (a source's state_dict, deepcopy) in which the
-        # garbage collector may finalize an abandoned epoch generator of this tracker, whose `finally` comes
-        # back here on the same thread.
-        self._lock = threading.RLock()
-        self._inputs: list[_Input] = []
-        self._started = False
+        self._native = _native.CheckpointTracker(_encode, _decode)
 
     # -- sources ---------------------------------------------------------------------------------------------
 
     def add_input(self, source: Any) -> int:
-        self._inputs.append(_Input(source))
-        return len(self._inputs) - 1
+        """Registers ``source`` (its state is read now).
+
+        Raises:
+            RuntimeError: The source failed to report its state (or it cannot be pickled).
+        """
+        return self._native.add_input(
+            source,
+            deterministic_epoch_order=bool(getattr(source, "deterministic_epoch_order", True)),
+            name=type(source).__name__,
+        )
 
     def epoch_items(self, i: int) -> Iterator[_Keyed]:
         """One epoch of input ``i``, keyed, without what a loaded state says was delivered."""
-        while True:
-            epoch, it, skip_below, skip, resumed = self._begin(i)
-            index = yielded = 0
-            exhausted = False
-            # The delivered spans above the watermark, passed in order as the epoch is enumerated again.
-            spans = iter(skip)
-            span = next(spans, None)
-            try:
-                for value in it:
-                    while span is not None and index >= span[1]:
-                        span = next(spans, None)
-                    if index < skip_below or (span is not None and span[0] <= index):
-                        index += 1
-                        continue
-                    key = (i, epoch, index)
-                    index += 1
-                    yielded += 1
-                    yield _Keyed([key], value)
-                exhausted = True
-            finally:
-                self._end(i, epoch, index, exhausted)
-            # A resumed epoch with nothing left: go on with the next one (an empty epoch would end a
-            # continuous source).
-            if not (resumed and yielded == 0):
-                return
-
-    def _begin(self, i: int) -> tuple[int, Iterator[Any], int, list[list[int]], bool]:
-        with self._lock:
-            self._started = True
-            inp = self._inputs[i]
-            src = inp.source
-            try:
-                if inp.pending:
-                    saved = inp.pending.pop(0)
-                    src.load_state_dict(copy.deepcopy(saved["source"]))
-                    it = iter(src)
-                    e = _Epoch(saved["source"])
-                    e.watermark = int(saved["watermark"])
-                    e.above = _Spans.from_pairs(saved["delivered"])
-                    e.failures = [tuple(f) for f in saved["failures"]]
-                    inp.epochs[int(saved["epoch"])] = e
-                    return int(saved["epoch"]), it, e.watermark, e.above.pairs(), True
-                start = copy.deepcopy(src.state_dict())
-                it = iter(src)
-            except Exception as exc:
-                inp.error = f"the source of input {i} failed to report or load its state: {exc!r}"
-                raise
-            epoch = inp.next_epoch
-            inp.epochs[epoch] = _Epoch(start)
-            inp.next_epoch = epoch + 1
-            return epoch, it, 0, [], False
-
-    def _end(self, i: int, epoch: int, total: int, exhausted: bool) -> None:
-        if not exhausted:  # stopped mid-epoch (or the generator was dropped): the epoch stays open
-            return
-        with self._lock:
-            inp = self._inputs[i]
-            # The state after the epoch (a generator's `__iter__` moves the state on as it runs): where a
-            # resumed pipeline with no epoch open starts.
-            try:
-                inp.next_source = copy.deepcopy(inp.source.state_dict())
-            except Exception as exc:
-                inp.error = f"the source of input {i} failed to report its state: {exc!r}"
-                raise
-            e = inp.epochs.get(epoch)
-            if e is not None:
-                e.total = total
-                if e.complete():
-                    inp.finish(epoch)
+        for inp, epoch, index, value in self._native.epoch(i):
+            yield _Keyed([(inp, epoch, index)], value)
 
     # -- deliveries and failures -----------------------------------------------------------------------------
 
     def deliver(self, keys: Sequence[tuple[int, int, int]]) -> None:
-        with self._lock:
-            for i, epoch, index in keys:
-                self._inputs[i].mark(epoch, index)
+        self._native.deliver(list(keys))
 
     def fail(self, keys: Sequence[tuple[int, int, int]], stage: str, exc: BaseException) -> None:
-        cause = f"{type(exc).__name__}: {exc}"
-        with self._lock:
-            for i, epoch, index in keys:
-                inp = self._inputs[i]
-                e = inp.epochs.get(epoch)
-                if e is not None:
-                    e.failures.append((index, stage, cause))
-                inp.mark(epoch, index)
+        self._native.fail(list(keys), stage, f"{type(exc).__name__}: {exc}")
 
     # -- state -----------------------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        with self._lock:
-            inputs = []
-            for i, inp in enumerate(self._inputs):
-                if inp.error is not None:
-                    raise RuntimeError(f"this pipeline's state cannot be saved: {inp.error}")
-                next_source = inp.next_source
-                if next_source is None and not inp.epochs and not inp.pending:  # not started: its current state
-                    try:
-                        next_source = copy.deepcopy(inp.source.state_dict())
-                    except Exception as exc:
-                        raise RuntimeError(
-                            f"this pipeline's state cannot be saved: the source of input {i} failed to report its "
-                            f"state: {exc!r}"
-                        ) from exc
-                if not getattr(inp.source, "deterministic_epoch_order", True):
-                    started = [n for n, e in inp.epochs.items() if e.watermark > 0 or e.above.pairs()]
-                    if started or inp.pending:
-                        raise RuntimeError(
-                            f"this pipeline's state cannot be saved in the middle of an epoch: the source of input {i} "
-                            f"({type(inp.source).__name__}) does not enumerate an epoch in the same order again "
-                            "(deterministic_epoch_order is false); save the state at an epoch boundary"
-                        )
-                epochs = [
-                    {
-                        "epoch": n,
-                        "source": copy.deepcopy(e.start),
-                        "watermark": e.watermark,
-                        "delivered": e.above.pairs(),
-                        "failures": [list(f) for f in e.failures],
-                    }
-                    for n, e in sorted(inp.epochs.items())
-                ]
-                epochs += copy.deepcopy(inp.pending)
-                epochs.sort(key=lambda e: e["epoch"])
-                inputs.append(
-                    {
-                        "epochs": epochs,
-                        "next_epoch": inp.next_epoch,
-                        "next_source": next_source,
-                        "failures_done": inp.failures_done,
-                    }
-                )
-            return {"version": _VERSION, "inputs": inputs}
+        state: dict[str, Any] = json.loads(self._native.state_json())
+        for inp in state["inputs"]:
+            for e in inp["epochs"]:
+                e["source"] = _decode(e["source"])
+                e["failures"] = [[f["index"], f["stage"], f["cause"]] for f in e["failures"]]
+            inp["next_source"] = _decode(inp["next_source"])
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if not isinstance(state, dict) or state.get("version") != _VERSION:
+        if not isinstance(state, dict):
             raise ValueError(f"not a pipeline state of format version {_VERSION}: {state!r:.200}")
+        out = dict(state)
         inputs = state.get("inputs")
-        if not isinstance(inputs, list) or len(inputs) != len(self._inputs):
-            n = len(inputs) if isinstance(inputs, list) else "no"
-            raise ValueError(f"the state has {n} inputs, this pipeline has {len(self._inputs)}")
-        with self._lock:
-            if self._started:
-                raise RuntimeError("load_state_dict must be called before the pipeline starts")
-            for i, (inp, saved) in enumerate(zip(self._inputs, inputs, strict=True)):
-                try:
-                    epochs = sorted(saved["epochs"], key=lambda e: e["epoch"])
-                    next_epoch = int(saved["next_epoch"])
-                    next_source = saved["next_source"]
-                    failures_done = int(saved["failures_done"])
-                    for e in epochs:
-                        _Spans.from_pairs(e["delivered"])
-                except (KeyError, TypeError, ValueError) as exc:
-                    raise ValueError(f"input {i} of the state is malformed: {exc!r}") from exc
-                if not epochs:
-                    inp.source.load_state_dict(copy.deepcopy(next_source))
-                inp.pending = copy.deepcopy(epochs)
-                inp.epochs = {}
-                inp.next_epoch = next_epoch
-                inp.next_source = copy.deepcopy(next_source)
-                inp.failures_done = failures_done
-                inp.error = None
+        try:
+            if isinstance(inputs, list):
+                out["inputs"] = [_input_to_engine(inp) for inp in inputs]
+            text = json.dumps(out)
+        except Exception as exc:
+            raise ValueError(f"not a pipeline state of format version {_VERSION}: {exc!r}") from exc
+        self._native.load_json(text)
 
 
 class _Unsupported:
@@ -545,7 +358,10 @@ def _instrument_source(src: Any, tracker: Tracker) -> Any:
                 f"the source ({type(src.source).__name__}) does not implement state_dict()/load_state_dict() "
                 "(the torchdata Stateful protocol)"
             )
-        i = tracker.add_input(src.source)
+        try:
+            i = tracker.add_input(src.source)
+        except RuntimeError as e:
+            raise _NotCheckpointable(str(e)) from e
         return dataclasses.replace(src, source=_KeyedSource(tracker, i))
     if isinstance(src, defs.MergeConfig):
         if src.op is not None:

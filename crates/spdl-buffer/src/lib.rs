@@ -13,7 +13,7 @@
 //! (`spdl-cuda` plugs in `cuMemHostAlloc`; [`HeapBackend`] uses the heap), so its logic is tested here,
 //! without a GPU.
 //!
-//! The [`file`] module reads a local file with its cost bounded first (regular or special, capped, never blocking
+//! The [`mod@file`] module reads a local file with its cost bounded first (regular or special, capped, never blocking
 //! on a FIFO): the one home of those reads for spdl-io's inputs and spdl-source's local store.
 //!
 //! The crate is std only, with or without the `dlpack` feature: its one dependency, `spdl-report` (how an

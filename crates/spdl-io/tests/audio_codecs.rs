@@ -294,7 +294,7 @@ fn when_both_decoders_fail_the_error_gives_both_reasons() {
     for (name, data) in [("garbage.mp3", id3_garbage), ("garbage.ogg", ogg_garbage)] {
         let e = decode_audio(MediaInput::bytes(&data, name), &AudioOptions::default(), &system_allocator())
             .expect_err(name);
-        let msg = e.to_string();
+        let msg = spdl_report::error_chain(&e);
         assert!(matches!(e, Error::Decode { .. } | Error::UnknownFormat { .. }), "{name}: {e:?}");
         assert!(msg.contains(name) && msg.contains("FFmpeg") && msg.contains("symphonia"), "{name}: {msg}");
     }

@@ -394,8 +394,10 @@ macro_rules! packets_class {
             /// packet's timing, flags, side data and data (each followed by FFmpeg's zeroed padding).
             /// ``deserialize`` and ``deserialize_view`` read them back.
             fn __getstate__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
-                let packets = self.state.cloned()?;
-                let bytes = crate::lifecycle::detach(py, move || packets.serialize()).map_err(io_err)?;
+                // Attached, not through `lifecycle::detach`: serializing is a copy, and pickling often runs on
+                // a thread that exits code joins (a `multiprocessing.Queue`'s feeder), which a GIL-free call
+                // would park for good once the interpreter started to exit.
+                let bytes = self.state.cloned()?.serialize().map_err(io_err)?;
                 Ok(pyo3::types::PyBytes::new(py, &bytes))
             }
             fn __reduce__<'py>(

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import weakref
 
 import pytest
 from conftest import HostileServer, os_threads, wait_for
@@ -246,7 +247,10 @@ def test_multiprocessing_fork_children_with_a_running_pipeline():
 class _Owner:
     """Owns a running pipeline whose op is one of its bound methods: a reference cycle through the engine."""
 
+    alive = weakref.WeakSet()
+
     def __init__(self):
+        _Owner.alive.add(self)
         self.pipeline = (
             PipelineBuilderRef().add_source(_endless()).pipe(self.op, concurrency=2).add_sink(2).build(num_threads=2)
         )
@@ -285,9 +289,14 @@ def no_failure_log_records():
     traceback holds the op's frame and ``self``: that would keep the cycle alive from outside."""
     import logging
 
+    import gc
+
     logger = logging.getLogger("spdl_rs.pipeline")
     logger.disabled = True
     yield
+    # A cycle whose op was in flight at the last collection is collected by a later one: until then its
+    # pipeline runs (its queues fill) and logs the op's failures, which later tests would capture.
+    wait_for(lambda: (gc.collect(), len(_Owner.alive))[1] == 0, what="every pipeline-owning cycle to be collected")
     logger.disabled = False
 
 

@@ -14,6 +14,9 @@
 //!   `test`): random pipelines ended every way (stop, drop, cycles, SIGINT, fork, exit with work in flight),
 //!   failing on crashes, hangs and leaked threads, fds or memory. ARGS go to xtask/soak.py (`--seed N`,
 //!   `--replay ITER_SEED`, `--scenarios a,b`, `--json PATH`). Needs `cargo xtask test`'s installed wheel.
+//! - `stubs [--check] [--module PATH]`: writes `crates/spdl-py/python/spdl_rs/_native.pyi` from the built native
+//!   module (PyO3's introspection), or with `--check` fails if the committed stub is not current (`test` checks
+//!   it against the installed wheel's module).
 //! - `wheel`: the release artefacts of the `spdl_rs` package in `target/wheels/`: an abi3 wheel (CPython >= 3.10),
 //!   a free-threaded CPython 3.13t wheel and the sdist, both wheels manylinux_2_28 (zig), checked by auditwheel,
 //!   each with the FFmpeg backends it loads at run time.
@@ -32,6 +35,7 @@ mod gpu;
 mod python;
 mod s3;
 mod soak;
+mod stubs;
 mod sys;
 mod wheel;
 
@@ -74,6 +78,7 @@ fn main() -> Result<()> {
             };
             wheel::wheel(&root, &majors).map(|_| ())
         }
+        Some("stubs") => stubs::stubs(&root, &args[1..]),
         Some("help") | Some("--help") | Some("-h") | None => {
             println!("{}", HELP);
             Ok(())
@@ -82,7 +87,7 @@ fn main() -> Result<()> {
     }
 }
 
-const HELP: &str = "usage: cargo xtask <test [--quick] [--no-python] | gen-data [DIR] [--corrupt] | bench | compare | gpu-check | fuzz [SECONDS] | soak [SECONDS] [--seed N] [--replay ITER_SEED] [--scenarios a,b] [--json PATH] | wheel [--ffmpeg 7[,6]]>
+const HELP: &str = "usage: cargo xtask <test [--quick] [--no-python] | gen-data [DIR] [--corrupt] | bench | compare | gpu-check | stubs [--check] [--module PATH] | fuzz [SECONDS] | soak [SECONDS] [--seed N] [--replay ITER_SEED] [--scenarios a,b] [--json PATH] | wheel [--ffmpeg 7[,6]]>
 
   soak: a bounded soak test of the spdl_rs Python package (default 60 s; not part of `test`; needs the module
         installed by `cargo xtask test`): random pipelines ended by exhaustion, stop(timeout), op

@@ -68,6 +68,7 @@ impl From<i128> for Int {
 
 impl<'a, 'py> FromPyObject<'a, 'py> for Int {
     type Error = PyErr;
+    const INPUT_TYPE: pyo3::inspect::PyStaticExpr = <PyInt as pyo3::PyTypeInfo>::TYPE_HINT;
 
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
         // `bool` is an `int` in Python: taken as 0 / 1, as PyO3 does for integers.
@@ -132,8 +133,7 @@ pub(crate) fn duration_secs(name: &str, v: f64, min: f64, max: f64) -> PyResult<
 /// `_native._check_count(name, value, min, max)`: `value` if it is an integer in `min..=max`, else the
 /// module's `ValueError` (a `TypeError` for a non-integer).
 #[pyfunction]
-#[pyo3(name = "_check_count")]
-fn check_count(name: &str, value: Int, min: Int, max: Int) -> PyResult<u64> {
+pub(crate) fn _check_count(name: &str, value: Int, min: Int, max: Int) -> PyResult<u64> {
     let min = size_bytes("min", &min, 0, u64::MAX)?;
     let max = size_bytes("max", &max, 0, u64::MAX)?;
     size_bytes(name, &value, min, max)
@@ -141,16 +141,14 @@ fn check_count(name: &str, value: Int, min: Int, max: Int) -> PyResult<u64> {
 
 /// `_native._check_size(name, value, min, max)`: as `_check_count`, for byte sizes.
 #[pyfunction]
-#[pyo3(name = "_check_size")]
-fn check_size(name: &str, value: Int, min: Int, max: Int) -> PyResult<u64> {
-    check_count(name, value, min, max)
+pub(crate) fn _check_size(name: &str, value: Int, min: Int, max: Int) -> PyResult<u64> {
+    _check_count(name, value, min, max)
 }
 
 /// `_native._check_duration(name, value, min, max)`: `value` (seconds, an int or a float) if it is in
 /// `min..=max` and not NaN.
 #[pyfunction]
-#[pyo3(name = "_check_duration")]
-fn check_duration(name: &str, value: &Bound<'_, PyAny>, min: f64, max: f64) -> PyResult<f64> {
+pub(crate) fn _check_duration(name: &str, value: &Bound<'_, PyAny>, min: f64, max: f64) -> PyResult<f64> {
     if !(value.is_instance_of::<PyFloat>() || value.is_instance_of::<PyInt>()) {
         return Err(PyTypeError::new_err(format!(
             "{name} must be a number of seconds, got {}",
@@ -162,11 +160,8 @@ fn check_duration(name: &str, value: &Bound<'_, PyAny>, min: f64, max: f64) -> P
     Ok(v)
 }
 
-/// Registers the checks and `ARG_LIMITS` (the caps by name) on the native module.
-pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(check_count, m)?)?;
-    m.add_function(wrap_pyfunction!(check_size, m)?)?;
-    m.add_function(wrap_pyfunction!(check_duration, m)?)?;
+/// Adds `ARG_LIMITS` (the caps by name) to the native module.
+pub(crate) fn add_limits(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let d = PyDict::new(m.py());
     d.set_item("threads", MAX_THREADS)?;
     d.set_item("concurrency", MAX_CONCURRENCY)?;

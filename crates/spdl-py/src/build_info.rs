@@ -23,7 +23,7 @@ fn features() -> Vec<&'static str> {
 /// What this process found of FFmpeg (loading a backend on first use): `available`, `major`, `libraries`
 /// (library → version), `backend` (the file loaded), `backends` and `found` (FFmpeg majors), `error`.
 #[pyfunction]
-fn _ffmpeg_status(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+pub(crate) fn _ffmpeg_status(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let d = PyDict::new(py);
     #[cfg(feature = "ffmpeg")]
     {
@@ -56,7 +56,7 @@ fn _ffmpeg_status(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 /// The native half of `spdl_rs.build_info()`: `version`, `features`, `jpeg`, `ffmpeg` (as
 /// `_ffmpeg_status`), `cuda` (`{"built": bool, "devices": int}`).
 #[pyfunction]
-fn _build_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+pub(crate) fn _build_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("version", env!("CARGO_PKG_VERSION"))?;
     d.set_item("features", PyList::new(py, features())?)?;
@@ -89,7 +89,7 @@ fn ffmpeg<T>(_py: Python<'_>, _f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
 
 /// The names of the FFmpeg filters available (loads FFmpeg).
 #[pyfunction]
-fn _ffmpeg_filters(py: Python<'_>) -> PyResult<Vec<String>> {
+pub(crate) fn _ffmpeg_filters(py: Python<'_>) -> PyResult<Vec<String>> {
     #[cfg(feature = "ffmpeg")]
     let f = spdl_io::media::ffmpeg_filters;
     #[cfg(not(feature = "ffmpeg"))]
@@ -99,7 +99,7 @@ fn _ffmpeg_filters(py: Python<'_>) -> PyResult<Vec<String>> {
 
 /// FFmpeg's log level (loads FFmpeg).
 #[pyfunction]
-fn _ffmpeg_log_level(py: Python<'_>) -> PyResult<i32> {
+pub(crate) fn _ffmpeg_log_level(py: Python<'_>) -> PyResult<i32> {
     #[cfg(feature = "ffmpeg")]
     let f = spdl_io::media::ffmpeg_log_level;
     #[cfg(not(feature = "ffmpeg"))]
@@ -109,7 +109,7 @@ fn _ffmpeg_log_level(py: Python<'_>) -> PyResult<i32> {
 
 /// Sets FFmpeg's log level (loads FFmpeg).
 #[pyfunction]
-fn _set_ffmpeg_log_level(py: Python<'_>, level: i32) -> PyResult<()> {
+pub(crate) fn _set_ffmpeg_log_level(py: Python<'_>, level: i32) -> PyResult<()> {
     #[cfg(feature = "ffmpeg")]
     let f = move || spdl_io::media::set_ffmpeg_log_level(level);
     #[cfg(not(feature = "ffmpeg"))]
@@ -118,13 +118,4 @@ fn _set_ffmpeg_log_level(py: Python<'_>, level: i32) -> PyResult<()> {
         Ok(())
     };
     ffmpeg(py, f)
-}
-
-pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(_build_info, m)?)?;
-    m.add_function(wrap_pyfunction!(_ffmpeg_status, m)?)?;
-    m.add_function(wrap_pyfunction!(_ffmpeg_filters, m)?)?;
-    m.add_function(wrap_pyfunction!(_ffmpeg_log_level, m)?)?;
-    m.add_function(wrap_pyfunction!(_set_ffmpeg_log_level, m)?)?;
-    Ok(())
 }

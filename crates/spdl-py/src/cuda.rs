@@ -317,14 +317,14 @@ impl CudaBuffer {
 
 /// The number of CUDA devices the driver reports; 0 without the driver (or a build without CUDA support).
 #[pyfunction]
-fn cuda_device_count(py: Python<'_>) -> usize {
+pub(crate) fn cuda_device_count(py: Python<'_>) -> usize {
     crate::lifecycle::detach(py, || spdl_cuda::device_count().unwrap_or(0))
 }
 
 /// Opens device `device_index` (its pinned pool and copy stream) if it is not open yet; raises
 /// `CUDAUnavailableError` when it cannot be used.
 #[pyfunction]
-fn cuda_open(py: Python<'_>, device_index: i64) -> PyResult<()> {
+pub(crate) fn cuda_open(py: Python<'_>, device_index: i64) -> PyResult<()> {
     fork_guard()?;
     let index = non_negative("device_index", device_index)?;
     crate::lifecycle::detach(py, || device(index))
@@ -335,7 +335,7 @@ fn cuda_open(py: Python<'_>, device_index: i64) -> PyResult<()> {
 /// `cpu_storage(size, pin_memory)`: `size` bytes, zeroed, from device 0's pinned pool or the system allocator.
 #[pyfunction]
 #[pyo3(signature = (size, pin_memory = true))]
-fn cuda_cpu_storage(py: Python<'_>, size: crate::args::Int, pin_memory: bool) -> PyResult<CpuStorage> {
+pub(crate) fn cuda_cpu_storage(py: Python<'_>, size: crate::args::Int, pin_memory: bool) -> PyResult<CpuStorage> {
     if pin_memory {
         fork_guard()?;
     }
@@ -364,7 +364,12 @@ fn cuda_cpu_storage(py: Python<'_>, size: crate::args::Int, pin_memory: bool) ->
 /// A zeroed `spdl_rs.Buffer` of `shape` and `dtype` in the pinned pool of device `device_index`: where
 /// `transfer_buffer` puts arrays it does not own, so their copy to the device is a DMA.
 #[pyfunction]
-fn cuda_pinned_buffer(py: Python<'_>, shape: Vec<usize>, dtype: &str, device_index: i64) -> PyResult<PyBuffer> {
+pub(crate) fn cuda_pinned_buffer(
+    py: Python<'_>,
+    shape: Vec<usize>,
+    dtype: &str,
+    device_index: i64,
+) -> PyResult<PyBuffer> {
     fork_guard()?;
     let dt = parse_dtype(dtype)?;
     let index = non_negative("device_index", device_index)?;
@@ -381,7 +386,7 @@ fn cuda_pinned_buffer(py: Python<'_>, shape: Vec<usize>, dtype: &str, device_ind
 /// stream and waits for the copy (GIL released).
 #[pyfunction]
 #[pyo3(signature = (buffer, *, device_config))]
-fn cuda_transfer_buffer(
+pub(crate) fn cuda_transfer_buffer(
     py: Python<'_>,
     buffer: PyRef<'_, PyBuffer>,
     device_config: PyRef<'_, CudaConfig>,
@@ -409,25 +414,11 @@ fn cuda_transfer_buffer(
 
 /// `transfer_buffer_cpu(buffer)`: copies a `CUDABuffer` back into a new host `spdl_rs.Buffer` (GIL released).
 #[pyfunction]
-fn cuda_transfer_buffer_cpu(py: Python<'_>, buffer: PyRef<'_, CudaBuffer>) -> PyResult<PyBuffer> {
+pub(crate) fn cuda_transfer_buffer_cpu(py: Python<'_>, buffer: PyRef<'_, CudaBuffer>) -> PyResult<PyBuffer> {
     fork_guard()?;
     let inner = Arc::clone(&buffer.inner);
     let host = py
         .detach(|| inner.to_host())
         .map_err(|e| to_py(&format!("transfer_buffer_cpu from CUDA device {}", inner.device_index()), e))?;
     Ok(PyBuffer::new(host))
-}
-
-pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<CudaConfig>()?;
-    m.add_class::<CpuStorage>()?;
-    m.add_class::<CudaBuffer>()?;
-    m.add("CUDAUnavailableError", m.py().get_type::<CUDAUnavailableError>())?;
-    m.add_function(wrap_pyfunction!(cuda_device_count, m)?)?;
-    m.add_function(wrap_pyfunction!(cuda_open, m)?)?;
-    m.add_function(wrap_pyfunction!(cuda_cpu_storage, m)?)?;
-    m.add_function(wrap_pyfunction!(cuda_pinned_buffer, m)?)?;
-    m.add_function(wrap_pyfunction!(cuda_transfer_buffer, m)?)?;
-    m.add_function(wrap_pyfunction!(cuda_transfer_buffer_cpu, m)?)?;
-    Ok(())
 }

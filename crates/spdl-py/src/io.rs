@@ -8,17 +8,17 @@
 
 #[macro_use]
 pub(crate) mod options;
-mod audio;
+pub(crate) mod audio;
 #[cfg(feature = "ffmpeg")]
-mod clips;
-mod encode;
+pub(crate) mod clips;
+pub(crate) mod encode;
 #[cfg(feature = "ffmpeg")]
-mod media;
+pub(crate) mod media;
 #[cfg(feature = "ffmpeg")]
-mod mux;
-mod tar;
+pub(crate) mod mux;
+pub(crate) mod tar;
 #[cfg(feature = "ffmpeg")]
-mod video;
+pub(crate) mod video;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -254,7 +254,7 @@ pub(crate) fn interruptible<T: Send + 'static>(py: Python<'_>, f: impl FnOnce() 
 
 /// Decode memory: `decode_memory_budget()` gives the process-wide budget in bytes.
 #[pyfunction]
-fn decode_memory_budget() -> u64 {
+pub(crate) fn decode_memory_budget() -> u64 {
     spdl_io::decode_memory_budget()
 }
 
@@ -265,7 +265,7 @@ fn decode_memory_budget() -> u64 {
 /// Raises:
 ///     ValueError: ``nbytes`` is below 16 MiB.
 #[pyfunction]
-fn set_decode_memory_budget(nbytes: Int) -> PyResult<()> {
+pub(crate) fn set_decode_memory_budget(nbytes: Int) -> PyResult<()> {
     let nbytes = args::size_bytes("nbytes", &nbytes, spdl_io::UNMETERED_BYTES, u64::MAX)?;
     spdl_io::set_decode_memory_budget(nbytes).map_err(io_err)
 }
@@ -325,7 +325,7 @@ impl ImageSpec {
 ///     exif_orientation: Apply the EXIF orientation.
 #[pyfunction]
 #[pyo3(signature = (path, **options))]
-fn load_image(py: Python<'_>, path: PathBuf, options: Option<&Bound<'_, PyDict>>) -> PyResult<PyBuffer> {
+pub(crate) fn load_image(py: Python<'_>, path: PathBuf, options: Option<&Bound<'_, PyDict>>) -> PyResult<PyBuffer> {
     let spec = ImageSpec::from_kwargs("load_image", options)?;
     let src = Src::Path(path);
     interruptible(py, move || spec.decode(&src))?.map(PyBuffer::new).map_err(io_err)
@@ -335,7 +335,7 @@ fn load_image(py: Python<'_>, path: PathBuf, options: Option<&Bound<'_, PyDict>>
 /// (GIL released). Arguments as :py:func:`load_image`; ``name`` appears in error messages.
 #[pyfunction]
 #[pyo3(signature = (data, *, name="<bytes>", **options))]
-fn decode_image(
+pub(crate) fn decode_image(
     py: Python<'_>,
     data: &Bound<'_, PyAny>,
     name: &str,
@@ -359,7 +359,7 @@ fn decode_image(
 
 /// The format and size of an encoded image, from its header only: ``(format, width, height)``.
 #[pyfunction]
-fn image_info(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<(String, u32, u32)> {
+pub(crate) fn image_info(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<(String, u32, u32)> {
     let Src::Bytes(name, b) = src_from_py(data, 0)? else {
         return Err(PyValueError::new_err("image_info takes encoded bytes"));
     };
@@ -480,7 +480,7 @@ fn batch_transform(name: &str, width: u32, height: u32, filter_name: &str, seed:
 ///         mixed with the epoch); default: its position in the batch.
 #[pyfunction]
 #[pyo3(signature = (srcs, width, height, *, return_info=false, keys=None, **options))]
-fn load_image_batch(
+pub(crate) fn load_image_batch(
     py: Python<'_>,
     srcs: &Bound<'_, PyAny>,
     width: Int,
@@ -573,7 +573,7 @@ impl NativeOp for ImageBatchOp {
 /// Arguments as :py:func:`spdl_rs.io.load_image`.
 #[pyfunction]
 #[pyo3(signature = (**options))]
-fn decode_image_op(options: Option<&Bound<'_, PyDict>>) -> PyResult<PyNativeOp> {
+pub(crate) fn decode_image_op(options: Option<&Bound<'_, PyDict>>) -> PyResult<PyNativeOp> {
     let spec = ImageSpec::from_kwargs("decode_image_op", options)?;
     Ok(PyNativeOp { op: Arc::new(DecodeImageOp { name: "decode_image".to_owned(), spec }) })
 }
@@ -583,7 +583,7 @@ fn decode_image_op(options: Option<&Bound<'_, PyDict>>) -> PyResult<PyNativeOp> 
 /// (``None``) means 1 here (the pipeline's ``concurrency`` gives the parallelism).
 #[pyfunction]
 #[pyo3(signature = (width, height, **options))]
-fn load_image_batch_op(
+pub(crate) fn load_image_batch_op(
     py: Python<'_>,
     width: Int,
     height: Int,
@@ -591,28 +591,4 @@ fn load_image_batch_op(
 ) -> PyResult<PyNativeOp> {
     let spec = BatchSpec::from_kwargs(py, "load_image_batch_op", &width, &height, options, Some(1))?;
     Ok(PyNativeOp { op: Arc::new(ImageBatchOp { spec }) })
-}
-
-/// Registers the io functions on the native module.
-pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(load_image, m)?)?;
-    m.add_function(wrap_pyfunction!(decode_image, m)?)?;
-    m.add_function(wrap_pyfunction!(image_info, m)?)?;
-    m.add_function(wrap_pyfunction!(load_image_batch, m)?)?;
-    m.add_function(wrap_pyfunction!(decode_image_op, m)?)?;
-    m.add_function(wrap_pyfunction!(load_image_batch_op, m)?)?;
-    m.add_function(wrap_pyfunction!(decode_memory_budget, m)?)?;
-    m.add_function(wrap_pyfunction!(set_decode_memory_budget, m)?)?;
-    audio::register(m)?;
-    encode::register(m)?;
-    tar::register(m)?;
-    #[cfg(feature = "ffmpeg")]
-    video::register(m)?;
-    #[cfg(feature = "ffmpeg")]
-    clips::register(m)?;
-    #[cfg(feature = "ffmpeg")]
-    media::register(m)?;
-    #[cfg(feature = "ffmpeg")]
-    mux::register(m)?;
-    Ok(())
 }

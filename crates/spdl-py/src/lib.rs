@@ -78,35 +78,103 @@ pub use value::Value;
 use pyo3::prelude::*;
 
 /// The native part of the `spdl_rs` package (`spdl_rs._native`); the Python package re-exports it.
+///
+/// Declared as a module of items (not a function that adds them), so that PyO3's introspection sees every
+/// class, function and constant: `cargo xtask stubs` writes `_native.pyi` from the built module, and CI checks
+/// that the committed stub is current (`cargo xtask stubs --check`).
 #[pymodule(gil_used = false)]
 #[pyo3(name = "_native")]
-fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<buffer::PyBuffer>()?;
-    m.add_class::<pipeline::PipelineCore>()?;
-    m.add_class::<pipeline::AsyncBridge>()?;
-    m.add_class::<pipeline::Reply>()?;
-    m.add_class::<pipeline::RegionInputs>()?;
-    m.add_class::<pipeline::CoreOptions>()?;
-    pipeline::register_specs(m)?;
-    m.add_class::<pipeline::PyNativeOp>()?;
-    m.add_class::<checkpoint::CheckpointTracker>()?;
-    m.add_class::<checkpoint::CheckpointEpoch>()?;
-    lifecycle::register(m)?;
-    build_info::register(m)?;
-    args::register(m)?;
-    #[cfg(feature = "io")]
-    io::register(m)?;
-    m.add("HAS_IO", cfg!(feature = "io"))?;
-    m.add("HAS_VIDEO", cfg!(feature = "ffmpeg"))?;
-    #[cfg(feature = "source")]
-    source::register(m)?;
-    #[cfg(feature = "source")]
-    m.add_class::<elastic::PyElasticSampler>()?;
-    m.add("HAS_SOURCE", cfg!(feature = "source"))?;
-    #[cfg(feature = "loader")]
-    loader::register(m)?;
+mod native {
+    use pyo3::prelude::*;
+
+    #[pymodule_export]
+    use crate::buffer::PyBuffer;
+    #[pymodule_export]
+    use crate::checkpoint::{CheckpointEpoch, CheckpointTracker};
+    #[pymodule_export]
+    use crate::pipeline::{AsyncBridge, CoreOptions, PipelineCore, PyNativeOp, RegionInputs, Reply, StatsSnapshot};
+
+    #[pymodule_export]
+    use crate::args::{_check_count, _check_duration, _check_size};
+    #[pymodule_export]
+    use crate::build_info::{_build_info, _ffmpeg_filters, _ffmpeg_log_level, _ffmpeg_status, _set_ffmpeg_log_level};
     #[cfg(feature = "cuda")]
-    cuda::register(m)?;
-    m.add("HAS_CUDA", cfg!(feature = "cuda"))?;
-    Ok(())
+    #[pymodule_export]
+    use crate::cuda::CUDAUnavailableError;
+    #[cfg(feature = "cuda")]
+    #[pymodule_export]
+    use crate::cuda::{
+        CpuStorage, CudaBuffer, CudaConfig, cuda_cpu_storage, cuda_device_count, cuda_open, cuda_pinned_buffer,
+        cuda_transfer_buffer, cuda_transfer_buffer_cpu,
+    };
+    #[cfg(feature = "source")]
+    #[pymodule_export]
+    use crate::elastic::PyElasticSampler;
+    #[cfg(feature = "io")]
+    #[pymodule_export]
+    use crate::io::audio::{load_audio, load_audio_batch, load_audio_batch_op, load_audio_op, probe};
+    #[cfg(feature = "ffmpeg")]
+    #[pymodule_export]
+    use crate::io::clips::{
+        clips_at_fps, clips_at_random_indices, clips_at_random_timestamps, clips_at_regular_indices,
+        clips_at_regular_timestamps, load_clips, load_clips_batch, load_clips_batch_op, load_clips_op,
+    };
+    #[cfg(feature = "io")]
+    #[pymodule_export]
+    use crate::io::encode::encode_image_file;
+    #[cfg(feature = "ffmpeg")]
+    #[pymodule_export]
+    use crate::io::media::{
+        PyAudioCodec, PyAudioFrames, PyAudioPackets, PyFilterGraph, PyImageCodec, PyImageFrames, PyImagePackets,
+        PyMediaBsf, PyMediaDecoder, PyMediaDemuxer, PyVideoCodec, PyVideoFrames, PyVideoPackets, concat_video_frames,
+        convert_frames, media_decode_packets, reference_audio_frame, reference_video_frame, split_packets_at_indices,
+    };
+    #[cfg(feature = "ffmpeg")]
+    #[pymodule_export]
+    use crate::io::mux::{PyAudioEncodeConfig, PyAudioEncoder, PyMediaMuxer, PyVideoEncodeConfig, PyVideoEncoder};
+    #[cfg(feature = "io")]
+    #[pymodule_export]
+    use crate::io::tar::{TarStream, tar_index};
+    #[cfg(feature = "ffmpeg")]
+    #[pymodule_export]
+    use crate::io::video::{decode_packets, decode_packets_op, demux_video, demux_video_op, load_video, load_video_op};
+    #[cfg(feature = "io")]
+    #[pymodule_export]
+    use crate::io::{
+        decode_image, decode_image_op, decode_memory_budget, image_info, load_image, load_image_batch,
+        load_image_batch_op, set_decode_memory_budget,
+    };
+    #[pymodule_export]
+    use crate::lifecycle::_wait_engine_threads;
+    #[cfg(all(feature = "loader", feature = "ffmpeg"))]
+    #[pymodule_export]
+    use crate::loader::ClipLoader;
+    #[cfg(feature = "loader")]
+    #[pymodule_export]
+    use crate::loader::ImageLoader;
+    #[pymodule_export]
+    use crate::pipeline::spec::{
+        AggregateStep, AggregatorStep, AsyncSource, DisaggregateStep, IterSource, ListSource, MergeSource,
+        PathVariantsStep, PipeStep, RangeSource, ThroughStep,
+    };
+    #[cfg(feature = "source")]
+    #[pymodule_export]
+    use crate::source::{PySampler, PyStore, list_dataset};
+
+    #[pymodule_export]
+    const HAS_IO: bool = cfg!(feature = "io");
+    #[pymodule_export]
+    const HAS_VIDEO: bool = cfg!(feature = "ffmpeg");
+    #[pymodule_export]
+    const HAS_SOURCE: bool = cfg!(feature = "source");
+    #[pymodule_export]
+    const HAS_CUDA: bool = cfg!(feature = "cuda");
+
+    /// What the module does when it is imported, besides adding its items: the interpreter-exit and fork
+    /// hooks, and `ARG_LIMITS` (a dict, which a declared constant cannot be).
+    #[pymodule_init]
+    fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
+        crate::lifecycle::install_hooks(m)?;
+        crate::args::add_limits(m)
+    }
 }

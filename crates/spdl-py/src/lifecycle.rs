@@ -204,7 +204,7 @@ pub(crate) fn check_not_forked(made_in: u64, what: &str) -> PyResult<()> {
 /// `os.register_at_fork(after_in_child=...)`.
 #[pyfunction]
 #[pyo3(name = "_after_fork_in_child")]
-fn after_fork_in_child() {
+pub(crate) fn after_fork_in_child() {
     GENERATION.fetch_add(1, Ordering::AcqRel);
     PID.store(u64::from(std::process::id()), Ordering::Relaxed);
     // Threads of the parent that were counted do not exist here.
@@ -222,7 +222,7 @@ fn after_fork_in_child() {
 /// at most [`TRANSIT_WAIT`]); they run Python code until they next leave it, and park then.
 #[pyfunction]
 #[pyo3(name = "_mark_exiting")]
-fn mark_exiting(py: Python<'_>) {
+pub(crate) fn mark_exiting(py: Python<'_>) {
     EXIT_THREAD.store(this_thread(), Ordering::Release);
     EXITING.store(true, Ordering::SeqCst);
     let deadline = Instant::now() + TRANSIT_WAIT;
@@ -244,8 +244,7 @@ const AFTER_ASYNC_EXC: Duration = Duration::from_secs(2);
 /// to stop: waits for the engine threads that run Python code to leave it, raising `SystemExit` in those
 /// still there after [`GRACE`]. Returns how many are still in Python code.
 #[pyfunction]
-#[pyo3(name = "_wait_engine_threads")]
-fn wait_engine_threads(py: Python<'_>) -> PyResult<usize> {
+pub(crate) fn _wait_engine_threads(py: Python<'_>) -> PyResult<usize> {
     let deadline = Instant::now() + GRACE;
     while IN_PYTHON.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
         py.detach(|| std::thread::sleep(Duration::from_millis(10)));
@@ -262,16 +261,13 @@ fn wait_engine_threads(py: Python<'_>) -> PyResult<usize> {
     Ok(IN_PYTHON.load(Ordering::Acquire))
 }
 
-/// Registers the `atexit` and `os.register_at_fork` hooks, and `_wait_engine_threads` for the Python
-/// package's `threading._register_atexit` hook (SPDL's way of stopping pipelines at exit).
-pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+/// Installs the `atexit` and `os.register_at_fork` hooks (`_wait_engine_threads`, which the module exports, is
+/// for the Python package's `threading._register_atexit` hook, SPDL's way of stopping pipelines at exit).
+pub(crate) fn install_hooks(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     PID.store(u64::from(std::process::id()), Ordering::Relaxed);
     let exiting: Bound<'_, PyCFunction> = wrap_pyfunction!(mark_exiting, m)?;
     py.import("atexit")?.call_method1("register", (exiting,))?;
-    // Called by `spdl_rs.pipeline`'s `threading._register_atexit` hook, after it told every live pipeline
-    // to stop.
-    m.add_function(wrap_pyfunction!(wait_engine_threads, m)?)?;
     let child = wrap_pyfunction!(after_fork_in_child, m)?;
     let kwargs = pyo3::types::PyDict::new(py);
     kwargs.set_item("after_in_child", child)?;

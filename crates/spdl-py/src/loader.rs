@@ -334,10 +334,3 @@ impl ClipLoader {
         Ok(())
     }
 }
-
-pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<ImageLoader>()?;
-    #[cfg(feature = "ffmpeg")]
-    m.add_class::<ClipLoader>()?;
-    Ok(())
-}

@@ -148,7 +148,7 @@ type Listing = (Vec<String>, Vec<Option<i64>>, Vec<String>);
 /// insensitive, without the dot); empty means every file.
 #[pyfunction]
 #[pyo3(signature = (root, *, extensions=Vec::new(), layout="class_folders"))]
-fn list_dataset(py: Python<'_>, root: PathBuf, extensions: Vec<String>, layout: &str) -> PyResult<Listing> {
+pub(crate) fn list_dataset(py: Python<'_>, root: PathBuf, extensions: Vec<String>, layout: &str) -> PyResult<Listing> {
     let exts: Vec<&str> = extensions.iter().map(String::as_str).collect();
     let ds = py
         .detach(|| match layout {
@@ -528,12 +528,4 @@ impl PyStore {
     fn __repr__(&self) -> String {
         format!("Store({:?})", self.url)
     }
-}
-
-/// Registers the source classes and functions on the native module.
-pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<PyStore>()?;
-    m.add_class::<PySampler>()?;
-    m.add_function(wrap_pyfunction!(list_dataset, m)?)?;
-    Ok(())
 }

@@ -227,7 +227,7 @@ fn batch_failures(batch: &AudioBatch) -> super::FailedItems {
 ///     RuntimeError: The input is empty, corrupt, in an unknown format or over a limit; the message names it.
 #[pyfunction]
 #[pyo3(signature = (src, *, name=None, return_info=false, **options))]
-fn load_audio(
+pub(crate) fn load_audio(
     py: Python<'_>,
     src: &Bound<'_, PyAny>,
     name: Option<&str>,
@@ -259,7 +259,7 @@ fn load_audio(
 ///         padding) and ``failures`` (``(index, item, message)`` tuples).
 #[pyfunction]
 #[pyo3(signature = (srcs, *, return_info=false, **options))]
-fn load_audio_batch(
+pub(crate) fn load_audio_batch(
     py: Python<'_>,
     srcs: Vec<Bound<'_, PyAny>>,
     return_info: bool,
@@ -296,7 +296,7 @@ fn load_audio_batch(
 /// Without video support only images and audio formats are recognised.
 #[pyfunction]
 #[pyo3(signature = (src, *, name=None))]
-fn probe(py: Python<'_>, src: &Bound<'_, PyAny>, name: Option<&str>) -> PyResult<Py<PyAny>> {
+pub(crate) fn probe(py: Python<'_>, src: &Bound<'_, PyAny>, name: Option<&str>) -> PyResult<Py<PyAny>> {
     let src = media_src(src, name)?;
     let info = crate::lifecycle::detach(py, || spdl_io::probe(src.media())).map_err(io_err)?;
     let json = serde_json::to_string(&info)
@@ -365,7 +365,7 @@ impl NativeOp for AudioBatchOp {
 /// the GIL. Arguments as :py:func:`spdl_rs.io.load_audio`.
 #[pyfunction]
 #[pyo3(signature = (**options))]
-fn load_audio_op(py: Python<'_>, options: Option<&Bound<'_, PyDict>>) -> PyResult<PyNativeOp> {
+pub(crate) fn load_audio_op(py: Python<'_>, options: Option<&Bound<'_, PyDict>>) -> PyResult<PyNativeOp> {
     let opts = AudioArgs::from_call(py, "load_audio_op", options)?;
     Ok(PyNativeOp { op: Arc::new(LoadAudioOp { opts }) })
 }
@@ -375,17 +375,7 @@ fn load_audio_op(py: Python<'_>, options: Option<&Bound<'_, PyDict>>) -> PyResul
 /// ``num_threads`` (``None``) means 1 here (the stage's ``concurrency`` gives the parallelism).
 #[pyfunction]
 #[pyo3(signature = (**options))]
-fn load_audio_batch_op(py: Python<'_>, options: Option<&Bound<'_, PyDict>>) -> PyResult<PyNativeOp> {
+pub(crate) fn load_audio_batch_op(py: Python<'_>, options: Option<&Bound<'_, PyDict>>) -> PyResult<PyNativeOp> {
     let opts = AudioBatchArgs::from_call(py, "load_audio_batch_op", options, Some(1))?;
     Ok(PyNativeOp { op: Arc::new(AudioBatchOp { opts }) })
-}
-
-/// Registers the audio functions on the native module.
-pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(load_audio, m)?)?;
-    m.add_function(wrap_pyfunction!(load_audio_batch, m)?)?;
-    m.add_function(wrap_pyfunction!(probe, m)?)?;
-    m.add_function(wrap_pyfunction!(load_audio_op, m)?)?;
-    m.add_function(wrap_pyfunction!(load_audio_batch_op, m)?)?;
-    Ok(())
 }

@@ -278,7 +278,7 @@ fn run_one(
 #[pyfunction]
 #[pyo3(signature = (src, starts, *, num_frames, name=None, return_info=false, **options))]
 #[allow(clippy::too_many_arguments)]
-fn load_clips(
+pub(crate) fn load_clips(
     py: Python<'_>,
     src: &Bound<'_, PyAny>,
     starts: &Bound<'_, PyAny>,
@@ -297,7 +297,7 @@ fn load_clips(
 #[pyfunction]
 #[pyo3(signature = (src, num_clips, num_frames, *, seed=0, name=None, return_info=false, **options))]
 #[allow(clippy::too_many_arguments)]
-fn clips_at_random_indices(
+pub(crate) fn clips_at_random_indices(
     py: Python<'_>,
     src: &Bound<'_, PyAny>,
     num_clips: usize,
@@ -323,7 +323,7 @@ fn clips_at_random_indices(
 /// :py:func:`load_clips` does. Options as :py:func:`load_clips`.
 #[pyfunction]
 #[pyo3(signature = (src, num_clips, num_frames, *, name=None, return_info=false, **options))]
-fn clips_at_regular_indices(
+pub(crate) fn clips_at_regular_indices(
     py: Python<'_>,
     src: &Bound<'_, PyAny>,
     num_clips: usize,
@@ -350,7 +350,7 @@ fn clips_at_regular_indices(
 #[pyfunction]
 #[pyo3(signature = (src, num_clips, num_frames, *, seed=0, name=None, return_info=false, **options))]
 #[allow(clippy::too_many_arguments)]
-fn clips_at_random_timestamps(
+pub(crate) fn clips_at_random_timestamps(
     py: Python<'_>,
     src: &Bound<'_, PyAny>,
     num_clips: usize,
@@ -376,7 +376,7 @@ fn clips_at_random_timestamps(
 /// :py:func:`load_clips` does. Options as :py:func:`load_clips`.
 #[pyfunction]
 #[pyo3(signature = (src, num_clips, num_frames, *, name=None, return_info=false, **options))]
-fn clips_at_regular_timestamps(
+pub(crate) fn clips_at_regular_timestamps(
     py: Python<'_>,
     src: &Bound<'_, PyAny>,
     num_clips: usize,
@@ -401,7 +401,7 @@ fn clips_at_regular_timestamps(
 /// refused by ``policy``), decoded as :py:func:`load_clips` does. Options as :py:func:`load_clips`.
 #[pyfunction]
 #[pyo3(signature = (src, fps, num_frames, *, name=None, return_info=false, **options))]
-fn clips_at_fps(
+pub(crate) fn clips_at_fps(
     py: Python<'_>,
     src: &Bound<'_, PyAny>,
     fps: f64,
@@ -603,7 +603,7 @@ fn cores() -> usize {
 ///     ValueError, RuntimeError, OSError: as :py:func:`load_clips`, naming the batch index and the item.
 #[pyfunction]
 #[pyo3(signature = (srcs, starts=None, *, num_frames, **options))]
-fn load_clips_batch(
+pub(crate) fn load_clips_batch(
     py: Python<'_>,
     srcs: &Bound<'_, PyAny>,
     starts: Option<&Bound<'_, PyAny>>,
@@ -746,7 +746,7 @@ impl NativeOp for LoadClipsBatchOp {
 /// as :py:func:`spdl_rs.io.load_clips`.
 #[pyfunction]
 #[pyo3(signature = (*, num_frames, starts=None, **options))]
-fn load_clips_op(
+pub(crate) fn load_clips_op(
     py: Python<'_>,
     num_frames: usize,
     starts: Option<&Bound<'_, PyAny>>,
@@ -769,7 +769,7 @@ fn load_clips_op(
 /// ``num_threads`` (``None``) means 1 here (the pipeline's ``concurrency`` gives the parallelism).
 #[pyfunction]
 #[pyo3(signature = (*, num_frames, starts=None, **options))]
-fn load_clips_batch_op(
+pub(crate) fn load_clips_batch_op(
     py: Python<'_>,
     num_frames: usize,
     starts: Option<&Bound<'_, PyAny>>,
@@ -780,18 +780,4 @@ fn load_clips_batch_op(
     let starts = args.starts(starts, None, spec.by_time)?;
     let threads = args.threads(1)?;
     Ok(PyNativeOp { op: Arc::new(LoadClipsBatchOp { starts, num_frames, spec, threads }) })
-}
-
-/// Registers the clip functions on the native module.
-pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(load_clips, m)?)?;
-    m.add_function(wrap_pyfunction!(clips_at_random_indices, m)?)?;
-    m.add_function(wrap_pyfunction!(clips_at_regular_indices, m)?)?;
-    m.add_function(wrap_pyfunction!(clips_at_random_timestamps, m)?)?;
-    m.add_function(wrap_pyfunction!(clips_at_regular_timestamps, m)?)?;
-    m.add_function(wrap_pyfunction!(clips_at_fps, m)?)?;
-    m.add_function(wrap_pyfunction!(load_clips_batch, m)?)?;
-    m.add_function(wrap_pyfunction!(load_clips_op, m)?)?;
-    m.add_function(wrap_pyfunction!(load_clips_batch_op, m)?)?;
-    Ok(())
 }

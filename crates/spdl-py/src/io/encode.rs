@@ -14,7 +14,7 @@ use super::io_err;
 #[pyfunction]
 #[pyo3(signature = (path, data, width, height, color, *, quality=None, compression=None))]
 #[allow(clippy::too_many_arguments)]
-fn encode_image_file(
+pub(crate) fn encode_image_file(
     py: Python<'_>,
     path: PathBuf,
     data: &[u8],
@@ -37,9 +37,4 @@ fn encode_image_file(
         std::fs::write(&path, bytes).map_err(|source| spdl_io::Error::Io { path: path.clone(), source })
     })
     .map_err(io_err)
-}
-
-/// Registers the encoder on the native module.
-pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(encode_image_file, m)?)
 }

@@ -1120,7 +1120,7 @@ impl PyFilterGraph {
 /// window dropped), at most ``num_frames`` (video) when ``num_frames >= 0``. GIL released.
 #[pyfunction]
 #[pyo3(signature = (packets, *, filter_desc=None, decoder=None, decoder_options=None, num_frames=Int::from(-1)))]
-fn media_decode_packets(
+pub(crate) fn media_decode_packets(
     py: Python<'_>,
     packets: &Bound<'_, PyAny>,
     filter_desc: Option<String>,
@@ -1140,7 +1140,7 @@ fn media_decode_packets(
 /// Frames (one object, or a list of them: a batch) into one ``spdl_rs.Buffer`` in SPDL's shapes. GIL
 /// released while copying.
 #[pyfunction]
-fn convert_frames(py: Python<'_>, frames: &Bound<'_, PyAny>) -> PyResult<PyBuffer> {
+pub(crate) fn convert_frames(py: Python<'_>, frames: &Bound<'_, PyAny>) -> PyResult<PyBuffer> {
     let (items, batch): (Vec<Bound<'_, PyAny>>, bool) = if frames_of(frames).is_ok() {
         (vec![frames.clone()], false)
     } else if frames.cast::<PyList>().is_ok() || frames.hasattr("__len__")? {
@@ -1162,7 +1162,7 @@ fn convert_frames(py: Python<'_>, frames: &Bound<'_, PyAny>) -> PyResult<PyBuffe
 #[pyfunction]
 #[pyo3(signature = (data, shape, itemsize, *, pix_fmt, frame_rate, pts, source=None))]
 #[allow(clippy::too_many_arguments, reason = "SPDL's keywords, one per frame property")]
-fn reference_video_frame(
+pub(crate) fn reference_video_frame(
     py: Python<'_>,
     data: &[u8],
     shape: Vec<usize>,
@@ -1183,7 +1183,7 @@ fn reference_video_frame(
 #[pyfunction]
 #[pyo3(signature = (data, shape, itemsize, *, sample_fmt, sample_rate, pts, source=None))]
 #[allow(clippy::too_many_arguments, reason = "SPDL's keywords, one per frame property")]
-fn reference_audio_frame(
+pub(crate) fn reference_audio_frame(
     py: Python<'_>,
     data: &[u8],
     shape: Vec<usize>,
@@ -1200,7 +1200,7 @@ fn reference_audio_frame(
 /// Splits video ``packets`` (not consumed) so that each of the sorted, distinct frame ``indices`` decodes
 /// from the keyframe before it: a list of ``(packets, indices within their decoded frames)``.
 #[pyfunction]
-fn split_packets_at_indices(
+pub(crate) fn split_packets_at_indices(
     py: Python<'_>,
     packets: &PyVideoPackets,
     indices: Vec<usize>,
@@ -1212,7 +1212,7 @@ fn split_packets_at_indices(
 
 /// ``a`` then ``b`` (frames of one video stream) as one ``VideoFrames``, sharing the data.
 #[pyfunction]
-fn concat_video_frames(a: &PyVideoFrames, b: &PyVideoFrames) -> PyResult<PyVideoFrames> {
+pub(crate) fn concat_video_frames(a: &PyVideoFrames, b: &PyVideoFrames) -> PyResult<PyVideoFrames> {
     a.live()?;
     b.live()?;
     Ok(PyVideoFrames::new(a.frames.concat(&b.frames).map_err(io_err)?))
@@ -1251,28 +1251,4 @@ impl PyMediaBsf {
         let out = crate::lifecycle::detach(py, || lock(&self.inner).flush(&self.item)).map_err(io_err)?;
         out.map(|p| packets_object(py, p)).transpose()
     }
-}
-
-/// Registers the classes and functions on the native module.
-pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<PyAudioCodec>()?;
-    m.add_class::<PyVideoCodec>()?;
-    m.add_class::<PyImageCodec>()?;
-    m.add_class::<PyAudioPackets>()?;
-    m.add_class::<PyVideoPackets>()?;
-    m.add_class::<PyImagePackets>()?;
-    m.add_class::<PyAudioFrames>()?;
-    m.add_class::<PyVideoFrames>()?;
-    m.add_class::<PyImageFrames>()?;
-    m.add_class::<PyMediaDemuxer>()?;
-    m.add_class::<PyMediaDecoder>()?;
-    m.add_class::<PyFilterGraph>()?;
-    m.add_class::<PyMediaBsf>()?;
-    m.add_function(wrap_pyfunction!(concat_video_frames, m)?)?;
-    m.add_function(wrap_pyfunction!(media_decode_packets, m)?)?;
-    m.add_function(wrap_pyfunction!(convert_frames, m)?)?;
-    m.add_function(wrap_pyfunction!(reference_video_frame, m)?)?;
-    m.add_function(wrap_pyfunction!(reference_audio_frame, m)?)?;
-    m.add_function(wrap_pyfunction!(split_packets_at_indices, m)?)?;
-    Ok(())
 }

@@ -445,13 +445,3 @@ impl PyMediaMuxer {
         format!("MediaMuxer<dst={:?}, num_streams={}>", self.dst, lock(&self.inner).num_streams())
     }
 }
-
-/// Registers the classes on the native module.
-pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<PyAudioEncodeConfig>()?;
-    m.add_class::<PyVideoEncodeConfig>()?;
-    m.add_class::<PyAudioEncoder>()?;
-    m.add_class::<PyVideoEncoder>()?;
-    m.add_class::<PyMediaMuxer>()?;
-    Ok(())
-}

@@ -76,7 +76,7 @@ fn with_buffer<R: Send>(data: &Bound<'_, PyAny>, f: impl FnOnce(&[u8]) -> R + Se
 /// order, and the message of the error that ended the scan early (`None` if the archive is well-formed; the
 /// members before the fault are listed).
 #[pyfunction]
-fn tar_index<'py>(data: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, PyList>, Option<String>)> {
+pub(crate) fn tar_index<'py>(data: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, PyList>, Option<String>)> {
     let py = data.py();
     let scanned = with_buffer(data, index)?;
     let list = PyList::empty(py);
@@ -300,10 +300,4 @@ impl TarStream {
         }
         next
     }
-}
-
-pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(tar_index, m)?)?;
-    m.add_class::<TarStream>()?;
-    Ok(())
 }

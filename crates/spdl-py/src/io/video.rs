@@ -162,7 +162,7 @@ fn frames_result(py: Python<'_>, frames: Frames, return_info: bool) -> PyResult<
 ///     RuntimeError: The input is corrupt, has no video stream or is over a limit; the message names it.
 #[pyfunction]
 #[pyo3(signature = (src, *, name=None, return_info=false, **options))]
-fn load_video(
+pub(crate) fn load_video(
     py: Python<'_>,
     src: &Bound<'_, PyAny>,
     name: Option<&str>,
@@ -185,7 +185,7 @@ fn load_video(
 /// another thread or pipeline stage. Arguments as :py:func:`load_video`.
 #[pyfunction]
 #[pyo3(signature = (src, *, name=None, **options))]
-fn demux_video(
+pub(crate) fn demux_video(
     py: Python<'_>,
     src: &Bound<'_, PyAny>,
     name: Option<&str>,
@@ -201,7 +201,7 @@ fn demux_video(
 /// are consumed. Arguments as :py:func:`load_video`.
 #[pyfunction]
 #[pyo3(signature = (packets, *, return_info=false, **options))]
-fn decode_packets(
+pub(crate) fn decode_packets(
     py: Python<'_>,
     packets: &PyVideoPackets,
     return_info: bool,
@@ -303,7 +303,7 @@ impl NativeOp for DecodePacketsOp {
 /// buffer, without the GIL. Arguments as :py:func:`spdl_rs.io.load_video`.
 #[pyfunction]
 #[pyo3(signature = (**options))]
-fn load_video_op(py: Python<'_>, options: Option<&Bound<'_, PyDict>>) -> PyResult<PyNativeOp> {
+pub(crate) fn load_video_op(py: Python<'_>, options: Option<&Bound<'_, PyDict>>) -> PyResult<PyNativeOp> {
     let (demux, decode) = VideoArgs::from_call(py, "load_video_op", options)?;
     Ok(PyNativeOp { op: Arc::new(LoadVideoOp { demux, decode }) })
 }
@@ -312,7 +312,7 @@ fn load_video_op(py: Python<'_>, options: Option<&Bound<'_, PyDict>>) -> PyResul
 /// :py:func:`spdl_rs.io.demux_video`.
 #[pyfunction]
 #[pyo3(signature = (**options))]
-fn demux_video_op(py: Python<'_>, options: Option<&Bound<'_, PyDict>>) -> PyResult<PyNativeOp> {
+pub(crate) fn demux_video_op(py: Python<'_>, options: Option<&Bound<'_, PyDict>>) -> PyResult<PyNativeOp> {
     let demux = DemuxArgs::from_kwargs("demux_video_op", options)?.options(py)?;
     Ok(PyNativeOp { op: Arc::new(DemuxVideoOp { demux }) })
 }
@@ -321,18 +321,7 @@ fn demux_video_op(py: Python<'_>, options: Option<&Bound<'_, PyDict>>) -> PyResu
 /// GIL. Arguments as :py:func:`spdl_rs.io.decode_packets`.
 #[pyfunction]
 #[pyo3(signature = (**options))]
-fn decode_packets_op(options: Option<&Bound<'_, PyDict>>) -> PyResult<PyNativeOp> {
+pub(crate) fn decode_packets_op(options: Option<&Bound<'_, PyDict>>) -> PyResult<PyNativeOp> {
     let decode = DecodeArgs::from_kwargs("decode_packets_op", options)?.options()?;
     Ok(PyNativeOp { op: Arc::new(DecodePacketsOp { decode }) })
-}
-
-/// Registers the video functions and `Packets` on the native module.
-pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(load_video, m)?)?;
-    m.add_function(wrap_pyfunction!(demux_video, m)?)?;
-    m.add_function(wrap_pyfunction!(decode_packets, m)?)?;
-    m.add_function(wrap_pyfunction!(load_video_op, m)?)?;
-    m.add_function(wrap_pyfunction!(demux_video_op, m)?)?;
-    m.add_function(wrap_pyfunction!(decode_packets_op, m)?)?;
-    Ok(())
 }

@@ -5,7 +5,7 @@
 mod bridge;
 mod failure_log;
 mod ops;
-mod spec;
+pub(crate) mod spec;
 pub(crate) mod tstate;
 mod wiring;
 
@@ -43,12 +43,6 @@ const DROP_WAIT: Duration = Duration::from_secs(1);
 const FATAL_STOP_WAIT: Duration = Duration::from_secs(5);
 /// Default capacity of the queues between stages (SPDL's, which is fixed: `_BUFFER_SIZE = 2`).
 const DEFAULT_STAGE_BUFFER: usize = 2;
-
-/// Registers the typed step descriptions (`spec`) and [`StatsSnapshot`].
-pub(crate) fn register_specs(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    spec::register(m)?;
-    m.add_class::<StatsSnapshot>()
-}
 
 /// Where the next [`PipelineCore`]'s id comes from (a [`StatsSnapshot`] names the pipeline it was taken on).
 static NEXT_CORE_ID: AtomicU64 = AtomicU64::new(0);

@@ -374,22 +374,6 @@ impl ThroughStep {
     }
 }
 
-/// Registers the classes.
-pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<IterSource>()?;
-    m.add_class::<RangeSource>()?;
-    m.add_class::<ListSource>()?;
-    m.add_class::<AsyncSource>()?;
-    m.add_class::<MergeSource>()?;
-    m.add_class::<PipeStep>()?;
-    m.add_class::<AggregateStep>()?;
-    m.add_class::<AggregatorStep>()?;
-    m.add_class::<DisaggregateStep>()?;
-    m.add_class::<PathVariantsStep>()?;
-    m.add_class::<ThroughStep>()?;
-    Ok(())
-}
-
 /// What a step object is, for an error that names it.
 pub(crate) fn not_a(what: &str, obj: &Bound<'_, PyAny>) -> PyErr {
     let ty = obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into());

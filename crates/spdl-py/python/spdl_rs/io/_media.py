@@ -369,11 +369,11 @@ class BSF(Generic[TCodec, TPackets]):
     """
 
     def __init__(self, codec: TCodec, bsf: str) -> None:
-        self._bsf = MediaBSF(codec, bsf)  # type: ignore[arg-type]
+        self._bsf = MediaBSF(codec, bsf)
 
     def filter(self, packets: TPackets, flush: bool = False) -> TPackets | None:
         """Filters ``packets`` (not consumed); ``flush`` ends the stream. The packets ready, or ``None``."""
-        return self._bsf.filter(packets, flush=flush)  # type: ignore[arg-type]
+        return self._bsf.filter(packets, flush=flush)
 
     def flush(self) -> TPackets | None:
         """Ends the stream: the packets the filter still held, or ``None``."""

@@ -14,9 +14,9 @@
 //!   `test`): random pipelines ended every way (stop, drop, cycles, SIGINT, fork, exit with work in flight),
 //!   failing on crashes, hangs and leaked threads, fds or memory. ARGS go to xtask/soak.py (`--seed N`,
 //!   `--replay ITER_SEED`, `--scenarios a,b`, `--json PATH`). Needs `cargo xtask test`'s installed wheel.
-//! - `stubs [--check] [--module PATH]`: writes `crates/spdl-py/python/spdl_rs/_native.pyi` from the built native
-//!   module (PyO3's introspection), or with `--check` fails if the committed stub is not current (`test` checks
-//!   it against the installed wheel's module).
+//! - `stubs [--check] [--module PATH]`: writes the stubs in `crates/spdl-py/python/spdl_rs/_native/` from the
+//!   built native module (PyO3's introspection), or with `--check` fails if the committed stubs are not current
+//!   (`test` checks them against the installed wheel's module).
 //! - `wheel`: the release artefacts of the `spdl_rs` package in `target/wheels/`: an abi3 wheel (CPython >= 3.10),
 //!   a free-threaded CPython 3.13t wheel and the sdist, both wheels manylinux_2_28 (zig), checked by auditwheel,
 //!   each with the FFmpeg backends it loads at run time.

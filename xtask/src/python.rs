@@ -278,15 +278,16 @@ fn rust_gates(venv: &Path, target_dir: &Path, quick: bool) -> Result<()> {
     Ok(())
 }
 
-/// mypy on the `spdl_rs` package (crates/spdl-py/mypy.ini) and stubtest on the built native module, so that
-/// `_native.pyi` cannot drift from what the Rust code exports. Both run in the venv the module was built into.
+/// mypy on the `spdl_rs` package (crates/spdl-py/mypy.ini) and stubtest on the built native module and its
+/// submodules, so that the stubs cannot drift from what the Rust code exports. Both run in the venv the module was built into.
 fn type_checks(venv: &Path, crate_dir: &Path) -> Result<()> {
     let started = Instant::now();
     let py = venv_python(venv);
     run(Command::new(&py).args(["-m", "mypy", "--config-file", "mypy.ini"]).current_dir(crate_dir))
         .context("mypy on the spdl_rs package")?;
+    // stubtest checks the module's submodules too (`_native/io.pyi` is `spdl_rs._native.io`).
     run(Command::new(&py).args(["-m", "mypy.stubtest", "spdl_rs._native"]).current_dir(crate_dir))
-        .context("stubtest: python/spdl_rs/_native.pyi differs from the built module")?;
+        .context("stubtest: the stubs in python/spdl_rs/_native/ differ from the built module")?;
     eprintln!("xtask: mypy and stubtest took {:.0} s", started.elapsed().as_secs_f64());
     Ok(())
 }

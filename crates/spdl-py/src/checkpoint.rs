@@ -110,7 +110,7 @@ fn keys(keys: Vec<Key>) -> Vec<ItemKey> {
 /// Internal: the checkpoint of one pipeline (spdl-exec's): its inputs, what was delivered, what failed.
 /// Every call that takes the checkpoint's lock runs without the GIL (a source's state is read under the
 /// lock, with the GIL).
-#[pyclass(module = "spdl_rs._native", frozen)]
+#[pyclass(module = "spdl_rs._native.pipeline", frozen)]
 #[derive(Debug)]
 pub struct CheckpointTracker {
     checkpoint: Checkpoint,
@@ -203,7 +203,7 @@ impl CheckpointTracker {
 
 /// Internal: one epoch of a checkpointed input: ``(input, epoch, index, item)`` tuples. Iterating runs the
 /// checkpoint without the GIL and the source with it.
-#[pyclass(module = "spdl_rs._native", frozen)]
+#[pyclass(module = "spdl_rs._native.pipeline", frozen)]
 #[derive(Debug)]
 pub struct CheckpointEpoch {
     input: u32,

@@ -79,87 +79,27 @@ use pyo3::prelude::*;
 
 /// The native part of the `spdl_rs` package (`spdl_rs._native`); the Python package re-exports it.
 ///
-/// Declared as a module of items (not a function that adds them), so that PyO3's introspection sees every
-/// class, function and constant: `cargo xtask stubs` writes `_native.pyi` from the built module, and CI checks
-/// that the committed stub is current (`cargo xtask stubs --check`).
+/// One native submodule per Python package that uses it: `_native.pipeline` (the engine's Python face),
+/// `_native.io` (decoders, media classes, encoders, host/device memory), `_native.source` (stores, samplers,
+/// listings) and `_native.loader` (the loaders); what every package shares stays at the top (the buffer, the
+/// build's features, the argument checks, the exit and fork hooks).
+///
+/// Declared as modules of items (not functions that add them), so that PyO3's introspection sees every class,
+/// function and constant: `cargo xtask stubs` writes the `_native/*.pyi` stubs from the built module, and CI
+/// checks that the committed stubs are current (`cargo xtask stubs --check`).
 #[pymodule(gil_used = false)]
 #[pyo3(name = "_native")]
 mod native {
     use pyo3::prelude::*;
 
     #[pymodule_export]
-    use crate::buffer::PyBuffer;
-    #[pymodule_export]
-    use crate::checkpoint::{CheckpointEpoch, CheckpointTracker};
-    #[pymodule_export]
-    use crate::pipeline::{AsyncBridge, CoreOptions, PipelineCore, PyNativeOp, RegionInputs, Reply, StatsSnapshot};
-
-    #[pymodule_export]
     use crate::args::{_check_count, _check_duration, _check_size};
     #[pymodule_export]
+    use crate::buffer::PyBuffer;
+    #[pymodule_export]
     use crate::build_info::{_build_info, _ffmpeg_filters, _ffmpeg_log_level, _ffmpeg_status, _set_ffmpeg_log_level};
-    #[cfg(feature = "cuda")]
-    #[pymodule_export]
-    use crate::cuda::CUDAUnavailableError;
-    #[cfg(feature = "cuda")]
-    #[pymodule_export]
-    use crate::cuda::{
-        CpuStorage, CudaBuffer, CudaConfig, cuda_cpu_storage, cuda_device_count, cuda_open, cuda_pinned_buffer,
-        cuda_transfer_buffer, cuda_transfer_buffer_cpu,
-    };
-    #[cfg(feature = "source")]
-    #[pymodule_export]
-    use crate::elastic::PyElasticSampler;
-    #[cfg(feature = "io")]
-    #[pymodule_export]
-    use crate::io::audio::{load_audio, load_audio_batch, load_audio_batch_op, load_audio_op, probe};
-    #[cfg(feature = "ffmpeg")]
-    #[pymodule_export]
-    use crate::io::clips::{
-        clips_at_fps, clips_at_random_indices, clips_at_random_timestamps, clips_at_regular_indices,
-        clips_at_regular_timestamps, load_clips, load_clips_batch, load_clips_batch_op, load_clips_op,
-    };
-    #[cfg(feature = "io")]
-    #[pymodule_export]
-    use crate::io::encode::encode_image_file;
-    #[cfg(feature = "ffmpeg")]
-    #[pymodule_export]
-    use crate::io::media::{
-        PyAudioCodec, PyAudioFrames, PyAudioPackets, PyFilterGraph, PyImageCodec, PyImageFrames, PyImagePackets,
-        PyMediaBsf, PyMediaDecoder, PyMediaDemuxer, PyVideoCodec, PyVideoFrames, PyVideoPackets, concat_video_frames,
-        convert_frames, media_decode_packets, reference_audio_frame, reference_video_frame, split_packets_at_indices,
-    };
-    #[cfg(feature = "ffmpeg")]
-    #[pymodule_export]
-    use crate::io::mux::{PyAudioEncodeConfig, PyAudioEncoder, PyMediaMuxer, PyVideoEncodeConfig, PyVideoEncoder};
-    #[cfg(feature = "io")]
-    #[pymodule_export]
-    use crate::io::tar::{TarStream, tar_index};
-    #[cfg(feature = "ffmpeg")]
-    #[pymodule_export]
-    use crate::io::video::{decode_packets, decode_packets_op, demux_video, demux_video_op, load_video, load_video_op};
-    #[cfg(feature = "io")]
-    #[pymodule_export]
-    use crate::io::{
-        decode_image, decode_image_op, decode_memory_budget, image_info, load_image, load_image_batch,
-        load_image_batch_op, set_decode_memory_budget,
-    };
     #[pymodule_export]
     use crate::lifecycle::_wait_engine_threads;
-    #[cfg(all(feature = "loader", feature = "ffmpeg"))]
-    #[pymodule_export]
-    use crate::loader::ClipLoader;
-    #[cfg(feature = "loader")]
-    #[pymodule_export]
-    use crate::loader::ImageLoader;
-    #[pymodule_export]
-    use crate::pipeline::spec::{
-        AggregateStep, AggregatorStep, AsyncSource, DisaggregateStep, IterSource, ListSource, MergeSource,
-        PathVariantsStep, PipeStep, RangeSource, ThroughStep,
-    };
-    #[cfg(feature = "source")]
-    #[pymodule_export]
-    use crate::source::{PySampler, PyStore, list_dataset};
 
     #[pymodule_export]
     const HAS_IO: bool = cfg!(feature = "io");
@@ -170,11 +110,108 @@ mod native {
     #[pymodule_export]
     const HAS_CUDA: bool = cfg!(feature = "cuda");
 
+    /// `spdl_rs._native.pipeline`: what `spdl_rs.pipeline` builds and drives.
+    #[pymodule(gil_used = false)]
+    mod pipeline {
+        #[pymodule_export]
+        use crate::checkpoint::{CheckpointEpoch, CheckpointTracker};
+        #[pymodule_export]
+        use crate::pipeline::spec::{
+            AggregateStep, AggregatorStep, AsyncSource, DisaggregateStep, IterSource, ListSource, MergeSource,
+            PathVariantsStep, PipeStep, RangeSource, ThroughStep,
+        };
+        #[pymodule_export]
+        use crate::pipeline::{AsyncBridge, CoreOptions, PipelineCore, PyNativeOp, RegionInputs, Reply, StatsSnapshot};
+    }
+
+    /// `spdl_rs._native.io`: what `spdl_rs.io` wraps.
+    #[pymodule(gil_used = false)]
+    mod io {
+        #[cfg(feature = "cuda")]
+        #[pymodule_export]
+        use crate::cuda::CUDAUnavailableError;
+        #[cfg(feature = "cuda")]
+        #[pymodule_export]
+        use crate::cuda::{
+            CpuStorage, CudaBuffer, CudaConfig, cuda_cpu_storage, cuda_device_count, cuda_open, cuda_pinned_buffer,
+            cuda_transfer_buffer, cuda_transfer_buffer_cpu,
+        };
+        #[cfg(feature = "io")]
+        #[pymodule_export]
+        use crate::io::audio::{load_audio, load_audio_batch, load_audio_batch_op, load_audio_op, probe};
+        #[cfg(feature = "ffmpeg")]
+        #[pymodule_export]
+        use crate::io::clips::{
+            clips_at_fps, clips_at_random_indices, clips_at_random_timestamps, clips_at_regular_indices,
+            clips_at_regular_timestamps, load_clips, load_clips_batch, load_clips_batch_op, load_clips_op,
+        };
+        #[cfg(feature = "io")]
+        #[pymodule_export]
+        use crate::io::encode::encode_image_file;
+        #[cfg(feature = "ffmpeg")]
+        #[pymodule_export]
+        use crate::io::media::{
+            PyAudioCodec, PyAudioFrames, PyAudioPackets, PyFilterGraph, PyImageCodec, PyImageFrames, PyImagePackets,
+            PyMediaBsf, PyMediaDecoder, PyMediaDemuxer, PyVideoCodec, PyVideoFrames, PyVideoPackets,
+            concat_video_frames, convert_frames, media_decode_packets, reference_audio_frame, reference_video_frame,
+            split_packets_at_indices,
+        };
+        #[cfg(feature = "ffmpeg")]
+        #[pymodule_export]
+        use crate::io::mux::{PyAudioEncodeConfig, PyAudioEncoder, PyMediaMuxer, PyVideoEncodeConfig, PyVideoEncoder};
+        #[cfg(feature = "io")]
+        #[pymodule_export]
+        use crate::io::tar::{TarStream, tar_index};
+        #[cfg(feature = "ffmpeg")]
+        #[pymodule_export]
+        use crate::io::video::{
+            decode_packets, decode_packets_op, demux_video, demux_video_op, load_video, load_video_op,
+        };
+        #[cfg(feature = "io")]
+        #[pymodule_export]
+        use crate::io::{
+            decode_image, decode_image_op, decode_memory_budget, image_info, load_image, load_image_batch,
+            load_image_batch_op, set_decode_memory_budget,
+        };
+    }
+
+    /// `spdl_rs._native.source`: what `spdl_rs.source` wraps.
+    #[pymodule(gil_used = false)]
+    mod source {
+        #[cfg(feature = "source")]
+        #[pymodule_export]
+        use crate::elastic::PyElasticSampler;
+        #[cfg(feature = "source")]
+        #[pymodule_export]
+        use crate::source::{PySampler, PyStore, list_dataset};
+    }
+
+    /// `spdl_rs._native.loader`: what `spdl_rs.loader` wraps.
+    #[pymodule(gil_used = false)]
+    mod loader {
+        #[cfg(all(feature = "loader", feature = "ffmpeg"))]
+        #[pymodule_export]
+        use crate::loader::ClipLoader;
+        #[cfg(feature = "loader")]
+        #[pymodule_export]
+        use crate::loader::ImageLoader;
+    }
+
     /// What the module does when it is imported, besides adding its items: the interpreter-exit and fork
-    /// hooks, and `ARG_LIMITS` (a dict, which a declared constant cannot be).
+    /// hooks, `ARG_LIMITS` (a dict, which a declared constant cannot be), and each submodule under its full
+    /// name in `sys.modules` (`spdl_rs._native.io`), so that it imports, pickles and type-checks as a module.
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
         crate::lifecycle::install_hooks(m)?;
-        crate::args::add_limits(m)
+        crate::args::add_limits(m)?;
+        let modules = m.py().import("sys")?.getattr("modules")?;
+        let parent = m.name()?;
+        for sub in ["pipeline", "io", "source", "loader"] {
+            let module = m.getattr(sub)?;
+            let full = format!("{parent}.{sub}");
+            module.setattr("__name__", &full)?;
+            modules.set_item(full, module)?;
+        }
+        Ok(())
     }
 }

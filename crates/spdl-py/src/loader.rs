@@ -104,7 +104,7 @@ keyword_options! {
 ///
 /// A loader made before a `fork` raises `RuntimeError` in the child (its pipeline's threads are the
 /// parent's) and is leaked there, not stopped, when dropped.
-#[pyclass(module = "spdl_rs._native", frozen)]
+#[pyclass(module = "spdl_rs._native.loader", frozen)]
 pub struct ImageLoader {
     inner: MadeHere<spdl_loader::ImageLoader>,
 }
@@ -232,7 +232,7 @@ keyword_options! {
 ///
 /// A loader made before a `fork` raises `RuntimeError` in the child.
 #[cfg(feature = "ffmpeg")]
-#[pyclass(module = "spdl_rs._native", frozen)]
+#[pyclass(module = "spdl_rs._native.loader", frozen)]
 pub struct ClipLoader {
     inner: MadeHere<spdl_loader::ClipLoader>,
 }

@@ -241,7 +241,7 @@ def test_spdl_timestamp_spelling(media):
 
 def test_options_are_checked_once_for_function_and_op(media):
     # One options struct per decoder: the function and its op take the same keywords, with the same errors.
-    native = spdl_rs._native
+    native = spdl_rs._native.io
     for call in (lambda **kw: native.load_audio(media["wav"], **kw), native.load_audio_op):
         with pytest.raises(TypeError, match="unexpected keyword argument 'nope'"):
             call(nope=1)

@@ -232,7 +232,7 @@ def test_video_settings_reach_the_stream(tmp_path):
     packets = io.demux_video(str(path))
     assert len(packets) == 20
     # One split per keyframe: a keyframe every gop_size frames.
-    assert len(_native.split_packets_at_indices(packets, list(range(20)))) == 4
+    assert len(_native.io.split_packets_at_indices(packets, list(range(20)))) == 4
     info = io.probe(str(path))["streams"][0]
     assert info["codec"] == "mpeg4" and info["num_frames"] == 20 and info["frame_rate"] == pytest.approx(FPS)
 

@@ -86,7 +86,7 @@ def _cases(tmp):
         ("num_threads", lambda: io.load_image_batch([b"x"], 16, 16, num_threads=-1)),
         ("width", lambda: io.load_image("x.png", size=(-1, 16))),
         ("width", lambda: io.decode_image(b"x", size=(2**40, 16))),
-        ("width", lambda: _native.load_image_batch_op(0, 16)),
+        ("width", lambda: _native.io.load_image_batch_op(0, 16)),
         ("nbytes", lambda: io.set_decode_memory_budget(-1)),
     ]
     try:

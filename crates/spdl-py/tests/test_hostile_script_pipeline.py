@@ -516,8 +516,8 @@ def test_an_endless_tuple_subclass_given_to_the_native_list_source_is_lazy():
         def __iter__(self):
             return itertools.count(10)
 
-    core = _native.PipelineCore(
-        _native.ListSource(Endless()), [], _native.CoreOptions(buffer_size=2, num_threads=1)
+    core = _native.pipeline.PipelineCore(
+        _native.pipeline.ListSource(Endless()), [], _native.pipeline.CoreOptions(buffer_size=2, num_threads=1)
     )
     core.start()
     try:

@@ -17,7 +17,8 @@ import sysconfig as _sysconfig
 from typing import Any as _Any
 
 from . import _native, io, pipeline, source
-from ._native import Buffer, NativeOp
+from ._native import Buffer
+from ._native.pipeline import NativeOp
 
 __version__ = "0.1.0"
 

@@ -169,14 +169,14 @@ def _write_image(images_dir: Path, partial: Path, i: int) -> None:
     width, height = rng.randint(320, 640), rng.randint(240, 480)
     pixels = _photo(width, height, rng)
     tmp = partial / f"img_{i:05d}.jpg"  # the encoder picks the format from the extension
-    _native.encode_image_file(str(tmp), pixels, width, height, "rgb24", quality=85)
+    _native.io.encode_image_file(str(tmp), pixels, width, height, "rgb24", quality=85)
     os.replace(tmp, _image_path(images_dir, i))
 
 
 def make_images(images_dir: Path, count: int, threads: int) -> int:
     """Writes the images of the dataset that are not there yet (atomically: a file exists only once complete);
     returns how many were written."""
-    if not hasattr(_native, "encode_image_file"):
+    if not hasattr(_native.io, "encode_image_file"):
         raise RuntimeError("this build of spdl_rs has no image encoder (the `io` feature) to make the demo dataset")
     missing = [i for i in range(count) if not _image_path(images_dir, i).is_file()]
     if not missing:

@@ -22,9 +22,10 @@ once per GOP, batches ``[B, num_clips, num_frames, size, size, 3]``:
         batch = torch.from_dlpack(clips)
 """
 
-from ._native import HAS_VIDEO, ImageLoader
+from ._native import HAS_VIDEO
+from ._native.loader import ImageLoader
 
 if HAS_VIDEO:
-    from ._native import ClipLoader
+    from ._native.loader import ClipLoader
 
 __all__ = ["ClipLoader", "ImageLoader"]

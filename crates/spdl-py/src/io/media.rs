@@ -64,7 +64,7 @@ pub(super) fn limits_from(spec: Option<&Bound<'_, PyDict>>) -> PyResult<VideoLim
 // ---------------------------------------------------------------------------------------------- codecs
 
 /// The codec of an audio stream (SPDL's ``AudioCodec``).
-#[pyclass(name = "AudioCodec", module = "spdl_rs._native", frozen)]
+#[pyclass(name = "AudioCodec", module = "spdl_rs._native.io", frozen)]
 #[derive(Debug)]
 pub struct PyAudioCodec {
     pub(crate) codec: Codec,
@@ -111,14 +111,14 @@ impl PyAudioCodec {
 }
 
 /// The codec of a video stream (SPDL's ``VideoCodec``).
-#[pyclass(name = "VideoCodec", module = "spdl_rs._native", frozen)]
+#[pyclass(name = "VideoCodec", module = "spdl_rs._native.io", frozen)]
 #[derive(Debug)]
 pub struct PyVideoCodec {
     pub(crate) codec: Codec,
 }
 
 /// The codec of an image (SPDL's ``ImageCodec``).
-#[pyclass(name = "ImageCodec", module = "spdl_rs._native", frozen)]
+#[pyclass(name = "ImageCodec", module = "spdl_rs._native.io", frozen)]
 #[derive(Debug)]
 pub struct PyImageCodec {
     pub(crate) codec: Codec,
@@ -351,7 +351,7 @@ fn packets_from_state(py: Python<'_>, data: &Bound<'_, PyAny>, kind: MediaType, 
 macro_rules! packets_class {
     ($ty:ident, $name:literal, $kind:expr, $doc:literal { $($extra:tt)* }) => {
         #[doc = $doc]
-        #[pyclass(name = $name, module = "spdl_rs._native", frozen, weakref)]
+        #[pyclass(name = $name, module = "spdl_rs._native.io", frozen, weakref)]
         #[derive(Debug)]
         pub struct $ty {
             pub(crate) state: PacketsState,
@@ -552,7 +552,7 @@ pub(super) fn packets_state<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<&'a Packe
 // ---------------------------------------------------------------------------------------------- frames
 
 /// Decoded audio frames (SPDL's ``AudioFrames``).
-#[pyclass(name = "AudioFrames", module = "spdl_rs._native", frozen)]
+#[pyclass(name = "AudioFrames", module = "spdl_rs._native.io", frozen)]
 #[derive(Debug)]
 pub struct PyAudioFrames {
     frames: MediaFrames,
@@ -563,7 +563,7 @@ pub struct PyAudioFrames {
 }
 
 /// Decoded video frames (SPDL's ``VideoFrames``).
-#[pyclass(name = "VideoFrames", module = "spdl_rs._native", frozen)]
+#[pyclass(name = "VideoFrames", module = "spdl_rs._native.io", frozen)]
 #[derive(Debug)]
 pub struct PyVideoFrames {
     frames: MediaFrames,
@@ -574,7 +574,7 @@ pub struct PyVideoFrames {
 }
 
 /// One decoded image (SPDL's ``ImageFrames``).
-#[pyclass(name = "ImageFrames", module = "spdl_rs._native", frozen)]
+#[pyclass(name = "ImageFrames", module = "spdl_rs._native.io", frozen)]
 #[derive(Debug)]
 pub struct PyImageFrames {
     frames: MediaFrames,
@@ -902,7 +902,7 @@ impl PyImageFrames {
 
 /// A source kept open (``spdl_rs.io.Demuxer`` wraps it): demux audio, video or an image, or stream packets
 /// in bounded chunks. Thread-safe: calls on one demuxer run one at a time.
-#[pyclass(name = "MediaDemuxer", module = "spdl_rs._native", frozen)]
+#[pyclass(name = "MediaDemuxer", module = "spdl_rs._native.io", frozen)]
 #[derive(Debug)]
 pub struct PyMediaDemuxer {
     inner: Mutex<Option<Demuxer>>,
@@ -1022,7 +1022,7 @@ impl PyMediaDemuxer {
 
 /// A streaming decoder (``spdl_rs.io.Decoder`` wraps it): packets in, frames out, through an optional
 /// FFmpeg filter graph. Thread-safe: calls run one at a time.
-#[pyclass(name = "MediaDecoder", module = "spdl_rs._native", frozen)]
+#[pyclass(name = "MediaDecoder", module = "spdl_rs._native.io", frozen)]
 #[derive(Debug)]
 pub struct PyMediaDecoder {
     inner: Mutex<Decoder>,
@@ -1074,7 +1074,7 @@ impl PyMediaDecoder {
 /// An FFmpeg filter graph (SPDL's ``FilterGraph``): its inputs are ``buffer``/``abuffer`` filters and its
 /// outputs ``buffersink``/``abuffersink`` filters, named in the description. Thread-safe: calls run one
 /// at a time.
-#[pyclass(name = "FilterGraph", module = "spdl_rs._native", frozen)]
+#[pyclass(name = "FilterGraph", module = "spdl_rs._native.io", frozen)]
 #[derive(Debug)]
 pub struct PyFilterGraph {
     inner: Mutex<FilterGraph>,
@@ -1220,7 +1220,7 @@ pub(crate) fn concat_video_frames(a: &PyVideoFrames, b: &PyVideoFrames) -> PyRes
 
 /// A bitstream filter chain for packets of one codec (``spdl_rs.io.BSF`` wraps it). Thread-safe: calls
 /// run one at a time.
-#[pyclass(name = "MediaBSF", module = "spdl_rs._native", frozen)]
+#[pyclass(name = "MediaBSF", module = "spdl_rs._native.io", frozen)]
 #[derive(Debug)]
 pub struct PyMediaBsf {
     inner: Mutex<Bsf>,

@@ -51,7 +51,7 @@ fn opt_str(v: &Option<String>) -> String {
 
 /// How to encode audio (SPDL's ``AudioEncodeConfig``; made by :py:func:`spdl_rs.io.audio_encode_config`).
 /// ``-1`` (or ``None``) leaves a setting to the encoder.
-#[pyclass(name = "AudioEncodeConfig", module = "spdl_rs._native", frozen)]
+#[pyclass(name = "AudioEncodeConfig", module = "spdl_rs._native.io", frozen)]
 #[derive(Debug)]
 pub struct PyAudioEncodeConfig {
     config: AudioEncodeConfig,
@@ -130,7 +130,7 @@ impl PyAudioEncodeConfig {
 
 /// How to encode video (SPDL's ``VideoEncodeConfig``; made by :py:func:`spdl_rs.io.video_encode_config`).
 /// ``-1`` (or ``None``) leaves a setting to the encoder.
-#[pyclass(name = "VideoEncodeConfig", module = "spdl_rs._native", frozen)]
+#[pyclass(name = "VideoEncodeConfig", module = "spdl_rs._native.io", frozen)]
 #[derive(Debug)]
 pub struct PyVideoEncodeConfig {
     config: VideoEncodeConfig,
@@ -263,7 +263,7 @@ impl PyVideoEncodeConfig {
 
 /// Encodes audio frames into the packets of one stream of a muxer (SPDL's ``AudioEncoder``; made by
 /// ``Muxer.add_encode_stream``). Thread-safe: calls run one at a time.
-#[pyclass(name = "AudioEncoder", module = "spdl_rs._native", frozen)]
+#[pyclass(name = "AudioEncoder", module = "spdl_rs._native.io", frozen)]
 #[derive(Debug)]
 pub struct PyAudioEncoder {
     inner: Mutex<AudioEncoder>,
@@ -305,7 +305,7 @@ impl PyAudioEncoder {
 
 /// Encodes video frames into the packets of one stream of a muxer (SPDL's ``VideoEncoder``; made by
 /// ``Muxer.add_encode_stream``). Thread-safe: calls run one at a time.
-#[pyclass(name = "VideoEncoder", module = "spdl_rs._native", frozen)]
+#[pyclass(name = "VideoEncoder", module = "spdl_rs._native.io", frozen)]
 #[derive(Debug)]
 pub struct PyVideoEncoder {
     inner: Mutex<VideoEncoder>,
@@ -340,7 +340,7 @@ impl PyVideoEncoder {
 
 /// A container being written (``spdl_rs.io.Muxer`` wraps it): streams are added, then it is opened,
 /// written, flushed and closed. Thread-safe: calls run one at a time.
-#[pyclass(name = "MediaMuxer", module = "spdl_rs._native", frozen)]
+#[pyclass(name = "MediaMuxer", module = "spdl_rs._native.io", frozen)]
 #[derive(Debug)]
 pub struct PyMediaMuxer {
     inner: Mutex<Muxer>,

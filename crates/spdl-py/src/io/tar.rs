@@ -97,7 +97,7 @@ pub(crate) fn tar_index<'py>(data: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, P
 /// Iterator over the regular members of a TAR stream: `(path, bytes)` pairs, reading the file-like object's
 /// `read()` header by header and member by member (never past the member it yields, except at the end-of-archive
 /// marker). Errors are raised as instances of the class given at construction.
-#[pyclass(module = "spdl_rs._native", name = "TarStream")]
+#[pyclass(module = "spdl_rs._native.io", name = "TarStream")]
 pub struct TarStream {
     /// The file-like object's bound `read` method (looked up once).
     read: Py<PyAny>,

@@ -116,7 +116,7 @@ impl Submitter {
 
 /// The event loop's end of the bridge (`spdl_rs._native.AsyncBridge`), created by the pipeline's Python
 /// layer together with its loop thread.
-#[pyclass(module = "spdl_rs._native", frozen)]
+#[pyclass(module = "spdl_rs._native.pipeline", frozen)]
 #[derive(Debug)]
 pub struct AsyncBridge {
     submitter: Submitter,
@@ -185,7 +185,7 @@ impl AsyncBridge {
 type JobTuple = (&'static str, Py<PyAny>, Py<PyAny>, Reply);
 
 /// The done-callback of one async job: sends the task's outcome to the stage waiting for it.
-#[pyclass(module = "spdl_rs._native", frozen)]
+#[pyclass(module = "spdl_rs._native.pipeline", frozen)]
 #[derive(Debug)]
 pub struct Reply {
     kind: JobKind,

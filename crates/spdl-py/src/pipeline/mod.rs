@@ -134,7 +134,7 @@ impl Sink {
 /// so that a pipeline whose op refers back to the object that owns the pipeline is collected (and its threads
 /// stopped) like any other cycle. Weak references to it are allowed: the Python `Pipeline`'s finalizer holds
 /// one, so that the finalizer does not keep the pipeline's ops alive.
-#[pyclass(module = "spdl_rs._native", frozen, weakref)]
+#[pyclass(module = "spdl_rs._native.pipeline", frozen, weakref)]
 pub struct PipelineCore {
     sink: ManuallyDrop<Sink>,
     /// The source and step descriptions it was built from: they own the Python objects the engine's stages
@@ -169,7 +169,7 @@ impl PipelineCore {
 }
 
 /// The whole pipeline's options (`spdl_rs._native.CoreOptions`).
-#[pyclass(module = "spdl_rs._native", frozen, from_py_object)]
+#[pyclass(module = "spdl_rs._native.pipeline", frozen, from_py_object)]
 #[derive(Debug, Clone)]
 pub struct CoreOptions {
     buffer_size: usize,
@@ -438,7 +438,7 @@ impl PipelineCore {
 /// A snapshot of a pipeline's stats (`spdl_rs._native.StatsSnapshot`), from `PipelineCore.stats_anchor()`:
 /// the start of a window measured by `PipelineCore.stats_window(anchor)`. Opaque to Python but for the time
 /// it was taken at.
-#[pyclass(module = "spdl_rs._native", frozen)]
+#[pyclass(module = "spdl_rs._native.pipeline", frozen)]
 #[derive(Debug)]
 pub struct StatsSnapshot {
     /// The id of the [`PipelineCore`] it was taken on.

@@ -37,7 +37,7 @@ pub trait NativeOp: Send + Sync + fmt::Debug {
 
 /// A native op as a Python object (`spdl_rs.io.ops.decode_image(...)` returns one), to be given to
 /// `PipelineBuilder.pipe`. Calling it applies the op to one item directly (handy for testing).
-#[pyclass(name = "NativeOp", module = "spdl_rs._native", frozen)]
+#[pyclass(name = "NativeOp", module = "spdl_rs._native.pipeline", frozen)]
 #[derive(Debug)]
 pub struct PyNativeOp {
     pub(crate) op: Arc<dyn NativeOp>,

@@ -57,7 +57,7 @@ fn op_kind(name: &str) -> PyResult<Option<PyOpKind>> {
 }
 
 /// A one-pass (or, `continuous`, re-iterated every epoch) Python iterable.
-#[pyclass(module = "spdl_rs._native", frozen)]
+#[pyclass(module = "spdl_rs._native.pipeline", frozen)]
 #[derive(Debug)]
 pub struct IterSource {
     pub(crate) iterable: Arc<Py<PyAny>>,
@@ -80,7 +80,7 @@ impl IterSource {
 }
 
 /// A `range`, iterated in Rust.
-#[pyclass(module = "spdl_rs._native", frozen)]
+#[pyclass(module = "spdl_rs._native.pipeline", frozen)]
 #[derive(Debug)]
 pub struct RangeSource {
     pub(crate) start: i64,
@@ -100,7 +100,7 @@ impl RangeSource {
 }
 
 /// A `list` or `tuple`, taken into Rust when the pipeline is built.
-#[pyclass(module = "spdl_rs._native", frozen)]
+#[pyclass(module = "spdl_rs._native.pipeline", frozen)]
 #[derive(Debug)]
 pub struct ListSource {
     pub(crate) items: Py<PyAny>,
@@ -121,7 +121,7 @@ impl ListSource {
 }
 
 /// An async iterator, iterated on the pipeline's event loop.
-#[pyclass(module = "spdl_rs._native", frozen)]
+#[pyclass(module = "spdl_rs._native.pipeline", frozen)]
 #[derive(Debug)]
 pub struct AsyncSource {
     pub(crate) aiter: Arc<Py<PyAny>>,
@@ -150,7 +150,7 @@ pub(crate) enum Policy {
 }
 
 /// A merge of several inputs, each a source (any of these classes) with its own steps.
-#[pyclass(module = "spdl_rs._native", frozen)]
+#[pyclass(module = "spdl_rs._native.pipeline", frozen)]
 #[derive(Debug)]
 pub struct MergeSource {
     pub(crate) name: String,
@@ -204,7 +204,7 @@ impl MergeSource {
 }
 
 /// A `pipe` step.
-#[pyclass(module = "spdl_rs._native", frozen)]
+#[pyclass(module = "spdl_rs._native.pipeline", frozen)]
 #[derive(Debug)]
 pub struct PipeStep {
     pub(crate) name: String,
@@ -252,7 +252,7 @@ impl PipeStep {
 }
 
 /// `aggregate(size)`: lists of `size` items.
-#[pyclass(module = "spdl_rs._native", frozen)]
+#[pyclass(module = "spdl_rs._native.pipeline", frozen)]
 #[derive(Debug)]
 pub struct AggregateStep {
     pub(crate) size: usize,
@@ -272,7 +272,7 @@ impl AggregateStep {
 }
 
 /// A custom aggregation: an object with `accumulate(item)` and `flush()`.
-#[pyclass(module = "spdl_rs._native", frozen)]
+#[pyclass(module = "spdl_rs._native.pipeline", frozen)]
 #[derive(Debug)]
 pub struct AggregatorStep {
     pub(crate) name: String,
@@ -297,7 +297,7 @@ impl AggregatorStep {
 }
 
 /// `disaggregate()`.
-#[pyclass(module = "spdl_rs._native", frozen)]
+#[pyclass(module = "spdl_rs._native.pipeline", frozen)]
 #[derive(Debug)]
 pub struct DisaggregateStep {}
 
@@ -310,7 +310,7 @@ impl DisaggregateStep {
 }
 
 /// `path_variants`: a router and the paths it chooses between (each a list of steps).
-#[pyclass(module = "spdl_rs._native", frozen)]
+#[pyclass(module = "spdl_rs._native.pipeline", frozen)]
 #[derive(Debug)]
 pub struct PathVariantsStep {
     pub(crate) name: String,
@@ -353,7 +353,7 @@ impl PathVariantsStep {
 }
 
 /// A stage run by a function that takes each epoch's inputs as an iterator (a `.to()` region).
-#[pyclass(module = "spdl_rs._native", frozen)]
+#[pyclass(module = "spdl_rs._native.pipeline", frozen)]
 #[derive(Debug)]
 pub struct ThroughStep {
     pub(crate) name: String,

@@ -319,7 +319,7 @@ impl Drop for PyOutputs {
 /// The inputs of one epoch of a region (`spdl_rs._native.RegionInputs`): an iterator whose `__next__`
 /// waits without the GIL and raises `StopIteration` at the epoch's end, at the end of the input or when the
 /// pipeline stops.
-#[pyclass(module = "spdl_rs._native", frozen)]
+#[pyclass(module = "spdl_rs._native.pipeline", frozen)]
 #[derive(Debug)]
 pub struct RegionInputs {
     inputs: Mutex<Option<Inputs<Value>>>,

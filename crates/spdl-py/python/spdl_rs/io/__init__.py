@@ -75,14 +75,14 @@ def video_available() -> bool:
 
 
 def _native_fn(name: str, feature: str = "io") -> Callable[..., Any]:
-    fn = getattr(_native, name, None)
+    fn = getattr(_native.io, name, None)
     if fn is None:
         raise RuntimeError(f"spdl_rs was built without the `{feature}` feature")
     return fn
 
 
 if HAS_VIDEO:
-    from .._native import VideoPackets as Packets
+    from .._native.io import VideoPackets as Packets
 else:
 
     class Packets:  # type: ignore[no-redef]
@@ -669,7 +669,7 @@ def _without_video(name: str) -> Callable[..., Any]:
 
 # Clips: the native functions themselves (each video demuxed once, each GOP its clips need decoded once).
 if HAS_VIDEO:
-    from .._native import (
+    from .._native.io import (
         clips_at_fps,
         clips_at_random_indices,
         clips_at_random_timestamps,

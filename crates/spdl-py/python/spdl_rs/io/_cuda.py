@@ -67,7 +67,7 @@ HAS_CUDA: bool = bool(getattr(_native, "HAS_CUDA", False))
 _NOT_BUILT = "spdl_rs was built without the `cuda` feature (rebuild spdl-py with `--features cuda`)"
 
 if HAS_CUDA:
-    from .._native import CPUStorage, CUDABuffer, CUDAConfig, CUDAUnavailableError
+    from .._native.io import CPUStorage, CUDABuffer, CUDAConfig, CUDAUnavailableError
 else:
 
     class CUDAUnavailableError(RuntimeError):  # type: ignore[no-redef]
@@ -94,7 +94,7 @@ def _require_build(func: str) -> None:
 
 def _device_count() -> int:
     """CUDA devices the driver reports (0 without a driver or without the ``cuda`` feature)."""
-    return int(_native.cuda_device_count()) if HAS_CUDA else 0
+    return int(_native.io.cuda_device_count()) if HAS_CUDA else 0
 
 
 def _check_int(func: str, name: str, value: object) -> int:
@@ -158,7 +158,7 @@ def cpu_storage(size: int, pin_memory: bool = True) -> CPUStorage:
     """
     _check_int("cpu_storage", "size", size)
     _require_build("cpu_storage")
-    return _native.cuda_cpu_storage(size, pin_memory=bool(pin_memory))
+    return _native.io.cuda_cpu_storage(size, pin_memory=bool(pin_memory))
 
 
 ###############################################################################
@@ -197,7 +197,7 @@ def _pinned_copy(array: Any, device_index: int) -> Buffer:
     """A copy of ``array`` in the pinned pool of the device, so its copy to the device is a DMA."""
     import numpy
 
-    pinned: Buffer = _native.cuda_pinned_buffer(list(array.shape), array.dtype.name, device_index)
+    pinned: Buffer = _native.io.cuda_pinned_buffer(list(array.shape), array.dtype.name, device_index)
     if array.size:
         numpy.asarray(pinned)[...] = array
     return pinned
@@ -238,9 +238,9 @@ def transfer_buffer(buffer: Any, *, device_config: CUDAConfig) -> CUDABuffer:
     else:
         array = _as_array(buffer)
         # Fail on a missing GPU before pinning memory for the array.
-        _native.cuda_open(device_config.device_index)
+        _native.io.cuda_open(device_config.device_index)
         host = _pinned_copy(array, device_config.device_index)
-    return _native.cuda_transfer_buffer(host, device_config=device_config)
+    return _native.io.cuda_transfer_buffer(host, device_config=device_config)
 
 
 def transfer_buffer_cpu(buffer: Any) -> Buffer:
@@ -254,7 +254,7 @@ def transfer_buffer_cpu(buffer: Any) -> Buffer:
     """
     _require_build("transfer_buffer_cpu")
     if isinstance(buffer, CUDABuffer):
-        return _native.cuda_transfer_buffer_cpu(buffer)
+        return _native.io.cuda_transfer_buffer_cpu(buffer)
     if hasattr(buffer, "__cuda_array_interface__") and _device_count() == 0:
         raise CUDAUnavailableError(
             "transfer_buffer_cpu: the buffer claims CUDA device memory, but the CUDA driver reports no device here"

@@ -78,7 +78,7 @@ def encode_image(path: str, data: Any, pix_fmt: str = "rgb24", *, encode_config:
     if encode_config is not None:
         raise ValueError("encode_image: encode_config is not supported by spdl_rs (resize the array first)")
     buf, width, height, layout = _pixels(data, pix_fmt)
-    _native.encode_image_file(path, buf, width, height, layout)
+    _native.io.encode_image_file(path, buf, width, height, layout)
 
 
 def save_image(
@@ -123,4 +123,4 @@ def save_image(
             raise ValueError(f"save_image: compression_level must be in [0, 9], got {compression_level}")
         compression = compression_level
     buf, width, height, layout = _pixels(data, pix_fmt)
-    _native.encode_image_file(str(path), buf, width, height, layout, quality=quality, compression=compression)
+    _native.io.encode_image_file(str(path), buf, width, height, layout, quality=quality, compression=compression)

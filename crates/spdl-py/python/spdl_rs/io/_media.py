@@ -26,7 +26,7 @@ from ._no_media import MESSAGE as _NO_FFMPEG
 if not _native.HAS_VIDEO:
     raise ImportError(_NO_FFMPEG)
 
-from .._native import (  # noqa: E402
+from .._native.io import (  # noqa: E402
     AudioCodec,
     AudioFrames,
     AudioPackets,
@@ -545,7 +545,7 @@ def _concat(parts: list[VideoFrames]) -> VideoFrames:
 
 
 def _native_concat(a: VideoFrames, b: VideoFrames) -> VideoFrames:
-    return _native.concat_video_frames(a, b)
+    return _native.io.concat_video_frames(a, b)
 
 
 @overload
@@ -640,7 +640,7 @@ def decode_packets(
         timestamp = packets.timestamp if isinstance(packets, AudioPackets) else None
         fd = _resolve_filter_graph(fd, packets.codec, timestamp)
     cfg = decode_config or DecodeConfig()
-    return _native.media_decode_packets(
+    return _native.io.media_decode_packets(
         packets, filter_desc=fd, decoder=cfg.decoder, decoder_options=cfg.decoder_options, num_frames=num_frames
     )
 
@@ -669,11 +669,11 @@ def convert_frames(
     if storage is not None:
         raise ValueError("convert_frames: storage= is not supported by spdl_rs (the buffer is allocated here)")
     if isinstance(frames, (AudioFrames, VideoFrames, ImageFrames)):
-        return _native.convert_frames(frames)
+        return _native.io.convert_frames(frames)
     items = list(frames)
     if not items:
         raise ValueError("convert_frames: the sequence of frames is empty")
-    return _native.convert_frames(items)
+    return _native.io.convert_frames(items)
 
 
 def sample_decode_video(
@@ -696,7 +696,7 @@ def sample_decode_video(
     if len(set(indices)) != len(indices):
         raise ValueError("Frame indices must be unique.")
     ret: list[ImageFrames] = []
-    for split, idxes in _native.split_packets_at_indices(packets, list(indices)):
+    for split, idxes in _native.io.split_packets_at_indices(packets, list(indices)):
         frames = decode_packets(split, filter_desc, decode_config, num_frames=max(idxes) + 1)
         ret.extend(frames[i] for i in idxes)
     return ret
@@ -720,7 +720,7 @@ def create_reference_audio_frame(array: Any, sample_fmt: str, sample_rate: int, 
     whose dtype matches it; ``pts`` is the first sample's time in samples. The data are copied; the frames
     keep ``array`` alive, as SPDL's do."""
     data, shape, itemsize = _array_bytes(array)
-    return _native.reference_audio_frame(
+    return _native.io.reference_audio_frame(
         data, shape, itemsize, sample_fmt=sample_fmt, sample_rate=sample_rate, pts=pts, source=array
     )
 
@@ -731,7 +731,7 @@ def create_reference_video_frame(array: Any, pix_fmt: str, frame_rate: tuple[int
     with 16-bit elements) or ``[N, 3, H, W]`` (``"yuv444p"``); ``pts`` is the first frame's time in frames at
     ``frame_rate``. The data are copied; the frames keep ``array`` alive, as SPDL's do."""
     data, shape, itemsize = _array_bytes(array)
-    return _native.reference_video_frame(
+    return _native.io.reference_video_frame(
         data, shape, itemsize, pix_fmt=pix_fmt, frame_rate=(int(frame_rate[0]), int(frame_rate[1])), pts=pts,
         source=array,
     )

@@ -34,7 +34,7 @@ from .. import _native
 if not _native.HAS_VIDEO:
     raise ImportError("spdl_rs was built without the `ffmpeg` feature: encoding and muxing need FFmpeg")
 
-from .._native import (  # noqa: E402
+from .._native.io import (  # noqa: E402
     AudioCodec,
     AudioEncodeConfig,
     AudioEncoder,

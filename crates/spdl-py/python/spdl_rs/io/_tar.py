@@ -36,10 +36,10 @@ class SupportsRead(Protocol):
 
 
 def _native_attr(name: str) -> Any:
-    value = getattr(_native, name, None)
+    value = getattr(_native.io, name, None)
     if value is None:
         if getattr(_native, "HAS_IO", False):
-            raise RuntimeError(f"spdl_rs._native has no `{name}`: the native module is older than spdl_rs (rebuild it)")
+            raise RuntimeError(f"spdl_rs._native.io has no `{name}`: the native module is older than spdl_rs (rebuild it)")
         raise RuntimeError("spdl_rs was built without the `io` feature")
     return value
 

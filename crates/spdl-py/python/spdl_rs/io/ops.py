@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import _native
-from .._native import NativeOp
+from .._native.pipeline import NativeOp
 
 __all__ = [
     "decode_audio",
@@ -59,7 +59,7 @@ def decode_image(
         filter: The resize filter.
         exif_orientation: Apply the EXIF orientation.
     """
-    return _native.decode_image_op(size=size, pixel_format=pixel_format, filter=filter, exif_orientation=exif_orientation)
+    return _native.io.decode_image_op(size=size, pixel_format=pixel_format, filter=filter, exif_orientation=exif_orientation)
 
 
 load_image = decode_image
@@ -83,7 +83,7 @@ def load_image_batch(
     ``[N, H, W, C]`` (or ``[N, C, H, W]``) buffer. Arguments as :py:func:`spdl_rs.io.load_image_batch`;
     ``num_threads`` is per call (the stage's ``concurrency`` gives the parallelism). With
     ``transform="random-resized-crop"``, an item's crop is seeded by ``seed`` and its place in the batch."""
-    return _native.load_image_batch_op(
+    return _native.io.load_image_batch_op(
         width,
         height,
         layout=layout,
@@ -111,7 +111,7 @@ def load_audio(
 ) -> NativeOp:
     """A stage that decodes each item (a path or encoded bytes) into a ``[C, T]`` (or ``[T, C]``) buffer.
     Arguments as :py:func:`spdl_rs.io.load_audio`."""
-    return _native.load_audio_op(
+    return _native.io.load_audio_op(
         start=start,
         duration=duration,
         sample_rate=sample_rate,
@@ -146,7 +146,7 @@ def load_audio_batch(
     ``[N, C, T]`` (or ``[N, T, C]``) buffer, every clip padded or truncated to ``num_samples``. Arguments as
     :py:func:`spdl_rs.io.load_audio_batch`; in non-strict mode failed clips are zero and logged on the
     ``spdl_rs.io`` logger."""
-    return _native.load_audio_batch_op(
+    return _native.io.load_audio_batch_op(
         num_samples=num_samples,
         start=start,
         duration=duration,
@@ -162,7 +162,7 @@ def load_audio_batch(
 
 
 def _video_op(name: str):
-    op = getattr(_native, name, None)
+    op = getattr(_native.io, name, None)
     if op is None:
         raise RuntimeError("spdl_rs was built without the `ffmpeg` feature (see spdl_rs.io.has_video())")
     return op

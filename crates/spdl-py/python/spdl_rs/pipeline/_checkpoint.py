@@ -2,7 +2,7 @@
 pipeline resumes with exactly the items not yet delivered.
 
 The checkpoint itself is spdl-exec's ``checkpoint`` module (docs/ARCHITECTURE.md, "Whole-pipeline
-checkpoints"), reached through ``_native.CheckpointTracker``: it keeps, per input, the source's state at the
+checkpoints"), reached through ``_native.pipeline.CheckpointTracker``: it keeps, per input, the source's state at the
 start of each epoch not fully delivered, a watermark (every position below it is delivered or failed), the
 delivered positions above it and the failures; it enumerates each epoch (``iter(source)``) and, on resume,
 loads the saved start state and skips the delivered positions. What stays here is what the engine cannot
@@ -94,7 +94,7 @@ class Tracker:
     """The checkpoint of one pipeline (the engine's): its inputs, what was delivered, what failed."""
 
     def __init__(self) -> None:
-        self._native = _native.CheckpointTracker(_encode, _decode)
+        self._native = _native.pipeline.CheckpointTracker(_encode, _decode)
 
     # -- sources ---------------------------------------------------------------------------------------------
 

@@ -130,16 +130,16 @@ def _source_spec(source: Any, continuous: bool) -> tuple[Any, bool]:
     and whether it needs the event loop. An async iterable's iterator is made here, at build time."""
     _check_source(source, continuous)
     if hasattr(source, "__aiter__"):
-        return _native.AsyncSource(source.__aiter__()), True
+        return _native.pipeline.AsyncSource(source.__aiter__()), True
     if isinstance(source, range) and not continuous and all(
         _I64[0] <= v <= _I64[1] for v in (source.start, source.stop, source.step)
     ):
-        return _native.RangeSource(source.start, source.stop, source.step), False
+        return _native.pipeline.RangeSource(source.start, source.stop, source.step), False
     # Snapshotted at build: only an exact list or tuple (finite by construction; a subclass's own
     # ``__iter__`` may be endless or raise, so it is iterated lazily like any iterable).
     if type(source) in (list, tuple) and not continuous:
-        return _native.ListSource(source), False
-    return _native.IterSource(source, continuous=bool(continuous)), False
+        return _native.pipeline.ListSource(source), False
+    return _native.pipeline.IterSource(source, continuous=bool(continuous)), False
 
 
 def _pipe_step(cfg: Any, hooks: list[Any] | None = None, ext: Extensions | None = None) -> tuple[Any, bool]:
@@ -155,7 +155,7 @@ def _pipe_step(cfg: Any, hooks: list[Any] | None = None, ext: Extensions | None 
         kind, fn = _in_executor(kind, fn, cfg.executor)
     if hooks and ext is not None:
         kind, fn = ext.hooked_op(kind, fn, hooks)
-    step = _native.PipeStep(
+    step = _native.pipeline.PipeStep(
         cfg.name,
         kind,
         fn,
@@ -237,10 +237,10 @@ def _convert_source(src: Any, conv: _Conversion) -> Any:
                 relays, conv.source_relays = conv.source_relays, []
                 inputs.append((sub_source, relays + _convert_steps(c.pipes, conv)))
             conv.source_relays.extend(_relay_steps(merge_stage, _STAGE_BUFFER_SIZE, conv))
-            return _native.MergeSource("merge", inputs, policy="as_available")
+            return _native.pipeline.MergeSource("merge", inputs, policy="as_available")
         merge = _CustomMerge(src.op, src.pipeline_configs, continuous=continuity == {True}, conv=conv)
         conv.resources.append(merge)
-        return _native.IterSource(merge, continuous=continuity == {True})
+        return _native.pipeline.IterSource(merge, continuous=continuity == {True})
     raise TypeError(f"the source must be a SourceConfig or a MergeConfig, got {type(src).__name__}")
 
 
@@ -253,7 +253,7 @@ def _relay_steps(stage: Any, buffer_size: int, conv: _Conversion) -> list[Any]:
     if q is None:
         return []
     conv.needs_loop = True
-    return [_native.PipeStep(f"{stage.info.stage_name}_queue", "async", ext.relay(q), concurrency=1)]
+    return [_native.pipeline.PipeStep(f"{stage.info.stage_name}_queue", "async", ext.relay(q), concurrency=1)]
 
 
 def _convert_step(cfg: Any, conv: _Conversion) -> list[Any]:
@@ -271,7 +271,7 @@ def _convert_step(cfg: Any, conv: _Conversion) -> list[Any]:
         if ext is not None and stage is not None and stage.hooks:
             defs._aggregator_step(cfg.op, bool(cfg.drop_last))  # validates
             agg = defs.Collate(cfg.op.n) if type(cfg.op) is defs.Collate else cfg.op
-            step = _native.AggregatorStep(
+            step = _native.pipeline.AggregatorStep(
                 cfg.name, ext.hooked_aggregator(agg, stage.hooks, bool(cfg.drop_last)), drop_last=bool(cfg.drop_last)
             )
             conv.needs_loop = True
@@ -281,10 +281,10 @@ def _convert_step(cfg: Any, conv: _Conversion) -> list[Any]:
     if isinstance(cfg, defs.DisaggregateConfig):
         stage = None if ext is None else ext.add_stage(ext.stage_info("disaggregate"), "disaggregate", hooked=True)
         if ext is not None and stage is not None and stage.hooks:
-            step = _native.PipeStep("disaggregate", "asyncgen", ext.hooked_disaggregate(stage.hooks), concurrency=1)
+            step = _native.pipeline.PipeStep("disaggregate", "asyncgen", ext.hooked_disaggregate(stage.hooks), concurrency=1)
             conv.needs_loop = True
         else:
-            step = _native.DisaggregateStep()
+            step = _native.pipeline.DisaggregateStep()
         return [step, *_relay_steps(stage, _STAGE_BUFFER_SIZE, conv)]
     if isinstance(cfg, defs.PathVariantsConfig):
         kind, router = _op_kind(cfg.router)
@@ -308,7 +308,7 @@ def _convert_step(cfg: Any, conv: _Conversion) -> list[Any]:
         merge_stage = None
         if router_stage is not None and ext is not None:
             merge_stage = ext.add_stage(ext.stage_info("path_variants_merge"), None, hooked=True)
-        step = _native.PathVariantsStep(
+        step = _native.pipeline.PathVariantsStep(
             cfg.name,
             router,
             paths,
@@ -423,14 +423,14 @@ def _build(
             optional["autotune"] = True
         if max_memory_bytes is not None:
             optional["max_memory_bytes"] = max_memory_bytes
-        options = _native.CoreOptions(
+        options = _native.pipeline.CoreOptions(
             buffer_size=buffer_size,
             num_threads=num_threads,
             stage_buffer_size=stage_buffer_size,
             **optional,
             **_budget(max_failures, "max_failures"),
         )
-        core = _native.PipelineCore(source, steps, options, bridge=loop.bridge if loop is not None else None)
+        core = _native.pipeline.PipelineCore(source, steps, options, bridge=loop.bridge if loop is not None else None)
     except BaseException:
         for r in conv.resources:
             r.close()

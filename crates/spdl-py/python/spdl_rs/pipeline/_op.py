@@ -11,7 +11,7 @@ from .. import _native
 
 def _op_kind(op: Any) -> tuple[str, Any]:
     """How the engine calls ``op``: ``native``, ``asyncgen``, ``async``, ``gen`` or ``sync``."""
-    if isinstance(op, _native.NativeOp):
+    if isinstance(op, _native.pipeline.NativeOp):
         return "native", op
     if not callable(op):
         if hasattr(op, "__getitem__"):  # a dict, list, ... : look the item up

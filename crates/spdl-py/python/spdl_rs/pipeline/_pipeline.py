@@ -82,12 +82,12 @@ _FINALIZE_TIMEOUT = 1.0
 class _EventLoop:
     """The asyncio loop that runs a pipeline's async ops, on a daemon thread the pipeline owns.
 
-    The engine's scheduler submits coroutines through an :py:class:`spdl_rs._native.AsyncBridge` without
+    The engine's scheduler submits coroutines through an :py:class:`spdl_rs._native.pipeline.AsyncBridge` without
     the GIL; this loop wakes on the bridge's socket and starts them.
     """
 
     def __init__(self) -> None:
-        self.bridge = _native.AsyncBridge()
+        self.bridge = _native.pipeline.AsyncBridge()
         # Made on start: a pipeline that is built but never started holds no loop (and no file descriptors).
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ready = threading.Event()
@@ -167,7 +167,7 @@ class _EventLoop:
 class _Reporter:
     """Logs the stats table through ``logging`` every ``interval`` seconds (a daemon thread)."""
 
-    def __init__(self, core: _native.PipelineCore, interval: float, extensions: Any = None) -> None:
+    def __init__(self, core: _native.pipeline.PipelineCore, interval: float, extensions: Any = None) -> None:
         # Weak: the reporter's thread must not keep the pipeline (and the objects its ops refer to) alive.
         self._core = weakref.ref(core)
         self._interval = interval
@@ -201,7 +201,7 @@ class _Reporter:
 
 
 def _shutdown(
-    core: _native.PipelineCore,
+    core: _native.pipeline.PipelineCore,
     loop: _EventLoop | None,
     reporter: _Reporter | None,
     timeout: float | None,
@@ -251,7 +251,7 @@ def _shutdown(
 
 
 def _finalize(
-    core_ref: weakref.ref[_native.PipelineCore],
+    core_ref: weakref.ref[_native.pipeline.PipelineCore],
     loop: _EventLoop | None,
     reporter: _Reporter | None,
     resources: Sequence[Any] = (),
@@ -286,7 +286,7 @@ def _finalize(
 
 
 #: The engine cores of the pipelines alive now, for the shutdown hook.
-_LIVE_CORES: weakref.WeakSet[_native.PipelineCore] = weakref.WeakSet()
+_LIVE_CORES: weakref.WeakSet[_native.pipeline.PipelineCore] = weakref.WeakSet()
 
 
 def _stop_all_at_shutdown() -> None:
@@ -330,7 +330,7 @@ class Pipeline(Generic[T]):
 
     def __init__(
         self,
-        core: _native.PipelineCore,
+        core: _native.pipeline.PipelineCore,
         *,
         event_loop: _EventLoop | None,
         report_stats_interval: float,
@@ -561,12 +561,12 @@ class Pipeline(Generic[T]):
         unless built with ``autotune=True``."""
         return self._core.autotune_report()
 
-    def stats_anchor(self) -> _native.StatsSnapshot:
+    def stats_anchor(self) -> _native.pipeline.StatsSnapshot:
         """(spdl_rs only) A snapshot of the statistics, to pass to :py:meth:`stats_window` later: the start
         of a measurement window. Opaque; its ``elapsed`` is the seconds since the pipeline started."""
         return self._core.stats_anchor()
 
-    def stats_window(self, anchor: _native.StatsSnapshot | None = None) -> dict[str, Any]:
+    def stats_window(self, anchor: _native.pipeline.StatsSnapshot | None = None) -> dict[str, Any]:
         """(spdl_rs only) What the pipeline did since ``anchor`` (from :py:meth:`stats_anchor` on this
         pipeline; ``None``: since the start), measured exactly as the auto-tuner measures it (the engine's
         ``autotune::Window`` between two snapshots).

@@ -600,4 +600,4 @@ def region_step(
         stage_buffer_size=conv.stage_buffer_size,
     )
     conv.resources.append(region)
-    return _native.ThroughStep(region.name, region)
+    return _native.pipeline.ThroughStep(region.name, region)

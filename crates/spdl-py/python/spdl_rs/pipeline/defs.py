@@ -205,13 +205,13 @@ def _aggregator_step(op: Any, drop_last: bool) -> Any:
     if isinstance(op, int):
         if not 1 <= op <= 2**48:
             raise ValueError(f"aggregate needs a positive integer (at most 2**48), got {op!r}")
-        return _native.AggregateStep(op, drop_last=drop_last)
+        return _native.pipeline.AggregateStep(op, drop_last=drop_last)
     if type(op) is Collate:
-        return _native.AggregateStep(op.n, drop_last=drop_last)
+        return _native.pipeline.AggregateStep(op.n, drop_last=drop_last)
     if callable(getattr(op, "accumulate", None)) and callable(getattr(op, "flush", None)):
         name = getattr(op, "name", None)
         name = name if isinstance(name, str) else f"aggregate({type(op).__name__})"
-        return _native.AggregatorStep(name, op, drop_last=drop_last)
+        return _native.pipeline.AggregatorStep(name, op, drop_last=drop_last)
     raise TypeError(
         f"aggregate needs a positive integer or an Aggregator (accumulate/flush), got {type(op).__name__}"
     )

@@ -26,13 +26,14 @@ as in ``spdl.source.utils``. SPDL's index samplers :py:class:`DistributedRandomS
     mixed = MergeIterator([speech, music], weights=[3, 1], stop_after=1000, seed=0)
 """
 
-from .._native import HAS_SOURCE, ElasticSampler
+from .._native import HAS_SOURCE
+from .._native.source import ElasticSampler
 from ._elastic import merge_rank_states
 from ._sampler import DistributedDeterministicSampler, DistributedRandomSampler
 from ._types import IterableWithShuffle, SizedIterable, SizedIterableWithShuffle
 
 if HAS_SOURCE:
-    from .._native import Sampler, Store, list_dataset
+    from .._native.source import Sampler, Store, list_dataset
 else:  # pragma: no cover (a build without the `source` feature)
     Sampler = None
     Store = None

@@ -72,7 +72,7 @@ def merge_rank_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
                 break
         assert start is not None  # the epoch is open somewhere
         start = dict(start, world_size=world_size)
-        sampler = _native.ElasticSampler(
+        sampler = _native.source.ElasticSampler(
             int(start["n"]),
             rank=0,
             world_size=world_size,
@@ -89,7 +89,7 @@ def merge_rank_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
             mine = next((e for e in inp["epochs"] if int(e["epoch"]) == epoch), None)
             failures_done += len(mine["failures"]) if mine is not None else 0
             delivered.append((rank, _delivered(mine, int(inp["next_epoch"]) > epoch, share)))
-        progress = _native.ElasticSampler.merge_progress(start, delivered)
+        progress = _native.source.ElasticSampler.merge_progress(start, delivered)
         done = sum(e - s for s, e in progress["done"])
         if done < int(start["n"]):
             merged_epochs.append(

@@ -53,7 +53,6 @@
 mod aggregator;
 pub mod autotune;
 mod builder;
-pub mod checkpoint;
 mod context;
 mod driver;
 mod error;

@@ -1,5 +1,5 @@
 //! `spdl_rs._native.CheckpointTracker`: spdl-exec's whole-pipeline checkpoint
-//! ([`spdl_exec::checkpoint::Checkpoint`]) over Python sources that implement the torchdata `Stateful`
+//! ([`spdl_checkpoint::Checkpoint`]) over Python sources that implement the torchdata `Stateful`
 //! protocol (`state_dict()`/`load_state_dict()`). The engine keeps the log (epochs, watermarks, delivered
 //! spans, failures), enumerates each epoch and skips what a loaded state says was delivered; the Python
 //! layer (`spdl_rs.pipeline._checkpoint`) carries the keys through its steps and turns the sources'
@@ -10,7 +10,7 @@ use std::sync::{Mutex, PoisonError};
 use pyo3::exceptions::{PyRuntimeError, PyStopIteration, PyValueError};
 use pyo3::prelude::*;
 use spdl_exec::BoxError;
-use spdl_exec::checkpoint::{Checkpoint, CheckpointError, CheckpointSource, ItemKey, KeyedEpoch, KeyedSource};
+use spdl_checkpoint::{Checkpoint, CheckpointError, CheckpointSource, ItemKey, KeyedEpoch, KeyedSource};
 
 use crate::lifecycle::detach;
 

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use spdl_exec::checkpoint::{Checkpoint, CheckpointSource, CheckpointedPipeline, PipelineState};
+use spdl_checkpoint::{Checkpoint, CheckpointSource, CheckpointedPipeline, PipelineState};
 use spdl_exec::{BoxError, BuildOptions, PipelineBuilder};
 use spdl_source::sampler::{
     CanonicalOrder, ElasticShard, EpochProgress, Remainder, Sampler, Shard, Spans, batches_per_rank, per_rank,

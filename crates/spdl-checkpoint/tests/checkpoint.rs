@@ -5,11 +5,13 @@
 //! the dropped tail of an epoch counts as consumed, so a resumed epoch delivers the batches the
 //! uninterrupted one would.
 
+// The engine's test helpers (the watchdog that turns a hang into a failure).
+#[path = "../../spdl-exec/tests/common/mod.rs"]
 mod common;
 
 use std::collections::BTreeMap;
 
-use spdl_exec::checkpoint::{
+use spdl_checkpoint::{
     Checkpoint, CheckpointError, CheckpointSource, CheckpointedPipeline, Keyed, PipelineState,
 };
 use spdl_exec::{Aggregator, BoxError, BuildOptions, Item, MergeOptions, MergePolicy, OutputOrder, PipelineBuilder};

@@ -1,11 +1,11 @@
 //! The cost of whole-pipeline checkpoints at 10^6 items: the state's size and the time of one `state()`
 //! call mid-epoch, and the per-item cost of keyed items against the same pipeline without them.
 //!
-//! `cargo run --release -p spdl-exec --example checkpoint_overhead`
+//! `cargo run --release -p spdl-checkpoint --example checkpoint_overhead`
 
 use std::time::Instant;
 
-use spdl_exec::checkpoint::{Checkpoint, CheckpointSource, CheckpointedPipeline};
+use spdl_checkpoint::{Checkpoint, CheckpointSource, CheckpointedPipeline};
 use spdl_exec::{BoxError, BuildOptions, PipelineBuilder, Stage};
 
 const N: u64 = 1_000_000;

@@ -1,5 +1,8 @@
-//! Whole-pipeline checkpoints: what the consumer has received, saved so that a new pipeline resumes
-//! with exactly the items not yet delivered.
+//! # spdl-checkpoint: whole-pipeline checkpoints for spdl-exec
+//!
+//! What the consumer has received, saved so that a new pipeline resumes with exactly the items not yet
+//! delivered. Built on spdl-exec's public API only (a keyed source, stage wrappers, a consumer-side
+//! recorder), so the engine carries no checkpoint code and a loader that does not resume does not build it.
 //!
 //! A sampler that resumes from its position skips the items a pipeline held in flight (prefetched, in a
 //! stage, in a queue). Here the source tags every item with its key ([`ItemKey`]: merge input, epoch,
@@ -16,7 +19,7 @@
 //! engine's own `aggregate_drop_last` drops them unseen, so they would come back after a resume.
 //!
 //! ```
-//! use spdl_exec::checkpoint::{Checkpoint, CheckpointSource, CheckpointedPipeline};
+//! use spdl_checkpoint::{Checkpoint, CheckpointSource, CheckpointedPipeline};
 //! use spdl_exec::{BuildOptions, PipelineBuilder};
 //!
 //! /// Epoch `e` yields `0..n` rotated by `e` (a stand-in for a seeded shuffle).
@@ -54,12 +57,14 @@
 //! let saved = first.state()?.to_json()?;
 //! drop(first); // items in flight are lost with it
 //!
-//! let resumed = build(&Checkpoint::resume(&spdl_exec::checkpoint::PipelineState::from_json(&saved)?))?;
+//! let resumed = build(&Checkpoint::resume(&spdl_checkpoint::PipelineState::from_json(&saved)?))?;
 //! let mut all: Vec<u64> = got.into_iter().chain(resumed.iter().collect::<Result<Vec<_>, _>>()?).collect();
 //! all.sort();
 //! assert_eq!(all, (0..10u64).map(|x| x * x).collect::<Vec<_>>());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+#![deny(missing_docs)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
@@ -67,11 +72,14 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use spdl_report::error_chain;
+use spdl_report::{error_chain, panic_message};
 
-use crate::driver::panicked;
-use crate::failure::BoxError;
-use crate::{Aggregator, Item, Pipeline, PipelineError, PipelineStats, Stage};
+use spdl_exec::{Aggregator, BoxError, Item, Pipeline, PipelineError, PipelineStats, Stage};
+
+/// The failure text of a caught panic (as the engine words it).
+fn panicked(payload: &(dyn std::any::Any + Send)) -> String {
+    format!("panicked: {}", panic_message(payload))
+}
 
 /// Where an item came from: its merge input (0 for a pipeline of one source), its epoch (counted by
 /// the checkpoint from the first epoch the input enumerated) and its position in that epoch's
@@ -422,8 +430,8 @@ impl Checkpoint {
     }
 
     /// Registers `source` as the next input (0, then 1, ... for the inputs of a merge) and returns
-    /// the source to give [`crate::PipelineBuilder::source`] (one epoch) or
-    /// [`continuous_source`](crate::PipelineBuilder::continuous_source) (epoch after epoch). On
+    /// the source to give [`spdl_exec::PipelineBuilder::source`] (one epoch) or
+    /// [`continuous_source`](spdl_exec::PipelineBuilder::continuous_source) (epoch after epoch). On
     /// resume, the source's state is loaded from the saved one.
     pub fn input<S: CheckpointSource>(&self, mut source: S) -> Result<KeyedSource<S>, CheckpointError> {
         let (ordered, name) = (source.deterministic_epoch_order(), source.describe());
@@ -494,7 +502,7 @@ impl Checkpoint {
     /// begins an epoch; the sources' states are loaded as their epochs begin.
     ///
     /// ```
-    /// use spdl_exec::checkpoint::{Checkpoint, CheckpointError, CheckpointSource};
+    /// use spdl_checkpoint::{Checkpoint, CheckpointError, CheckpointSource};
     ///
     /// /// `0..3` for two epochs, then nothing.
     /// struct Twice { epoch: u64 }
@@ -677,15 +685,15 @@ impl Checkpoint {
         }
     }
 
-    /// Batches of `size` keyed items as one keyed batch each (what [`crate::PipelineBuilder::aggregate`]
-    /// and [`collate`](Checkpoint::collate) make), for [`crate::PipelineBuilder::aggregate_with`] with its
+    /// Batches of `size` keyed items as one keyed batch each (what [`spdl_exec::PipelineBuilder::aggregate`]
+    /// and [`collate`](Checkpoint::collate) make), for [`spdl_exec::PipelineBuilder::aggregate_with`] with its
     /// own `drop_last` **off**. With `drop_last`, the incomplete batch of each epoch (and of the end of the
     /// input) is dropped and its items count as delivered, so a resumed epoch delivers the batches the
     /// uninterrupted one would; `aggregate_drop_last` followed by `collate` would drop them unrecorded,
     /// and they would come back after a resume. `size` 0 counts as 1.
     ///
     /// ```
-    /// use spdl_exec::checkpoint::{Checkpoint, CheckpointSource, CheckpointedPipeline};
+    /// use spdl_checkpoint::{Checkpoint, CheckpointSource, CheckpointedPipeline};
     /// use spdl_exec::{BuildOptions, PipelineBuilder};
     ///
     /// /// One epoch of `0..n`.
@@ -725,7 +733,7 @@ impl Checkpoint {
         self.aggregator(format!("aggregate({size})"), Batcher::new(size), drop_last)
     }
 
-    /// A custom [`Aggregator`] over keyed items, for [`crate::PipelineBuilder::aggregate_with`] with its
+    /// A custom [`Aggregator`] over keyed items, for [`spdl_exec::PipelineBuilder::aggregate_with`] with its
     /// own `drop_last` **off**: each output carries the keys of every item accumulated since the previous
     /// output; an error or panic of `inner` is recorded against those keys (they count as consumed);
     /// with `drop_last`, what `flush` returns is dropped and its items count as delivered (also at the
@@ -738,7 +746,7 @@ impl Checkpoint {
         KeyedAggregator { inner, keys: Vec::new(), drop_last, name: name.into(), checkpoint: self.clone() }
     }
 
-    /// The stage after [`crate::PipelineBuilder::aggregate`]: a batch of keyed items becomes one keyed
+    /// The stage after [`spdl_exec::PipelineBuilder::aggregate`]: a batch of keyed items becomes one keyed
     /// batch carrying every item's key.
     pub fn collate<T: Send + 'static>(&self) -> Stage<Vec<Keyed<T>>, Keyed<Vec<T>>> {
         Stage::map("collate", |batch: Vec<Keyed<T>>| {
@@ -752,7 +760,7 @@ impl Checkpoint {
         })
     }
 
-    /// The stage before [`crate::PipelineBuilder::disaggregate`]: a keyed batch becomes keyed items.
+    /// The stage before [`spdl_exec::PipelineBuilder::disaggregate`]: a keyed batch becomes keyed items.
     /// When the batch has one key per element, each element takes its own; otherwise the last element
     /// carries them all (the batch counts as delivered with its last part), and an empty batch counts
     /// as delivered at once.
@@ -1067,7 +1075,7 @@ impl SpanSet {
 
 /// A [`CheckpointSource`] registered with a [`Checkpoint`]: each `into_iter` enumerates one epoch
 /// as [`Keyed`] items, skipping what a resumed checkpoint says was delivered. Clone it (it is one
-/// `Arc`) for [`crate::PipelineBuilder::continuous_source`].
+/// `Arc`) for [`spdl_exec::PipelineBuilder::continuous_source`].
 pub struct KeyedSource<S> {
     input: u32,
     checkpoint: Checkpoint,

@@ -11,9 +11,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use spdl_checkpoint::{
-    Checkpoint, CheckpointError, CheckpointSource, CheckpointedPipeline, Keyed, PipelineState,
-};
+use spdl_checkpoint::{Checkpoint, CheckpointError, CheckpointSource, CheckpointedPipeline, Keyed, PipelineState};
 use spdl_exec::{Aggregator, BoxError, BuildOptions, Item, MergeOptions, MergePolicy, OutputOrder, PipelineBuilder};
 
 /// splitmix64: the test's only randomness.

@@ -9,8 +9,8 @@ use std::sync::{Mutex, PoisonError};
 
 use pyo3::exceptions::{PyRuntimeError, PyStopIteration, PyValueError};
 use pyo3::prelude::*;
-use spdl_exec::BoxError;
 use spdl_checkpoint::{Checkpoint, CheckpointError, CheckpointSource, ItemKey, KeyedEpoch, KeyedSource};
+use spdl_exec::BoxError;
 
 use crate::lifecycle::detach;
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyFloat, PyInt};
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt};
 
 /// Threads of a pool (a pipeline's, a decoder's, a loader's).
 pub(crate) const MAX_THREADS: u64 = 1024;
@@ -143,6 +143,36 @@ pub(crate) fn _check_count(name: &str, value: Int, min: Int, max: Int) -> PyResu
 #[pyfunction]
 pub(crate) fn _check_size(name: &str, value: Int, min: Int, max: Int) -> PyResult<u64> {
     _check_count(name, value, min, max)
+}
+
+/// The largest queue or buffer size a pipeline option takes (`2**48`): past any memory, below any overflow.
+pub(crate) const MAX_PIPELINE_SIZE: u64 = 1 << 48;
+
+/// A pipeline's size option (`buffer_size`, `stage_buffer_size`, `max_memory_bytes`): an `int` (not a `bool`)
+/// in `minimum..=2**48`, else a `ValueError` that says SPDL's words first where SPDL has them ("must be
+/// greater than 0", for a value below the minimum). The one check of these options, at the boundary:
+/// `CoreOptions`, the builder's `add_sink` and `.to(buffer_size=)` call it.
+pub(crate) fn pipeline_size(name: &str, value: &Bound<'_, PyAny>, minimum: u64) -> PyResult<u64> {
+    let shown = || value.repr().map(|r| r.to_string()).unwrap_or_else(|_| "?".to_owned());
+    let int = match value.is_instance_of::<PyInt>() && !value.is_instance_of::<PyBool>() {
+        true => value.extract::<i128>().ok(),
+        false => None,
+    };
+    match int {
+        Some(v) if v >= i128::from(minimum) && v <= i128::from(MAX_PIPELINE_SIZE) => Ok(v as u64),
+        Some(v) if v < i128::from(minimum) => {
+            let zero = if minimum == 0 { " (0 is taken too: a large one)" } else { "" };
+            Err(PyValueError::new_err(format!("`{name}` must be greater than 0. Found: {v}{zero}")))
+        }
+        _ => Err(PyValueError::new_err(format!("{name} must be an integer in [{minimum}, 2**48], got {}", shown()))),
+    }
+}
+
+/// `_native._check_pipeline_size(name, value, minimum)`: [`pipeline_size`] for the Python builder.
+#[pyfunction]
+#[pyo3(signature = (name, value: "int", minimum))]
+pub(crate) fn _check_pipeline_size(name: &str, value: &Bound<'_, PyAny>, minimum: u64) -> PyResult<u64> {
+    pipeline_size(name, value, minimum)
 }
 
 /// `_native._check_duration(name, value, min, max)`: `value` (seconds, an int or a float) if it is in

@@ -93,7 +93,7 @@ mod native {
     use pyo3::prelude::*;
 
     #[pymodule_export]
-    use crate::args::{_check_count, _check_duration, _check_size};
+    use crate::args::{_check_count, _check_duration, _check_pipeline_size, _check_size};
     #[pymodule_export]
     use crate::buffer::PyBuffer;
     #[pymodule_export]
@@ -122,6 +122,11 @@ mod native {
         };
         #[pymodule_export]
         use crate::pipeline::{AsyncBridge, CoreOptions, PipelineCore, PyNativeOp, RegionInputs, Reply, StatsSnapshot};
+
+        /// The capacity of each queue between two stages unless the pipeline is built with another
+        /// `stage_buffer_size` (declared once, here; the Python builder's default).
+        #[pymodule_export]
+        const DEFAULT_STAGE_BUFFER_SIZE: usize = crate::pipeline::DEFAULT_STAGE_BUFFER;
     }
 
     /// `spdl_rs._native.io`: what `spdl_rs.io` wraps.

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use pyo3::exceptions::{PyRuntimeError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::{PyBool, PyDict, PyInt, PyList};
 use pyo3::{PyTraverseError, PyVisit};
 use spdl_exec::autotune::Window;
 use spdl_exec::{BuildOptions, FailureBudget, Item, Pipeline, PipelineBuilder, PipelineError, PipelineStats, state};
@@ -41,8 +41,9 @@ const DROP_WAIT: Duration = Duration::from_secs(1);
 /// How long `get_item` waits for the engine's threads when a fatal exception stops the pipeline (the
 /// Python layer's `stop` waits again).
 const FATAL_STOP_WAIT: Duration = Duration::from_secs(5);
-/// Default capacity of the queues between stages (SPDL's, which is fixed: `_BUFFER_SIZE = 2`).
-const DEFAULT_STAGE_BUFFER: usize = 2;
+/// Default capacity of the queues between stages (SPDL's, which is fixed: `_BUFFER_SIZE = 2`), exported as
+/// `_native.pipeline.DEFAULT_STAGE_BUFFER_SIZE`.
+pub(crate) const DEFAULT_STAGE_BUFFER: usize = 2;
 
 /// Where the next [`PipelineCore`]'s id comes from (a [`StatsSnapshot`] names the pipeline it was taken on).
 static NEXT_CORE_ID: AtomicU64 = AtomicU64::new(0);
@@ -168,13 +169,20 @@ impl PipelineCore {
     }
 }
 
-/// The whole pipeline's options (`spdl_rs._native.CoreOptions`).
+/// The whole pipeline's options (`spdl_rs._native.pipeline.CoreOptions`): the boundary where the Python
+/// builder's pipeline-wide values are checked, once (the builder reads the checked values back).
 #[pyclass(module = "spdl_rs._native.pipeline", frozen, from_py_object)]
 #[derive(Debug, Clone)]
 pub struct CoreOptions {
+    /// The sink's buffer (0: a large one).
+    #[pyo3(get)]
     buffer_size: usize,
+    /// The size of the pool that runs sync ops.
+    #[pyo3(get)]
     num_threads: usize,
     failure_budget: FailureBudget,
+    /// Each queue's capacity, in items.
+    #[pyo3(get)]
     stage_buffer_size: usize,
     autotune: bool,
     max_memory_bytes: Option<u64>,
@@ -182,30 +190,47 @@ pub struct CoreOptions {
 
 #[pymethods]
 impl CoreOptions {
-    /// `buffer_size`: the sink's (0: a large one); `max_failures` (a count) or `max_failure_fraction`: the
-    /// pipeline's failure budget; `stage_buffer_size`: each queue's capacity; `autotune`: tune the
-    /// concurrency of the stages left at 1 and the pool while running (`spdl_exec::BuildOptions::autotune`);
-    /// `max_memory_bytes`: the auto-tuner's memory budget (`None`: half of the memory available at start).
+    /// `buffer_size`: the sink's (0: a large one); `num_threads`: the pool of sync ops; `max_failures` (a
+    /// count) or `max_failure_fraction`: the pipeline's failure budget; `stage_buffer_size`: each queue's
+    /// capacity (`None`: [`DEFAULT_STAGE_BUFFER`]); `autotune`: tune the concurrency of the stages left at 1
+    /// and the pool while running (`spdl_exec::BuildOptions::autotune`); `max_memory_bytes`: the auto-tuner's
+    /// memory budget (`None`: half of the memory available at start). Each is checked here, once: a count of
+    /// threads within the module's limit, sizes within `2**48` ([`crate::args::pipeline_size`]).
     #[new]
-    #[pyo3(signature = (*, buffer_size, num_threads, max_failures=None, max_failure_fraction=None, stage_buffer_size=DEFAULT_STAGE_BUFFER, autotune=false, max_memory_bytes=None))]
+    #[pyo3(signature = (
+        *,
+        buffer_size: "int",
+        num_threads: "int",
+        max_failures=None,
+        max_failure_fraction=None,
+        stage_buffer_size: "int | None" = None,
+        autotune=false,
+        max_memory_bytes: "int | None" = None,
+    ))]
     fn new(
-        buffer_size: usize,
-        num_threads: usize,
+        buffer_size: &Bound<'_, PyAny>,
+        num_threads: &Bound<'_, PyAny>,
         max_failures: Option<u64>,
         max_failure_fraction: Option<f64>,
-        stage_buffer_size: usize,
+        stage_buffer_size: Option<&Bound<'_, PyAny>>,
         autotune: bool,
-        max_memory_bytes: Option<u64>,
+        max_memory_bytes: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        if stage_buffer_size == 0 {
-            return Err(PyValueError::new_err("stage_buffer_size must be at least 1"));
+        if num_threads.is_instance_of::<PyBool>() || !num_threads.is_instance_of::<PyInt>() {
+            let shown = num_threads.repr()?;
+            return Err(PyValueError::new_err(format!("num_threads must be a positive integer, got {shown}")));
         }
-        if max_memory_bytes == Some(0) {
-            return Err(PyValueError::new_err("max_memory_bytes must be positive"));
-        }
+        let threads = crate::args::count("num_threads", &num_threads.extract()?, 1, crate::args::MAX_THREADS)?;
+        let stage_buffer_size = match stage_buffer_size {
+            Some(v) => crate::args::pipeline_size("stage_buffer_size", v, 1)? as usize,
+            None => DEFAULT_STAGE_BUFFER,
+        };
+        let buffer_size = crate::args::pipeline_size("buffer_size", buffer_size, 0)? as usize;
+        let max_memory_bytes =
+            max_memory_bytes.map(|v| crate::args::pipeline_size("max_memory_bytes", v, 1)).transpose()?;
         Ok(Self {
             buffer_size,
-            num_threads,
+            num_threads: threads,
             failure_budget: spec::failure_budget(max_failures, max_failure_fraction)?,
             stage_buffer_size,
             autotune,

@@ -12,6 +12,7 @@ __all__ = [
     "CheckpointEpoch",
     "CheckpointTracker",
     "CoreOptions",
+    "DEFAULT_STAGE_BUFFER_SIZE",
     "DisaggregateStep",
     "IterSource",
     "ListSource",
@@ -28,7 +29,8 @@ __all__ = [
 ]
 
 from collections.abc import Sequence
-from typing import Any, final
+from typing import Any, Final, final
+DEFAULT_STAGE_BUFFER_SIZE: Final[int]
 
 @final
 class AggregateStep:
@@ -65,7 +67,13 @@ class CheckpointTracker:
 
 @final
 class CoreOptions:
-    def __new__(cls, /, *, buffer_size: int, num_threads: int, max_failures: int |None = None, max_failure_fraction: float |None = None, stage_buffer_size: int = ..., autotune: bool = False, max_memory_bytes: int |None = None) -> CoreOptions: ...
+    def __new__(cls, /, *, buffer_size: "int", num_threads: "int", max_failures: int |None = None, max_failure_fraction: float |None = None, stage_buffer_size: "int | None" = None, autotune: bool = False, max_memory_bytes: "int | None" = None) -> CoreOptions: ...
+    @property
+    def buffer_size(self, /) -> int: ...
+    @property
+    def num_threads(self, /) -> int: ...
+    @property
+    def stage_buffer_size(self, /) -> int: ...
 
 @final
 class DisaggregateStep:

@@ -13,13 +13,13 @@ from concurrent.futures import Executor
 from fractions import Fraction
 from typing import Any, Generic, TypeVar
 
+from .. import _native
 from . import _profile, _region, defs
 from ._bg_task import BackgroundTaskFactory
 from ._core import (
     _STAGE_BUFFER_SIZE,
     _build,
     _check_buffer_size,
-    _check_size,
     _check_source,
     _Conversion,
     _convert_step,
@@ -271,7 +271,7 @@ class PipelineBuilder(Generic[T, U]):
 
         cfg = defs.PathVariants(router, paths, name=name, batched=batched, output_order=output_order)
         _convert_step(
-            cfg, _Conversion(num_threads=1, max_failures=-1, report_stats_interval=-1, stage_buffer_size=2)
+            cfg, _Conversion(num_threads=1, max_failures=-1, report_stats_interval=-1, stage_buffer_size=_STAGE_BUFFER_SIZE)
         )  # validates
         self._pipes.append(cfg)
         return self
@@ -317,7 +317,7 @@ class PipelineBuilder(Generic[T, U]):
         """Sets the output buffer: how many finished items wait for the consumer (0: a large buffer)."""
         if self._sink is not None:
             raise ValueError("Sink is already set.")
-        _check_size("buffer_size", buffer_size, minimum=0)
+        _native._check_pipeline_size("buffer_size", buffer_size, 0)
         self._sink = buffer_size
         return self
 

@@ -33,20 +33,10 @@ RegionStep = Callable[[list[Any], Any, int, int, "_Conversion"], Any]
 
 _I64 = (-(2**63), 2**63 - 1)
 
-#: Default capacity of the queues between stages: SPDL's (``_BUFFER_SIZE``, fixed there).
-_STAGE_BUFFER_SIZE = 2
-#: The largest queue or batch size taken (queues allocate as they fill, so a large one costs nothing until
-#: it holds items).
-_MAX_SIZE = 2**48
-
-
-def _check_size(what: str, value: Any, *, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= _MAX_SIZE:
-        if isinstance(value, int) and not isinstance(value, bool) and value < minimum:
-            # SPDL's words first.
-            zero = " (0 is taken too: a large one)" if minimum == 0 else ""
-            raise ValueError(f"`{what}` must be greater than 0. Found: {value}{zero}")
-        raise ValueError(f"{what} must be an integer in [{minimum}, 2**48], got {value!r}")
+#: Default capacity of the queues between stages: SPDL's (``_BUFFER_SIZE``, fixed there), declared by the
+#: native module. The pipeline-wide values are checked there too, once (``CoreOptions``; sizes up to 2**48:
+#: queues allocate as they fill, so a large one costs nothing until it holds items).
+_STAGE_BUFFER_SIZE: int = _native.pipeline.DEFAULT_STAGE_BUFFER_SIZE
 
 
 def _budget(max_failures: int | Fraction | None, what: str, stage: bool = False) -> dict[str, Any]:
@@ -377,14 +367,17 @@ def _build(
     region_step: RegionStep | None = None,
 ) -> Pipeline[Any]:
     """The pipeline of ``src`` and ``pipes`` (``.to()`` regions made by ``region_step``)."""
-    if isinstance(num_threads, bool) or not isinstance(num_threads, int):
-        raise ValueError(f"num_threads must be a positive integer, got {num_threads!r}")
-    # The module's one check (and message) for counts: a pool of 10**9 threads is refused, not attempted.
-    _native._check_count("num_threads", num_threads, 1, _native.ARG_LIMITS["threads"])
-    _check_size("stage_buffer_size", stage_buffer_size, minimum=1)
-    _check_size("buffer_size", buffer_size, minimum=0)
-    if max_memory_bytes is not None:
-        _check_size("max_memory_bytes", max_memory_bytes, minimum=1)
+    # The boundary: every pipeline-wide value is checked once, by the native options (a pool of 10**9 threads
+    # is refused, not attempted), and read back from them.
+    options = _native.pipeline.CoreOptions(
+        buffer_size=buffer_size,
+        num_threads=num_threads,
+        stage_buffer_size=stage_buffer_size,
+        autotune=autotune,
+        max_memory_bytes=max_memory_bytes,
+        **_budget(max_failures, "max_failures"),
+    )
+    num_threads, stage_buffer_size = options.num_threads, options.stage_buffer_size
     ext = None
     if extensions:
         ext = Extensions(
@@ -417,19 +410,6 @@ def _build(
         loop = _EventLoop() if conv.needs_loop else None
         if ext is not None:
             ext.event_loop = loop
-        # Passed only when asked for, so that a native module built before the option still builds pipelines.
-        optional: dict[str, Any] = {}
-        if autotune:
-            optional["autotune"] = True
-        if max_memory_bytes is not None:
-            optional["max_memory_bytes"] = max_memory_bytes
-        options = _native.pipeline.CoreOptions(
-            buffer_size=buffer_size,
-            num_threads=num_threads,
-            stage_buffer_size=stage_buffer_size,
-            **optional,
-            **_budget(max_failures, "max_failures"),
-        )
         core = _native.pipeline.PipelineCore(source, steps, options, bridge=loop.bridge if loop is not None else None)
     except BaseException:
         for r in conv.resources:

@@ -35,7 +35,7 @@ from typing import Any
 
 from .. import _native
 from . import _region_protocol, defs
-from ._core import _build, _Conversion, _convert_steps
+from ._core import _STAGE_BUFFER_SIZE, _build, _Conversion, _convert_steps
 from ._op import _op_kind
 from ._region_protocol import (
     _IN_END,
@@ -587,7 +587,11 @@ def region_step(
     _convert_steps(
         stages,
         _Conversion(
-            num_threads=1, max_failures=-1, report_stats_interval=-1, stage_buffer_size=2, region_step=region_step
+            num_threads=1,
+            max_failures=-1,
+            report_stats_interval=-1,
+            stage_buffer_size=_STAGE_BUFFER_SIZE,
+            region_step=region_step,
         ),
     )
     region = Region(

@@ -1,4 +1,4 @@
-//! `spdl_rs._native.CheckpointTracker`: spdl-exec's whole-pipeline checkpoint
+//! `spdl_rs._native.pipeline.CheckpointTracker`: spdl-checkpoint's whole-pipeline checkpoint
 //! ([`spdl_checkpoint::Checkpoint`]) over Python sources that implement the torchdata `Stateful`
 //! protocol (`state_dict()`/`load_state_dict()`). The engine keeps the log (epochs, watermarks, delivered
 //! spans, failures), enumerates each epoch and skips what a loaded state says was delivered; the Python

@@ -114,7 +114,7 @@ impl Submitter {
     }
 }
 
-/// The event loop's end of the bridge (`spdl_rs._native.AsyncBridge`), created by the pipeline's Python
+/// The event loop's end of the bridge (`spdl_rs._native.pipeline.AsyncBridge`), created by the pipeline's Python
 /// layer together with its loop thread.
 #[pyclass(module = "spdl_rs._native.pipeline", frozen)]
 #[derive(Debug)]

@@ -460,7 +460,7 @@ impl PipelineCore {
     }
 }
 
-/// A snapshot of a pipeline's stats (`spdl_rs._native.StatsSnapshot`), from `PipelineCore.stats_anchor()`:
+/// A snapshot of a pipeline's stats (`spdl_rs._native.pipeline.StatsSnapshot`), from `PipelineCore.stats_anchor()`:
 /// the start of a window measured by `PipelineCore.stats_window(anchor)`. Opaque to Python but for the time
 /// it was taken at.
 #[pyclass(module = "spdl_rs._native.pipeline", frozen)]

@@ -1,5 +1,5 @@
 //! The typed description of a pipeline that the Python layer hands to [`super::PipelineCore`]: one
-//! class per kind of source and step (`spdl_rs._native.PipeStep`, `MergeSource`, ...), each built with
+//! class per kind of source and step (`spdl_rs._native.pipeline.PipeStep`, `MergeSource`, ...), each built with
 //! keywords and checked when it is made, so that the engine side reads named, typed fields.
 
 use std::sync::Arc;

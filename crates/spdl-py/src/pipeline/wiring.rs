@@ -316,7 +316,7 @@ impl Drop for PyOutputs {
     }
 }
 
-/// The inputs of one epoch of a region (`spdl_rs._native.RegionInputs`): an iterator whose `__next__`
+/// The inputs of one epoch of a region (`spdl_rs._native.pipeline.RegionInputs`): an iterator whose `__next__`
 /// waits without the GIL and raises `StopIteration` at the epoch's end, at the end of the input or when the
 /// pipeline stops.
 #[pyclass(module = "spdl_rs._native.pipeline", frozen)]

@@ -1,8 +1,9 @@
 //! The Python side of `cargo xtask test`: the spdl-py crate's clippy and rustdoc gates (they need an
 //! interpreter to build against, `.venv`), then what users install: the wheels of `cargo xtask wheel`
 //! (crate::wheel), each in a fresh venv without a Rust toolchain on `PATH`. The abi3 wheel (`target/venv-wheel`,
-//! the system's CPython) gets the stub check (`cargo xtask stubs --check` on its module), mypy, stubtest and the
-//! pytest suite, run twice: as installed, and with FFmpeg's libraries hidden in a mount namespace. The free-threaded wheel (`target/venv-wheel-ft`, CPython 3.13t) runs
+//! the system's CPython) gets mypy, stubtest and the pytest suite, run twice: as installed, and with FFmpeg's
+//! libraries hidden in a mount namespace. Before the wheels, `cargo xtask stubs --check` compares the committed
+//! stubs with a debug build of the module. The free-threaded wheel (`target/venv-wheel-ft`, CPython 3.13t) runs
 //! the suite once, so that the module's claim to be safe without the GIL is tested on an interpreter that has
 //! none.
 //!
@@ -52,6 +53,9 @@ pub fn python_tests(root: &Path, s3s_fs: &Path, quick: bool) -> Result<()> {
     let system_python = which("python3").context("python3 is needed for the Python tests")?;
     let venv = ensure_venv(&root.join(".venv"), &system_python)?;
     rust_gates(&venv, &root.join("target/py"), quick)?;
+    let started = Instant::now();
+    crate::stubs::check_stub(root, &crate::stubs::build_module(root, Some(&venv_python(&venv)))?)?;
+    eprintln!("xtask: the stub check took {:.0} s", started.elapsed().as_secs_f64());
 
     let wheels = crate::wheel::wheel(root, &[])?;
     eprintln!(
@@ -66,7 +70,6 @@ pub fn python_tests(root: &Path, s3s_fs: &Path, quick: bool) -> Result<()> {
         &wheels.abi3,
         &[TEST_PACKAGES, CHECK_PACKAGES, DIST_PACKAGES].concat(),
     )?;
-    crate::stubs::check_stub(root, &installed_module(&installed)?)?;
     type_checks(&installed, &crate_dir)?;
     run_pytest(&installed, &crate_dir, false, s3s_fs, Ffmpeg::Present)?;
     run_pytest(&installed, &crate_dir, false, s3s_fs, Ffmpeg::Hidden)?;
@@ -76,22 +79,6 @@ pub fn python_tests(root: &Path, s3s_fs: &Path, quick: bool) -> Result<()> {
         fresh_venv(&root.join("target/venv-wheel-ft"), &ft_python, &wheels.free_threaded, TEST_PACKAGES)?;
     run_pytest(&installed_ft, &crate_dir, true, s3s_fs, Ffmpeg::Present)?;
     Ok(())
-}
-
-/// The native module that the wheel installed into `venv` (`spdl_rs/_native.abi3.so`).
-fn installed_module(venv: &Path) -> Result<PathBuf> {
-    let lib = venv.join("lib");
-    for entry in fs::read_dir(&lib).with_context(|| format!("reading {}", lib.display()))?.flatten() {
-        let package = entry.path().join("site-packages/spdl_rs");
-        let Ok(files) = fs::read_dir(&package) else { continue };
-        for file in files.flatten() {
-            let name = file.file_name().to_string_lossy().into_owned();
-            if name.starts_with("_native.") && name.ends_with(".so") {
-                return Ok(file.path());
-            }
-        }
-    }
-    bail!("no spdl_rs/_native.*.so under {}", lib.display())
 }
 
 /// A new venv at `venv` (an old one is cleared) made by `python`, with `wheel` and `packages` installed.

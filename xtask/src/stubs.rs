@@ -8,7 +8,7 @@
 //! writes the stubs. What the module adds when it is imported (`#[pymodule_init]`) is invisible to that
 //! reading; [`ADDED_AT_IMPORT`] declares it, next to the code that writes the stub.
 //!
-//! `--check` (run by `cargo xtask test` against the installed abi3 wheel's module) fails when the committed
+//! `--check` (run by `cargo xtask test` on a debug build of the module) fails when the committed
 //! stubs are not what the module yields, so that they cannot drift from the Rust code; stubtest then checks
 //! them against the imported module as well.
 
@@ -41,7 +41,7 @@ pub fn stubs(root: &Path, args: &[String]) -> Result<()> {
     let check = args.iter().any(|a| a == "--check");
     let module = match args.iter().position(|a| a == "--module") {
         Some(i) => PathBuf::from(args.get(i + 1).context("--module needs the path of a built module")?),
-        None => build_module(root)?,
+        None => build_module(root, None)?,
     };
     if check { check_stub(root, &module) } else { write_stub(root, &module) }
 }
@@ -237,15 +237,20 @@ fn positional_only_slot(line: &str) -> String {
     format!("{indent}def __{name}__(self, {params}, /) ->{tail}")
 }
 
-/// Builds spdl-py's module with the abi3 wheel's features (debug) and returns its path.
-fn build_module(root: &Path) -> Result<PathBuf> {
-    let target_dir = root.join("target/py");
+/// Builds spdl-py's module with the abi3 wheel's features (debug, in the workspace's target directory, where
+/// the Rust tests leave its dependencies built) against `python` (PyO3's `PYO3_PYTHON`; `None`: the one PyO3
+/// finds) and returns its path. The stubs are read from this build, not from a wheel: the wheels' link
+/// (zig, with unused sections dropped) leaves PyO3's introspection data out.
+pub fn build_module(root: &Path, python: Option<&Path>) -> Result<PathBuf> {
+    let target_dir = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
     let features = format!("abi3,{}", crate::wheel::WHEEL_FEATURES);
-    let status = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-        .args(["build", "-p", "spdl-py", "--lib", "--features", &features])
-        .env("CARGO_TARGET_DIR", &target_dir)
-        .status()
-        .context("starting cargo build -p spdl-py")?;
+    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cmd.args(["build", "-p", "spdl-py", "--lib", "--features", &features]).env("CARGO_TARGET_DIR", &target_dir);
+    if let Some(python) = python {
+        cmd.env("PYO3_PYTHON", python);
+    }
+    eprintln!("xtask: {cmd:?}");
+    let status = cmd.status().context("starting cargo build -p spdl-py")?;
     if !status.success() {
         bail!("cargo build -p spdl-py failed ({status})");
     }

@@ -517,8 +517,10 @@ pub(crate) fn wire_pipe<T: Send + 'static, U: Send + 'static>(
     let tuned = cell.tune.get().is_some();
     // The queue after a tuned stage grows with it unless its capacity was set explicitly; the
     // queue after a stage whose items are measured holds more of them while they are small
-    // (see `ItemSize`).
-    let small = !tuned && cell.item_size.get().is_some();
+    // (see `ItemSize`), unless its capacity was set explicitly too: the sink's buffer (what the
+    // consumer lets run ahead, as SPDL's `buffer_size` bounds it) and a stage's own capacity are
+    // exact.
+    let small = !tuned && !explicit_capacity && cell.item_size.get().is_some();
     let queue_max = if tuned && !explicit_capacity {
         cap.saturating_mul(crate::autotune::QUEUE_GROWTH)
     } else if small {
@@ -628,12 +630,16 @@ where
     I: Iterator + Send + 'static,
     I::Item: Send + 'static,
 {
+    // A source right before the sink feeds the sink's buffer, whose capacity is exact (see `wire_stage`).
+    let deepen = size.is_some() && cap.is_none();
     let cap = w.capacity(cap, SOURCE);
-    let max = if size.is_some() { cap.max(crate::item_size::SMALL_QUEUE_ITEMS) } else { cap };
+    let max = if deepen { cap.max(crate::item_size::SMALL_QUEUE_ITEMS) } else { cap };
     let (tx, rx) = resizable_queue(cap, max);
     let cell = w.cell(SOURCE.into(), StageKind::Source, 1);
     if let Some(size) = size {
-        size.deepen_queue(tx.limit(), cap, max);
+        if deepen {
+            size.deepen_queue(tx.limit(), cap, max);
+        }
         let _ = cell.item_size.set(size);
     }
     let fut = runs::iter_source(src, tx, cell, Arc::clone(&w.shared), w.pool.clone());

@@ -290,8 +290,30 @@ def test_small_items_queue_deeper_within_a_byte_bound(watchdog):
         ahead = len(pulled)
         rest = list(it)
     assert [first, *rest] == list(range(1000))
-    # Three queues (source, stage, sink) of at most 64, plus what the source and stage hold in hand.
+    # The source's queue deepens to at most 64 (the sink's stays at its buffer size: the next test), plus what
+    # the source and stage hold in hand.
     assert 9 < ahead <= 3 * 64 + 40, ahead
+
+
+def test_the_sink_buffer_bounds_what_runs_ahead_even_for_small_items(watchdog):
+    # SPDL's `buffer_size` is what the consumer lets run ahead: the stage before the sink must not work through
+    # a source of small items while the consumer holds one (only the queues before it deepen).
+    done: list[int] = []
+
+    def track(x):
+        done.append(x)
+        return x
+
+    p = PipelineBuilder().add_source(list(range(64))).pipe(track).add_sink(1).build(num_threads=1)
+    with p.auto_stop():
+        it = iter(p)
+        assert next(it) == 0
+        time.sleep(0.5)
+        ahead = len(done)
+        rest = list(it)
+    assert rest == list(range(1, 64))
+    # The item taken, one in the sink's buffer, one in the stage's hands, and a little slack.
+    assert ahead <= 5, ahead
 
 
 def test_huge_sizes_neither_abort_nor_preallocate():

@@ -257,3 +257,32 @@ def test_executor_runs_sync_ops_like_spdl():
             PipelineBuilder().add_source([1]).pipe(coro, executor=ex)
         with pytest.raises(TypeError, match="executor"):
             PipelineBuilder().add_source([1]).pipe(abs, executor=object())
+
+
+def test_get_item_nowait_drains_and_tells_not_yet_from_never(watchdog):
+    import queue
+    import threading
+
+    p = PipelineBuilder().add_source(range(5)).pipe(lambda x: x + 1).add_sink(5).build(num_threads=2)
+    with pytest.raises(RuntimeError, match="not started"):
+        p._get_item_nowait()
+    got = []
+    with p.auto_stop():
+        while True:
+            try:
+                got.append(p._get_item_nowait())
+            except queue.Empty:
+                time.sleep(0.001)
+            except EOFError:
+                break
+    assert sorted(got) == [1, 2, 3, 4, 5]
+
+    release = threading.Event()
+    p = PipelineBuilder().add_source(range(1)).pipe(lambda x: release.wait() and x).add_sink(1).build(num_threads=1)
+    try:
+        with p.auto_stop():
+            with pytest.raises(queue.Empty):
+                p._get_item_nowait()
+            release.set()
+    finally:
+        release.set()

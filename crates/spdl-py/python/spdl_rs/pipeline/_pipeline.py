@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import queue
 import threading
 import time
 import weakref
@@ -476,6 +477,21 @@ class Pipeline(Generic[T]):
                 _LG.warning("Failed to finish the pipeline's stage hooks", exc_info=True)
             self._ext.report_native_stats(self._core)
         raise EOFError("the pipeline is exhausted")
+
+    def _get_item_nowait(self) -> T:
+        """The next item if one is ready, without waiting (SPDL's internal drain of a burst of results).
+
+        Raises:
+            RuntimeError: The pipeline is not started.
+            queue.Empty: No item is ready yet.
+            EOFError: As :py:meth:`get_item`: exhausted, or an epoch of a continuous source ended.
+        """
+        if not self._started:
+            raise RuntimeError("Pipeline is not started.")
+        try:
+            return self.get_item(timeout=0)
+        except TimeoutError:
+            raise queue.Empty from None
 
     def _stop_after_fatal(self) -> None:
         """Stops everything after a fatal exception (bounded; joins the threads that end in time). The

@@ -48,12 +48,15 @@ def _sources() -> dict[str, tuple[Path, bool]]:
 
 
 def _all_modules(sources: dict[str, tuple[Path, bool]]) -> set[str]:
-    """The package's modules: its .py files and its extension modules (``_native``)."""
+    """The package's modules: its .py files and its extension modules (``_native`` and its submodules, from the
+    built module or, in a tree without one, from their stubs)."""
     modules = set(sources)
     for p in ROOT.rglob("*"):
         if p.suffix in (".so", ".pyd", ".pyi"):
             parts = list(p.relative_to(ROOT.parent).parts)
             parts[-1] = parts[-1].split(".")[0]
+            if parts[-1] == "__init__":  # a stub package: `_native/__init__.pyi` is `_native`
+                parts.pop()
             modules.add(".".join(parts))
     return modules
 

@@ -72,14 +72,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use spdl_report::{error_chain, panic_message};
-
 use spdl_exec::{Aggregator, BoxError, Item, Pipeline, PipelineError, PipelineStats, Stage};
-
-/// The failure text of a caught panic (as the engine words it).
-fn panicked(payload: &(dyn std::any::Any + Send)) -> String {
-    format!("panicked: {}", panic_message(payload))
-}
+use spdl_report::{error_chain, panicked};
 
 /// Where an item came from: its merge input (0 for a pipeline of one source), its epoch (counted by
 /// the checkpoint from the first epoch the input enumerated) and its position in that epoch's

@@ -76,9 +76,7 @@ pub(crate) async fn emit<U>(output: &QueueTx<U>, cell: &StageCell, msg: Msg<U>) 
     sent
 }
 
-pub(crate) fn panicked(payload: &(dyn std::any::Any + Send)) -> String {
-    format!("panicked: {}", panic_message(payload))
-}
+pub(crate) use spdl_report::panicked;
 
 /// Calls a blocking function on the current thread, catching a panic.
 pub(crate) fn call_blocking<T, U>(

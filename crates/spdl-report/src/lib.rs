@@ -1,5 +1,5 @@
 //! How spdl-rs shows a failure to a person: [`error_chain`] writes an error and its causes on one line,
-//! [`panic_message`] the message of a caught panic. Std only, so that every crate of the workspace uses
+//! [`panic_message`] the message of a caught panic ([`panicked`]: as an item's failure). Std only, so that every crate of the workspace uses
 //! these two and none writes its own.
 //!
 //! # The rule for error messages
@@ -105,6 +105,18 @@ pub fn panic_message(payload: &(dyn Any + Send)) -> String {
     } else {
         "non-string panic payload".to_owned()
     }
+}
+
+/// A caught panic as an item's failure: `"panicked: "` and [`panic_message`] (the engine's wording, and that
+/// of every crate that records a panic against an item).
+///
+/// # Example
+/// ```
+/// let payload = std::panic::catch_unwind(|| panic!("bad item")).unwrap_err();
+/// assert_eq!(spdl_report::panicked(payload.as_ref()), "panicked: bad item");
+/// ```
+pub fn panicked(payload: &(dyn Any + Send)) -> String {
+    format!("panicked: {}", panic_message(payload))
 }
 
 #[cfg(test)]

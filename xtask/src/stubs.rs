@@ -117,29 +117,26 @@ fn committed(dir: &Path) -> Result<Vec<String>> {
 fn generate(module: &Path) -> Result<Vec<(String, String)>> {
     let described = pyo3_introspection::introspect_cdylib(module, MODULE)
         .with_context(|| format!("reading PyO3's introspection data out of {}", module.display()))?;
-    let files = pyo3_introspection::module_stub_files(&described);
-    let submodules: Vec<String> = files
-        .keys()
-        .map(|p| p.to_string_lossy().replace("/__init__.pyi", "").trim_end_matches(".pyi").to_string())
-        .filter(|n| n != "__init__" && !n.contains('/'))
+    // Each file as (submodule, text): `__init__.pyi` is the module (`None`); `io.pyi` or `io/__init__.pyi`
+    // is its submodule `io`.
+    let files: Vec<(Option<String>, String)> = pyo3_introspection::module_stub_files(&described)
+        .into_iter()
+        .map(|(path, text)| {
+            let path = path.to_string_lossy().into_owned();
+            let sub = path.trim_end_matches(".pyi").trim_end_matches("/__init__").replace('/', ".");
+            ((sub != "__init__").then_some(sub), text)
+        })
         .collect();
+    let submodules: Vec<String> = files.iter().filter_map(|(sub, _)| sub.clone()).collect();
     let mut out = Vec::new();
-    for (path, text) in files {
-        let name = path.to_string_lossy().replace('/', ".");
-        let name = match name.as_str() {
-            "__init__.pyi" => name,
-            other => other.replace(".__init__.pyi", ".pyi"),
+    for (sub, text) in files {
+        let (name, title, text) = match &sub {
+            None => ("__init__.pyi".to_owned(), format!("``{PACKAGE}.{MODULE}``"), with_submodules(&text, &submodules)),
+            Some(sub) => (format!("{sub}.pyi"), format!("``{PACKAGE}.{MODULE}.{sub}``"), text),
         };
         let added = ADDED_AT_IMPORT.iter().find(|(file, _)| *file == name).map_or("", |(_, text)| *text);
-        let title = match name.as_str() {
-            "__init__.pyi" => format!("``{PACKAGE}.{MODULE}``"),
-            other => format!("``{PACKAGE}.{MODULE}.{}``", other.trim_end_matches(".pyi")),
-        };
-        let text = match name.as_str() {
-            "__init__.pyi" => with_submodules(&text, &submodules),
-            _ => text,
-        };
-        out.push((name.clone(), finish(&text, &title, added)));
+        let stub = finish(&text, &title, added);
+        out.push((name, stub));
     }
     if !out.iter().any(|(n, _)| n == "__init__.pyi") {
         bail!("{} describes no root module {MODULE}", module.display());
@@ -200,6 +197,7 @@ fn finish(generated: &str, title: &str, added: &str) -> String {
         body.trim_end()
     )
 }
+
 /// The names a stub defines at its top level (classes, functions, annotated constants): the module's
 /// `__all__`, to which PyO3 adds every item it exports.
 fn top_level_names(stub: &str) -> Vec<String> {

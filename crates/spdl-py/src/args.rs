@@ -145,19 +145,21 @@ pub(crate) fn _check_size(name: &str, value: Int, min: Int, max: Int) -> PyResul
     _check_count(name, value, min, max)
 }
 
+/// Whether `value` is an `int` and not a `bool` (which Python counts as one).
+pub(crate) fn is_plain_int(value: &Bound<'_, PyAny>) -> bool {
+    value.is_instance_of::<PyInt>() && !value.is_instance_of::<PyBool>()
+}
+
 /// The largest queue or buffer size a pipeline option takes (`2**48`): past any memory, below any overflow.
 pub(crate) const MAX_PIPELINE_SIZE: u64 = 1 << 48;
 
 /// A pipeline's size option (`buffer_size`, `stage_buffer_size`, `max_memory_bytes`): an `int` (not a `bool`)
 /// in `minimum..=2**48`, else a `ValueError` that says SPDL's words first where SPDL has them ("must be
 /// greater than 0", for a value below the minimum). The one check of these options, at the boundary:
-/// `CoreOptions`, the builder's `add_sink` and `.to(buffer_size=)` call it.
+/// `CoreOptions` and the builder's `add_sink` call it.
 pub(crate) fn pipeline_size(name: &str, value: &Bound<'_, PyAny>, minimum: u64) -> PyResult<u64> {
     let shown = || value.repr().map(|r| r.to_string()).unwrap_or_else(|_| "?".to_owned());
-    let int = match value.is_instance_of::<PyInt>() && !value.is_instance_of::<PyBool>() {
-        true => value.extract::<i128>().ok(),
-        false => None,
-    };
+    let int = if is_plain_int(value) { value.extract::<i128>().ok() } else { None };
     match int {
         Some(v) if v >= i128::from(minimum) && v <= i128::from(MAX_PIPELINE_SIZE) => Ok(v as u64),
         Some(v) if v < i128::from(minimum) => {

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use pyo3::exceptions::{PyRuntimeError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyInt, PyList};
+use pyo3::types::{PyDict, PyList};
 use pyo3::{PyTraverseError, PyVisit};
 use spdl_exec::autotune::Window;
 use spdl_exec::{BuildOptions, FailureBudget, Item, Pipeline, PipelineBuilder, PipelineError, PipelineStats, state};
@@ -216,7 +216,7 @@ impl CoreOptions {
         autotune: bool,
         max_memory_bytes: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        if num_threads.is_instance_of::<PyBool>() || !num_threads.is_instance_of::<PyInt>() {
+        if !crate::args::is_plain_int(num_threads) {
             let shown = num_threads.repr()?;
             return Err(PyValueError::new_err(format!("num_threads must be a positive integer, got {shown}")));
         }

@@ -32,6 +32,7 @@ mod ffmpeg_source;
 mod free_threaded;
 mod fuzz;
 mod gpu;
+mod keyword_options;
 mod python;
 mod s3;
 mod soak;

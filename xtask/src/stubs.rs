@@ -48,7 +48,7 @@ pub fn stubs(root: &Path, args: &[String]) -> Result<()> {
 
 /// Writes the stubs of `module` into [`STUBS`], removing stubs of submodules that are gone.
 fn write_stub(root: &Path, module: &Path) -> Result<()> {
-    let stubs = generate(module)?;
+    let stubs = generate(root, module)?;
     let dir = root.join(STUBS);
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     for stale in committed(&dir)?.into_iter().filter(|name| !stubs.iter().any(|(n, _)| n == name)) {
@@ -64,7 +64,7 @@ fn write_stub(root: &Path, module: &Path) -> Result<()> {
 
 /// Fails unless the stubs in [`STUBS`] are what `module` yields, file for file.
 pub fn check_stub(root: &Path, module: &Path) -> Result<()> {
-    let stubs = generate(module)?;
+    let stubs = generate(root, module)?;
     let dir = root.join(STUBS);
     let have = committed(&dir)?;
     let want: Vec<&str> = stubs.iter().map(|(n, _)| n.as_str()).collect();
@@ -113,8 +113,10 @@ fn committed(dir: &Path) -> Result<Vec<String>> {
     Ok(out)
 }
 
-/// The stubs of the built module at `module`: (file name, text), sorted by name.
-fn generate(module: &Path) -> Result<Vec<(String, String)>> {
+/// The stubs of the built module at `module`: (file name, text), sorted by name. The keyword options its
+/// functions take as `**options: Unpack[Name]` are read from the sources in `root` ([`crate::keyword_options`]).
+fn generate(root: &Path, module: &Path) -> Result<Vec<(String, String)>> {
+    let options = crate::keyword_options::declared(root)?;
     let described = pyo3_introspection::introspect_cdylib(module, MODULE)
         .with_context(|| format!("reading PyO3's introspection data out of {}", module.display()))?;
     // Each file as (submodule, text): `__init__.pyi` is the module (`None`); `io.pyi` or `io/__init__.pyi`
@@ -135,7 +137,7 @@ fn generate(module: &Path) -> Result<Vec<(String, String)>> {
             Some(sub) => (format!("{sub}.pyi"), format!("``{PACKAGE}.{MODULE}.{sub}``"), text),
         };
         let added = ADDED_AT_IMPORT.iter().find(|(file, _)| *file == name).map_or("", |(_, text)| *text);
-        let stub = finish(&text, &title, added);
+        let stub = with_typed_dicts(finish(&text, &title, added), &options)?;
         out.push((name, stub));
     }
     if !out.iter().any(|(n, _)| n == "__init__.pyi") {
@@ -143,6 +145,24 @@ fn generate(module: &Path) -> Result<Vec<(String, String)>> {
     }
     out.sort();
     Ok(out)
+}
+
+/// `stub` with the `TypedDict` of each keyword-options struct it names in `Unpack[...]`, and their imports.
+fn with_typed_dicts(stub: String, options: &[crate::keyword_options::Options]) -> Result<String> {
+    let dicts = crate::keyword_options::typed_dicts(&stub, options)?;
+    if dicts.is_empty() {
+        return Ok(stub);
+    }
+    const IMPORTS: &str = "from collections.abc import Sequence\nfrom typing import Any, Literal, TypedDict, type_check_only\n\
+                           from typing_extensions import Unpack\n";
+    // After the module docstring and `__all__`, before the generated imports.
+    let at = stub.find("]\n\n").map_or(0, |i| i + 3);
+    Ok(format!(
+        "{}{IMPORTS}{}\n\n# The keyword options (`keyword_options!` in crates/spdl-py/src):\n\n{}",
+        &stub[..at],
+        stub[at..].trim_end(),
+        dicts.trim_end()
+    ) + "\n")
 }
 
 /// The root stub with its submodules imported (`from _native import io as io`), so that they are attributes

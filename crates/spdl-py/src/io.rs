@@ -324,7 +324,7 @@ impl ImageSpec {
 ///     filter: The resize filter (``"bilinear"``, ``"nearest"``, ``"box"``, ``"hamming"``, ``"bicubic"``).
 ///     exif_orientation: Apply the EXIF orientation.
 #[pyfunction]
-#[pyo3(signature = (path, **options))]
+#[pyo3(signature = (path, **options: "Unpack[ImageArgs]"))]
 pub(crate) fn load_image(py: Python<'_>, path: PathBuf, options: Option<&Bound<'_, PyDict>>) -> PyResult<PyBuffer> {
     let spec = ImageSpec::from_kwargs("load_image", options)?;
     let src = Src::Path(path);
@@ -334,7 +334,7 @@ pub(crate) fn load_image(py: Python<'_>, path: PathBuf, options: Option<&Bound<'
 /// Decodes one encoded image (JPEG, PNG, WebP, GIF, BMP, TIFF) into an HWC `uint8` :py:class:`spdl_rs.Buffer`
 /// (GIL released). Arguments as :py:func:`load_image`; ``name`` appears in error messages.
 #[pyfunction]
-#[pyo3(signature = (data, *, name="<bytes>", **options))]
+#[pyo3(signature = (data, *, name="<bytes>", **options: "Unpack[ImageArgs]"))]
 pub(crate) fn decode_image(
     py: Python<'_>,
     data: &Bound<'_, PyAny>,
@@ -370,13 +370,13 @@ pub(crate) fn image_info(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<(S
 keyword_options! {
     /// The options of `load_image_batch` and its op (besides the output `width` and `height`).
     struct ImageBatchArgs {
-        layout: String = "NHWC".to_owned(),
-        normalize: Option<Py<PyAny>> = None,
+        layout: String as "Literal[\"NHWC\", \"NCHW\"]" = "NHWC".to_owned(),
+        normalize: Option<Py<PyAny>> as "str | tuple[Sequence[float], Sequence[float]] | None" = None,
         pixel_format: String = "rgb".to_owned(),
         filter: String = "bilinear".to_owned(),
         strict: bool = true,
         num_threads: Option<Int> = None,
-        transform: String = "resize".to_owned(),
+        transform: String as "Literal[\"resize\", \"center-crop\", \"random-resized-crop\"]" = "resize".to_owned(),
         seed: u64 = 0,
     }
 }
@@ -479,7 +479,7 @@ fn batch_transform(name: &str, width: u32, height: u32, filter_name: &str, seed:
 ///     keys: One integer per item that seeds its crop and flip with ``seed`` (e.g. its index in the dataset
 ///         mixed with the epoch); default: its position in the batch.
 #[pyfunction]
-#[pyo3(signature = (srcs, width, height, *, return_info=false, keys=None, **options))]
+#[pyo3(signature = (srcs, width, height, *, return_info=false, keys=None, **options: "Unpack[ImageBatchArgs]"))]
 pub(crate) fn load_image_batch(
     py: Python<'_>,
     srcs: &Bound<'_, PyAny>,
@@ -572,7 +572,7 @@ impl NativeOp for ImageBatchOp {
 /// Native op: decodes each item (a path or encoded bytes) into an HWC `uint8` buffer, without the GIL.
 /// Arguments as :py:func:`spdl_rs.io.load_image`.
 #[pyfunction]
-#[pyo3(signature = (**options))]
+#[pyo3(signature = (**options: "Unpack[ImageArgs]"))]
 pub(crate) fn decode_image_op(options: Option<&Bound<'_, PyDict>>) -> PyResult<PyNativeOp> {
     let spec = ImageSpec::from_kwargs("decode_image_op", options)?;
     Ok(PyNativeOp { op: Arc::new(DecodeImageOp { name: "decode_image".to_owned(), spec }) })
@@ -582,7 +582,7 @@ pub(crate) fn decode_image_op(options: Option<&Bound<'_, PyDict>>) -> PyResult<P
 /// batch buffer, without the GIL. Arguments as :py:func:`spdl_rs.io.load_image_batch`; ``num_threads``
 /// (``None``) means 1 here (the pipeline's ``concurrency`` gives the parallelism).
 #[pyfunction]
-#[pyo3(signature = (width, height, **options))]
+#[pyo3(signature = (width, height, **options: "Unpack[ImageBatchArgs]"))]
 pub(crate) fn load_image_batch_op(
     py: Python<'_>,
     width: Int,

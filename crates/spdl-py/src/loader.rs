@@ -81,7 +81,7 @@ fn transform(name: &str, size: u32, seed: u64) -> PyResult<Transform> {
 
 keyword_options! {
     /// The loader's keyword options.
-    struct Args {
+    struct ImageLoaderArgs {
         batch_size: Int = Int::from(32),
         num_threads: Int = Int::from(4),
         io_concurrency: Option<Int> = None,
@@ -129,9 +129,9 @@ impl ImageLoader {
     /// `"random-resized-crop"`), `seed`, `normalize`, `layout` (`"NHWC"`, `"NCHW"`), `store`, `endpoint`,
     /// `limit` (images per epoch).
     #[new]
-    #[pyo3(signature = (path, **options))]
+    #[pyo3(signature = (path, **options: "Unpack[ImageLoaderArgs]"))]
     fn new(py: Python<'_>, path: String, options: Option<Bound<'_, pyo3::types::PyDict>>) -> PyResult<Self> {
-        let args = Args::from_kwargs("ImageLoader", options.as_ref())?;
+        let args = ImageLoaderArgs::from_kwargs("ImageLoader", options.as_ref())?;
         let layout = match args.layout.as_str() {
             "NHWC" => Layout::Nhwc,
             "NCHW" => Layout::Nchw,
@@ -208,7 +208,7 @@ impl ImageLoader {
 #[cfg(feature = "ffmpeg")]
 keyword_options! {
     /// The clip loader's keyword options.
-    struct ClipArgs {
+    struct ClipLoaderArgs {
         batch_size: Int = Int::from(8),
         num_threads: Int = Int::from(4),
         io_concurrency: Option<Int> = None,
@@ -260,10 +260,10 @@ impl ClipLoader {
     /// asked). Keywords: `batch_size` (videos), `num_threads`, `io_concurrency`, `epochs`, `num_clips`,
     /// `num_frames`, `size`, `sampling` (`"random"`, `"regular"`), `seed`, `store`, `endpoint`, `limit`.
     #[new]
-    #[pyo3(signature = (path, **options))]
+    #[pyo3(signature = (path, **options: "Unpack[ClipLoaderArgs]"))]
     fn new(py: Python<'_>, path: String, options: Option<Bound<'_, pyo3::types::PyDict>>) -> PyResult<Self> {
         use spdl_loader::{ClipLoaderOptions, ClipSampling, VIDEO_EXTENSIONS};
-        let args = ClipArgs::from_kwargs("ClipLoader", options.as_ref())?;
+        let args = ClipLoaderArgs::from_kwargs("ClipLoader", options.as_ref())?;
         let sampling = match args.sampling.as_str() {
             "random" => ClipSampling::Random,
             "regular" => ClipSampling::Regular,

@@ -320,7 +320,7 @@ class VideoClipDecoder:
         stride: int = 1,
         seed: int = 0,
         key_column: str | None = None,
-        policy: str = "repeat_last",
+        policy: Literal["repeat_last", "wrap", "error"] = "repeat_last",
         pix_fmt: str = "rgb24",
         column: str = "bytes",
         output_column: str = "clips",

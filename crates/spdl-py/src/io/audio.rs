@@ -113,12 +113,12 @@ keyword_options! {
         start: Option<f64> = None,
         duration: Option<f64> = None,
         sample_rate: Option<u32> = None,
-        channels: Option<Py<PyAny>> = None,
-        dtype: String = "float32".to_owned(),
-        layout: String = "channels_first".to_owned(),
+        channels: Option<Py<PyAny>> as "str | Sequence[int] | None" = None,
+        dtype: String as "Literal[\"float32\", \"int16\"]" = "float32".to_owned(),
+        layout: String as "Literal[\"channels_first\", \"interleaved\"]" = "channels_first".to_owned(),
         num_samples: Option<usize> = None,
-        backend: String = "auto".to_owned(),
-        limits: Option<Py<PyDict>> = None,
+        backend: String as "Literal[\"auto\", \"symphonia\", \"ffmpeg\"]" = "auto".to_owned(),
+        limits: Option<Py<PyDict>> as "dict[str, int] | None" = None,
     }
 }
 
@@ -226,7 +226,7 @@ fn batch_failures(batch: &AudioBatch) -> super::FailedItems {
 ///     ValueError: Invalid options (e.g. a channel the file does not have).
 ///     RuntimeError: The input is empty, corrupt, in an unknown format or over a limit; the message names it.
 #[pyfunction]
-#[pyo3(signature = (src, *, name=None, return_info=false, **options))]
+#[pyo3(signature = (src, *, name=None, return_info=false, **options: "Unpack[AudioArgs]"))]
 pub(crate) fn load_audio(
     py: Python<'_>,
     src: &Bound<'_, PyAny>,
@@ -258,7 +258,7 @@ pub(crate) fn load_audio(
 ///     return_info: Also return a dict: ``sample_rate``, ``num_samples`` (per clip, samples decoded before
 ///         padding) and ``failures`` (``(index, item, message)`` tuples).
 #[pyfunction]
-#[pyo3(signature = (srcs, *, return_info=false, **options))]
+#[pyo3(signature = (srcs, *, return_info=false, **options: "Unpack[AudioBatchArgs]") -> "Buffer | tuple[Buffer, dict[str, Any]]")]
 pub(crate) fn load_audio_batch(
     py: Python<'_>,
     srcs: Vec<Bound<'_, PyAny>>,
@@ -295,7 +295,7 @@ pub(crate) fn load_audio_batch(
 ///
 /// Without video support only images and audio formats are recognised.
 #[pyfunction]
-#[pyo3(signature = (src, *, name=None))]
+#[pyo3(signature = (src, *, name=None) -> "dict[str, Any]")]
 pub(crate) fn probe(py: Python<'_>, src: &Bound<'_, PyAny>, name: Option<&str>) -> PyResult<Py<PyAny>> {
     let src = media_src(src, name)?;
     let info = crate::lifecycle::detach(py, || spdl_io::probe(src.media())).map_err(io_err)?;
@@ -364,7 +364,7 @@ impl NativeOp for AudioBatchOp {
 /// Native op: decodes each item (a path or encoded bytes) into a ``[C, T]`` (or ``[T, C]``) buffer, without
 /// the GIL. Arguments as :py:func:`spdl_rs.io.load_audio`.
 #[pyfunction]
-#[pyo3(signature = (**options))]
+#[pyo3(signature = (**options: "Unpack[AudioArgs]"))]
 pub(crate) fn load_audio_op(py: Python<'_>, options: Option<&Bound<'_, PyDict>>) -> PyResult<PyNativeOp> {
     let opts = AudioArgs::from_call(py, "load_audio_op", options)?;
     Ok(PyNativeOp { op: Arc::new(LoadAudioOp { opts }) })
@@ -374,7 +374,7 @@ pub(crate) fn load_audio_op(py: Python<'_>, options: Option<&Bound<'_, PyDict>>)
 /// ``[N, C, T]`` buffer, without the GIL. Arguments as :py:func:`spdl_rs.io.load_audio_batch`;
 /// ``num_threads`` (``None``) means 1 here (the stage's ``concurrency`` gives the parallelism).
 #[pyfunction]
-#[pyo3(signature = (**options))]
+#[pyo3(signature = (**options: "Unpack[AudioBatchArgs]"))]
 pub(crate) fn load_audio_batch_op(py: Python<'_>, options: Option<&Bound<'_, PyDict>>) -> PyResult<PyNativeOp> {
     let opts = AudioBatchArgs::from_call(py, "load_audio_batch_op", options, Some(1))?;
     Ok(PyNativeOp { op: Arc::new(AudioBatchOp { opts }) })

@@ -29,19 +29,25 @@ const MAX_BATCH: usize = 1 << 16;
 const MAX_THREADS: usize = 1024;
 
 keyword_options! {
-    /// How clips are taken and decoded: the step between frames, the output, the policy past the end.
-    struct ClipArgs {
-        stride: usize = 1,
-        fps: Option<f64> = None,
-        by: String = "index".to_owned(),
+    /// How clips are decoded: the output, the policy past the end, and the unit of the starts.
+    struct ClipOutputArgs {
+        by: String as "Literal[\"index\", \"time\"]" = "index".to_owned(),
         width: Option<u32> = None,
         height: Option<u32> = None,
         pix_fmt: String = "rgb24".to_owned(),
         filter: String = "bicubic".to_owned(),
-        policy: String = "error".to_owned(),
+        policy: String as "Literal[\"error\", \"repeat_last\", \"wrap\", \"pad\"]" = "error".to_owned(),
         threads: usize = 1,
         skip_unused: bool = true,
-        limits: Option<Py<PyDict>> = None,
+        limits: Option<Py<PyDict>> as "dict[str, int] | None" = None,
+    }
+}
+
+keyword_options! {
+    /// How clips are taken and decoded: the step between frames (``stride`` frames or ``fps``), and the output.
+    struct ClipArgs [output: ClipOutputArgs] {
+        stride: usize = 1,
+        fps: Option<f64> = None,
     }
 }
 
@@ -61,26 +67,26 @@ impl ClipArgs {
             (Some(_), _) => return Err(PyValueError::new_err("give fps or stride, not both")),
             (None, k) => ClipStep::Stride(k),
         };
-        let by_time = match self.by.as_str() {
+        let by_time = match self.output.by.as_str() {
             "index" => false,
             "time" => true,
             other => return Err(PyValueError::new_err(format!("by must be \"index\" or \"time\", got {other:?}"))),
         };
-        let size = match (self.width, self.height) {
+        let size = match (self.output.width, self.output.height) {
             (None, None) => None,
             (Some(w), Some(h)) => Some((w, h)),
             _ => return Err(PyValueError::new_err("give both width and height (or neither, for the coded size)")),
         };
         let opts = ClipOptions {
             size,
-            pixel_format: pixel_format(&self.pix_fmt)?,
-            filter: scale_filter(&self.filter)?,
-            threads: self.threads,
-            skip_unused: self.skip_unused,
-            limits: limits_from(self.limits.as_ref().map(|l| l.bind(py)))?,
+            pixel_format: pixel_format(&self.output.pix_fmt)?,
+            filter: scale_filter(&self.output.filter)?,
+            threads: self.output.threads,
+            skip_unused: self.output.skip_unused,
+            limits: limits_from(self.output.limits.as_ref().map(|l| l.bind(py)))?,
         };
         opts.validate().map_err(io_err)?;
-        let spec = ClipSpec { step, by_time, past_end: PastEnd::from_name(&self.policy).map_err(io_err)?, opts };
+        let spec = ClipSpec { step, by_time, past_end: PastEnd::from_name(&self.output.policy).map_err(io_err)?, opts };
         // What does not depend on the video, checked here rather than per video.
         ClipRequest { starts: ClipStarts::Indices(Vec::new()), num_frames: 1, step, past_end: spec.past_end }
             .validate()
@@ -276,7 +282,7 @@ fn run_one(
 ///     RuntimeError: The input is corrupt, has no video stream, a kept frame does not decode, or a limit is
 ///         reached; the message names the item.
 #[pyfunction]
-#[pyo3(signature = (src, starts, *, num_frames, name=None, return_info=false, **options))]
+#[pyo3(signature = (src, starts, *, num_frames, name=None, return_info=false, **options: "Unpack[ClipArgs]"))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn load_clips(
     py: Python<'_>,
@@ -295,7 +301,7 @@ pub(crate) fn load_clips(
 /// ``seed`` and the video alone, sorted, and decodes them as :py:func:`load_clips` does (torchcodec's
 /// ``clips_at_random_indices``). Options as :py:func:`load_clips`.
 #[pyfunction]
-#[pyo3(signature = (src, num_clips, num_frames, *, seed=0, name=None, return_info=false, **options))]
+#[pyo3(signature = (src, num_clips, num_frames, *, seed=0, name=None, return_info=false, **options: "Unpack[ClipArgs]"))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn clips_at_random_indices(
     py: Python<'_>,
@@ -322,7 +328,7 @@ pub(crate) fn clips_at_random_indices(
 /// ``num_clips`` clip starts evenly spaced over the frame indices whose clip fits, decoded as
 /// :py:func:`load_clips` does. Options as :py:func:`load_clips`.
 #[pyfunction]
-#[pyo3(signature = (src, num_clips, num_frames, *, name=None, return_info=false, **options))]
+#[pyo3(signature = (src, num_clips, num_frames, *, name=None, return_info=false, **options: "Unpack[ClipArgs]"))]
 pub(crate) fn clips_at_regular_indices(
     py: Python<'_>,
     src: &Bound<'_, PyAny>,
@@ -348,7 +354,7 @@ pub(crate) fn clips_at_regular_indices(
 /// ``seed`` and the video alone, sorted, decoded as :py:func:`load_clips` does. Options as
 /// :py:func:`load_clips` (``fps`` sets the clip's frame rate).
 #[pyfunction]
-#[pyo3(signature = (src, num_clips, num_frames, *, seed=0, name=None, return_info=false, **options))]
+#[pyo3(signature = (src, num_clips, num_frames, *, seed=0, name=None, return_info=false, **options: "Unpack[ClipArgs]"))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn clips_at_random_timestamps(
     py: Python<'_>,
@@ -375,7 +381,7 @@ pub(crate) fn clips_at_random_timestamps(
 /// ``num_clips`` clip start times evenly spaced over the times whose clip fits, decoded as
 /// :py:func:`load_clips` does. Options as :py:func:`load_clips`.
 #[pyfunction]
-#[pyo3(signature = (src, num_clips, num_frames, *, name=None, return_info=false, **options))]
+#[pyo3(signature = (src, num_clips, num_frames, *, name=None, return_info=false, **options: "Unpack[ClipArgs]"))]
 pub(crate) fn clips_at_regular_timestamps(
     py: Python<'_>,
     src: &Bound<'_, PyAny>,
@@ -400,7 +406,7 @@ pub(crate) fn clips_at_regular_timestamps(
 /// The whole video at ``fps``, cut into consecutive clips of ``num_frames`` frames (the last one padded or
 /// refused by ``policy``), decoded as :py:func:`load_clips` does. Options as :py:func:`load_clips`.
 #[pyfunction]
-#[pyo3(signature = (src, fps, num_frames, *, name=None, return_info=false, **options))]
+#[pyo3(signature = (src, fps, num_frames, *, name=None, return_info=false, **options: "Unpack[ClipOutputArgs]"))]
 pub(crate) fn clips_at_fps(
     py: Python<'_>,
     src: &Bound<'_, PyAny>,
@@ -531,7 +537,7 @@ fn run_batch(
 
 keyword_options! {
     /// What a batch or an op adds to the clip options: where clips start, and the batch's threads.
-    struct BatchArgs [clip: ClipArgs] {
+    struct ClipBatchArgs [clip: ClipArgs] {
         sampler: Option<String> = None,
         num_clips: Option<usize> = None,
         seed: u64 = 0,
@@ -539,7 +545,7 @@ keyword_options! {
     }
 }
 
-impl BatchArgs {
+impl ClipBatchArgs {
     /// The starts for every video: `starts` (one sequence for all, or one per video), else the sampler.
     fn starts(&self, starts: Option<&Bound<'_, PyAny>>, videos: Option<usize>, by_time: bool) -> PyResult<Vec<Starts>> {
         match (starts, &self.sampler) {
@@ -602,7 +608,7 @@ fn cores() -> usize {
 /// Raises:
 ///     ValueError, RuntimeError, OSError: as :py:func:`load_clips`, naming the batch index and the item.
 #[pyfunction]
-#[pyo3(signature = (srcs, starts=None, *, num_frames, **options))]
+#[pyo3(signature = (srcs, starts=None, *, num_frames, **options: "Unpack[ClipBatchArgs]"))]
 pub(crate) fn load_clips_batch(
     py: Python<'_>,
     srcs: &Bound<'_, PyAny>,
@@ -610,7 +616,7 @@ pub(crate) fn load_clips_batch(
     num_frames: usize,
     options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<Py<PyAny>> {
-    let args = BatchArgs::from_kwargs("load_clips_batch", options)?;
+    let args = ClipBatchArgs::from_kwargs("load_clips_batch", options)?;
     let spec = args.clip.spec(py)?;
     if srcs.is_instance_of::<PyString>() || srcs.is_instance_of::<PyBytes>() {
         return Err(PyTypeError::new_err("load_clips_batch takes a sequence of paths or encoded bytes"));
@@ -745,14 +751,14 @@ impl NativeOp for LoadClipsBatchOp {
 /// item) or where ``sampler`` puts them (see :py:func:`load_clips_batch`); a pair's own starts win. Options
 /// as :py:func:`spdl_rs.io.load_clips`.
 #[pyfunction]
-#[pyo3(signature = (*, num_frames, starts=None, **options))]
+#[pyo3(signature = (*, num_frames, starts=None, **options: "Unpack[ClipBatchArgs]"))]
 pub(crate) fn load_clips_op(
     py: Python<'_>,
     num_frames: usize,
     starts: Option<&Bound<'_, PyAny>>,
     options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<PyNativeOp> {
-    let args = BatchArgs::from_kwargs("load_clips_op", options)?;
+    let args = ClipBatchArgs::from_kwargs("load_clips_op", options)?;
     if args.num_threads.is_some() {
         return Err(PyTypeError::new_err("load_clips_op() got an unexpected keyword argument 'num_threads'"));
     }
@@ -768,14 +774,14 @@ pub(crate) fn load_clips_op(
 /// ``[B, clips, T, H, W, C]`` buffer, without the GIL. Arguments as :py:func:`spdl_rs.io.load_clips_batch`;
 /// ``num_threads`` (``None``) means 1 here (the pipeline's ``concurrency`` gives the parallelism).
 #[pyfunction]
-#[pyo3(signature = (*, num_frames, starts=None, **options))]
+#[pyo3(signature = (*, num_frames, starts=None, **options: "Unpack[ClipBatchArgs]"))]
 pub(crate) fn load_clips_batch_op(
     py: Python<'_>,
     num_frames: usize,
     starts: Option<&Bound<'_, PyAny>>,
     options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<PyNativeOp> {
-    let args = BatchArgs::from_kwargs("load_clips_batch_op", options)?;
+    let args = ClipBatchArgs::from_kwargs("load_clips_batch_op", options)?;
     let spec = args.clip.spec(py)?;
     let starts = args.starts(starts, None, spec.by_time)?;
     let threads = args.threads(1)?;

@@ -42,14 +42,19 @@ pub(crate) fn missing(func: &str, key: &str) -> PyErr {
     PyTypeError::new_err(format!("{func}() missing 1 required keyword argument: '{key}'"))
 }
 
-/// Declares a decoder's keyword options: a struct with one field per keyword (`name: Type = default`), its
-/// `Default`, and its [`KeywordOptions`] impl. `struct Name [part: Part, ...] { ... }` also takes the
-/// keywords of other option structs (e.g. a batch's per-clip options), kept in the named fields.
+/// Declares a decoder's keyword options: a struct with one field per keyword (`name: Type = default`, or
+/// `name: Type as "python type" = default` where the Rust type does not say it), its `Default`, and its
+/// [`KeywordOptions`] impl. `struct Name [part: Part, ...] { ... }` also takes the keywords of other option
+/// structs (e.g. a batch's per-clip options), kept in the named fields.
+///
+/// This is the only declaration of the options: a function that takes them has `**options: "Unpack[Name]"`
+/// in its signature, and `cargo xtask stubs` writes `Name` into the stubs as a `TypedDict` read from this
+/// declaration (names, Python types, defaults), so type checkers know every keyword.
 macro_rules! keyword_options {
     (
         $(#[$meta:meta])*
         struct $name:ident $([$($part:ident: $part_ty:ty),+ $(,)?])? {
-            $($(#[$fmeta:meta])* $field:ident: $ty:ty = $default:expr),* $(,)?
+            $($(#[$fmeta:meta])* $field:ident: $ty:ty $(as $py_type:literal)? = $default:expr),* $(,)?
         }
     ) => {
         $(#[$meta])*

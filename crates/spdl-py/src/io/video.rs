@@ -47,7 +47,7 @@ keyword_options! {
     struct DemuxArgs {
         start: Option<f64> = None,
         duration: Option<f64> = None,
-        limits: Option<Py<PyDict>> = None,
+        limits: Option<Py<PyDict>> as "dict[str, int] | None" = None,
     }
 }
 
@@ -161,7 +161,7 @@ fn frames_result(py: Python<'_>, frames: Frames, return_info: bool) -> PyResult<
 ///     ValueError: Invalid options.
 ///     RuntimeError: The input is corrupt, has no video stream or is over a limit; the message names it.
 #[pyfunction]
-#[pyo3(signature = (src, *, name=None, return_info=false, **options))]
+#[pyo3(signature = (src, *, name=None, return_info=false, **options: "Unpack[VideoArgs]"))]
 pub(crate) fn load_video(
     py: Python<'_>,
     src: &Bound<'_, PyAny>,
@@ -184,7 +184,7 @@ pub(crate) fn load_video(
 /// GIL released, into a :py:class:`Packets` object to decode with :py:func:`decode_packets`, possibly in
 /// another thread or pipeline stage. Arguments as :py:func:`load_video`.
 #[pyfunction]
-#[pyo3(signature = (src, *, name=None, **options))]
+#[pyo3(signature = (src, *, name=None, **options: "Unpack[DemuxArgs]"))]
 pub(crate) fn demux_video(
     py: Python<'_>,
     src: &Bound<'_, PyAny>,
@@ -200,7 +200,7 @@ pub(crate) fn demux_video(
 /// Decodes :py:class:`Packets` into a ``uint8`` :py:class:`spdl_rs.Buffer` ``[N, H, W, C]`` (GIL released); the packets
 /// are consumed. Arguments as :py:func:`load_video`.
 #[pyfunction]
-#[pyo3(signature = (packets, *, return_info=false, **options))]
+#[pyo3(signature = (packets, *, return_info=false, **options: "Unpack[DecodeArgs]"))]
 pub(crate) fn decode_packets(
     py: Python<'_>,
     packets: &PyVideoPackets,
@@ -302,7 +302,7 @@ impl NativeOp for DecodePacketsOp {
 /// Native op: demuxes and decodes each item (a path or encoded bytes) into a ``[N, H, W, C]`` ``uint8``
 /// buffer, without the GIL. Arguments as :py:func:`spdl_rs.io.load_video`.
 #[pyfunction]
-#[pyo3(signature = (**options))]
+#[pyo3(signature = (**options: "Unpack[VideoArgs]"))]
 pub(crate) fn load_video_op(py: Python<'_>, options: Option<&Bound<'_, PyDict>>) -> PyResult<PyNativeOp> {
     let (demux, decode) = VideoArgs::from_call(py, "load_video_op", options)?;
     Ok(PyNativeOp { op: Arc::new(LoadVideoOp { demux, decode }) })
@@ -311,7 +311,7 @@ pub(crate) fn load_video_op(py: Python<'_>, options: Option<&Bound<'_, PyDict>>)
 /// Native op: demuxes each item (a path or encoded bytes) into a :py:class:`Packets` object. Arguments as
 /// :py:func:`spdl_rs.io.demux_video`.
 #[pyfunction]
-#[pyo3(signature = (**options))]
+#[pyo3(signature = (**options: "Unpack[DemuxArgs]"))]
 pub(crate) fn demux_video_op(py: Python<'_>, options: Option<&Bound<'_, PyDict>>) -> PyResult<PyNativeOp> {
     let demux = DemuxArgs::from_kwargs("demux_video_op", options)?.options(py)?;
     Ok(PyNativeOp { op: Arc::new(DemuxVideoOp { demux }) })
@@ -320,7 +320,7 @@ pub(crate) fn demux_video_op(py: Python<'_>, options: Option<&Bound<'_, PyDict>>
 /// Native op: decodes each item (a :py:class:`Packets`) into a ``[N, H, W, C]`` ``uint8`` buffer, without the
 /// GIL. Arguments as :py:func:`spdl_rs.io.decode_packets`.
 #[pyfunction]
-#[pyo3(signature = (**options))]
+#[pyo3(signature = (**options: "Unpack[DecodeArgs]"))]
 pub(crate) fn decode_packets_op(options: Option<&Bound<'_, PyDict>>) -> PyResult<PyNativeOp> {
     let decode = DecodeArgs::from_kwargs("decode_packets_op", options)?.options()?;
     Ok(PyNativeOp { op: Arc::new(DecodePacketsOp { decode }) })

@@ -9,13 +9,16 @@ __all__ = [
     "ImageLoader",
 ]
 
+from collections.abc import Sequence
+from typing import Any, Literal, TypedDict, type_check_only
+from typing_extensions import Unpack
 from spdl_rs._native import Buffer
 from typing import final
 
 @final
 class ClipLoader:
     def __iter__(self, /) -> ClipLoader: ...
-    def __new__(cls, /, path: str, **options) -> ClipLoader: ...
+    def __new__(cls, /, path: str, **options: "Unpack[ClipLoaderArgs]") -> ClipLoader: ...
     def __next__(self, /) -> tuple[Buffer, list[int]]: ...
     @property
     def failed_videos(self, /) -> int: ...
@@ -27,7 +30,7 @@ class ClipLoader:
 @final
 class ImageLoader:
     def __iter__(self, /) -> ImageLoader: ...
-    def __new__(cls, /, path: str, **options) -> ImageLoader: ...
+    def __new__(cls, /, path: str, **options: "Unpack[ImageLoaderArgs]") -> ImageLoader: ...
     def __next__(self, /) -> tuple[Buffer, list[int]]: ...
     @property
     def failed_images(self, /) -> int: ...
@@ -35,3 +38,39 @@ class ImageLoader:
     def images_per_epoch(self, /) -> int: ...
     def stats_table(self, /) -> str: ...
     def stop(self, /) -> None: ...
+
+# The keyword options (`keyword_options!` in crates/spdl-py/src):
+
+@type_check_only
+class ClipLoaderArgs(TypedDict, total=False):
+    """The clip loader's keyword options."""
+
+    batch_size: int  # default: 8
+    num_threads: int  # default: 4
+    io_concurrency: int | None  # default: None
+    epochs: int  # default: 1
+    num_clips: int  # default: 4
+    num_frames: int  # default: 16
+    size: int  # default: 112
+    sampling: str  # default: "random"
+    seed: int  # default: 0
+    store: str | None  # default: None
+    endpoint: str | None  # default: None
+    limit: int | None  # default: None
+
+@type_check_only
+class ImageLoaderArgs(TypedDict, total=False):
+    """The loader's keyword options."""
+
+    batch_size: int  # default: 32
+    num_threads: int  # default: 4
+    io_concurrency: int | None  # default: None
+    epochs: int  # default: 1
+    size: int  # default: 224
+    transform: str  # default: "center-crop"
+    seed: int  # default: 0
+    normalize: bool  # default: False
+    layout: str  # default: "NHWC"
+    store: str | None  # default: None
+    endpoint: str | None  # default: None
+    limit: int | None  # default: None

@@ -33,6 +33,13 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, cast
 from .. import _native
 from .._lazy import lazy_attributes as _lazy_attributes
 from .._native import HAS_VIDEO, Buffer
+from .._native.io import (
+    decode_memory_budget,
+    image_info,
+    load_audio_batch,
+    probe,
+    set_decode_memory_budget,
+)
 from . import _cuda
 from ._filter_desc import get_video_filter_desc
 
@@ -287,27 +294,6 @@ def decode_image(
     )
 
 
-def image_info(data: bytes | _BufferLike) -> tuple[str, int, int]:
-    """The format and size of an encoded image, from its header only: ``(format, width, height)``."""
-    return _native_fn("image_info")(data)
-
-
-def decode_memory_budget() -> int:
-    """The process-wide decode memory budget, in bytes (see :py:func:`set_decode_memory_budget`)."""
-    return _native_fn("decode_memory_budget")()
-
-
-def set_decode_memory_budget(nbytes: int) -> None:
-    """Sets the process-wide decode memory budget in bytes: large decodes (16 MiB of working memory or more)
-    reserve their bytes from it before allocating and wait while it is in use; a decode or a batch larger than
-    the whole budget fails. Default: a quarter of the machine's (or the cgroup's) memory.
-
-    Raises:
-        ValueError: ``nbytes`` is below 16 MiB.
-    """
-    _native_fn("set_decode_memory_budget")(nbytes)
-
-
 def load_image_batch(
     srcs: Sequence[str | PathLike[str] | bytes],
     width: int | None = None,
@@ -458,55 +444,6 @@ def load_audio(
         src, name=name, return_info=return_info, start=start, duration=duration, sample_rate=sample_rate,
         channels=channels, dtype=dtype, layout=layout, num_samples=num_samples, backend=backend, limits=limits,
     )
-
-
-def load_audio_batch(
-    srcs: Sequence[_Src],
-    *,
-    num_samples: int,
-    start: float | None = None,
-    duration: float | None = None,
-    sample_rate: int | None = None,
-    channels: _Channels = None,
-    dtype: Literal["float32", "int16"] = "float32",
-    layout: Literal["channels_first", "interleaved"] = "channels_first",
-    backend: Literal["auto", "symphonia", "ffmpeg"] = "auto",
-    limits: dict[str, int] | None = None,
-    strict: bool = True,
-    num_threads: int | None = None,
-    return_info: bool = False,
-) -> _Result:
-    """Decodes a batch of clips into one :py:class:`spdl_rs.Buffer` ``[N, C, T]`` (or ``[N, T, C]``), each clip
-    padded with zeros or truncated to ``num_samples``, in parallel, GIL released. Other keywords as
-    :py:func:`load_audio`.
-
-    The channel count is fixed by ``channels`` (``"mono"``, a list) or by the first clip that decodes; the rate
-    by ``sample_rate`` or the first clip. A clip that does not match fails.
-
-    Args:
-        srcs: Paths or encoded bytes (bytes are named ``<bytes #i>`` in errors).
-        num_samples: Samples per channel of every clip.
-        strict: ``True``: any failed clip raises (the message names its index and file). ``False``: failed
-            slots stay zero, each failure is logged on the ``spdl_rs.io`` logger and listed in the info.
-        num_threads: Decoding threads (``None``: all cores).
-        return_info: Also return a dict: ``sample_rate``, ``num_samples`` (per clip, samples decoded before
-            padding) and ``failures`` (``(index, item, message)`` tuples).
-    """
-    return _native_fn("load_audio_batch")(
-        srcs, return_info=return_info, num_samples=num_samples, start=start, duration=duration,
-        sample_rate=sample_rate, channels=channels, dtype=dtype, layout=layout, backend=backend, limits=limits,
-        strict=strict, num_threads=num_threads,
-    )
-
-
-def probe(src: _Src, *, name: str | None = None) -> dict[str, Any]:
-    """What a media file holds, from its headers only (no decoding): a dict with ``item``, ``format``
-    (container), ``prober`` (``"ffmpeg"``, ``"symphonia"`` or ``"image"``), ``size_bytes``, ``duration_s``,
-    ``bit_rate`` and ``streams`` (one dict per stream: ``index``, ``kind``, ``codec``, and where known
-    ``duration_s``, ``start_s``, ``num_frames``, ``bit_rate``, ``width``, ``height``, ``frame_rate``,
-    ``pixel_format``, ``sample_rate``, ``channels``, ``sample_format``). GIL released. Without video support only
-    images and audio formats are recognised."""
-    return _native_fn("probe")(src, name=name)
 
 
 _VIDEO_INSTEAD = "width=, height=, fps=, num_frames= and pix_fmt="

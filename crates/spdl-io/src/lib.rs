@@ -65,6 +65,8 @@ pub mod input;
 
 #[cfg(feature = "audio")]
 pub mod audio;
+#[cfg(feature = "ffmpeg")]
+mod backend;
 #[cfg(feature = "corrupt")]
 pub mod corrupt;
 #[cfg(feature = "ffmpeg-linked")]
@@ -77,6 +79,7 @@ pub mod media;
 mod probe;
 #[cfg(feature = "synth")]
 pub mod synth;
+mod types;
 #[cfg(feature = "ffmpeg")]
 pub mod video;
 

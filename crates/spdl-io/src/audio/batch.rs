@@ -6,8 +6,8 @@ use std::sync::{Mutex, PoisonError};
 
 use spdl_buffer::{Buffer, DType, SharedAllocator};
 
-use super::render::OutSample;
 use super::{AudioLayout, AudioOptions, Clip, MediaInput, SampleType, open_clip, plan, render_clip};
+use crate::types::audio::render::OutSample;
 use crate::{Error, Result};
 
 /// How to decode a batch of clips.

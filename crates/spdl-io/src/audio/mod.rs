@@ -50,10 +50,7 @@
 //! ```
 
 mod batch;
-mod decoded;
 mod mp4;
-mod options;
-mod render;
 mod resample;
 mod symph;
 mod wav;
@@ -62,17 +59,15 @@ use spdl_buffer::{Buffer, DType, SharedAllocator};
 
 pub use crate::input::{MediaInput, TimeWindow};
 pub use crate::probe::{MediaInfo, StreamInfo, StreamKind, probe};
+pub use crate::types::audio::{AudioBackend, AudioLayout, AudioLimits, AudioOptions, ChannelSelect, SampleType};
 pub use batch::{AudioBatch, AudioBatchOptions, decode_audio_batch};
-pub use options::{AudioBackend, AudioLayout, AudioLimits, AudioOptions, ChannelSelect, SampleType};
 pub use wav::encode_wav_i16;
 
-#[cfg_attr(not(feature = "ffmpeg-linked"), allow(unused_imports))]
-pub(crate) use decoded::{Decoded, WindowCollector, check_channels, check_rate};
-pub(crate) use symph::open_reader as symphonia_reader;
+use crate::types::audio::Decoded;
 
 use crate::error::guarded;
+use crate::types::audio::render::{self, ClipSource, Mapping, OutSample, Planes};
 use crate::{Error, Result};
-use render::{ClipSource, Mapping, OutSample, Planes};
 
 /// A decoded clip.
 #[derive(Debug)]

@@ -3,7 +3,7 @@
 
 use rubato::{FftFixedInOut, Resampler};
 
-use super::render::Planes;
+use crate::types::audio::render::Planes;
 use crate::{Error, Result};
 
 /// Input frames per resampler chunk (rubato rounds it to a multiple of `in_rate / gcd`).
@@ -91,7 +91,7 @@ pub(crate) fn resample(src: &Planes, in_rate: u32, out_rate: u32, out_len: usize
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::audio::render::ClipSource;
+    use crate::types::audio::render::ClipSource;
 
     #[test]
     fn lengths() {

@@ -1,45 +1,20 @@
 //! Decoding through symphonia (pure Rust): WAV, FLAC, MP3, Ogg Vorbis, AAC (ADTS and MP4/M4A), MKV/WebM
 //! audio tracks of those codecs.
 
-use std::io::Cursor;
-
 use symphonia::core::codecs::CodecParameters;
 use symphonia::core::codecs::audio::AudioDecoderOptions;
 use symphonia::core::errors::Error as SymError;
-use symphonia::core::formats::probe::Hint;
-use symphonia::core::formats::{FormatOptions, FormatReader, SeekMode, SeekTo, TrackType};
-use symphonia::core::io::{MediaSource, MediaSourceStream};
-use symphonia::core::meta::MetadataOptions;
+use symphonia::core::formats::{SeekMode, SeekTo, TrackType};
 use symphonia::core::units::{Time, TimeBase};
 
-use super::decoded::{Decoded, WindowCollector};
-use super::options::AudioLimits;
 use crate::input::MediaInput;
 use crate::input::TimeWindow;
+use crate::probe::symphonia_reader;
+use crate::types::audio::{AudioLimits, Decoded, WindowCollector, check_channels, check_rate};
 use crate::{Error, Result};
 
 fn decode_error(item: &str, format: &str, cause: SymError) -> Error {
     Error::Decode { item: item.to_owned(), format: format.to_owned(), cause: Box::new(cause) }
-}
-
-pub(crate) fn open_reader<'a>(input: &MediaInput<'a>, item: &str) -> Result<Box<dyn FormatReader + 'a>> {
-    let source: Box<dyn MediaSource + 'a> = match *input {
-        MediaInput::Path(p) => Box::new(MediaInput::open_file(p)?) as Box<dyn MediaSource>,
-        MediaInput::Bytes { data, .. } => Box::new(Cursor::new(data)),
-    };
-    let mss = MediaSourceStream::new(source, Default::default());
-    let mut hint = Hint::new();
-    if let Some(ext) = input.extension() {
-        hint.with_extension(ext);
-    }
-    symphonia::default::get_probe().probe(&hint, mss, FormatOptions::default(), MetadataOptions::default()).map_err(
-        |e| match e {
-            SymError::Unsupported(what) => {
-                Error::UnknownFormat { item: item.to_owned(), detail: format!("symphonia: {what}") }
-            }
-            other => decode_error(item, "audio container", other),
-        },
-    )
 }
 
 /// Converts a track timestamp to a frame index at `rate`.
@@ -73,7 +48,7 @@ pub(crate) fn decode(
 ) -> Result<Decoded> {
     // The container's own statement of the channel count, where symphonia may read another (WAV).
     let stated_channels = super::wav::stated_channels(input, item, limits)?;
-    let mut reader = open_reader(input, item)?;
+    let mut reader = symphonia_reader(input, item)?;
     let container = reader.format_info().short_name.to_owned();
     let track = reader.default_track(TrackType::Audio).ok_or_else(|| Error::UnknownFormat {
         item: item.to_owned(),
@@ -104,7 +79,7 @@ pub(crate) fn decode(
     let declared_rate = params.sample_rate;
     let declared_channels = params.channels.as_ref().map(|c| c.count());
     if let Some(c) = declared_channels {
-        super::decoded::check_channels(item, c, limits)?;
+        check_channels(item, c, limits)?;
     }
     if let (Some(stated), Some(read)) = (stated_channels, declared_channels)
         && stated != read
@@ -112,7 +87,7 @@ pub(crate) fn decode(
         return Err(channels_differ(item, codec, "the WAV header states", stated, "symphonia reads", read));
     }
     if let Some(r) = declared_rate {
-        super::decoded::check_rate(item, r, limits)?;
+        check_rate(item, r, limits)?;
     }
 
     // MP4/M4A: the encoder's priming frames, which the edit list says to skip (FFmpeg does; symphonia's reader
@@ -132,7 +107,7 @@ pub(crate) fn decode(
             Err(_) => {
                 // Some readers leave their state undefined after a failed seek: start over.
                 drop(reader);
-                reader = open_reader(input, item)?;
+                reader = symphonia_reader(input, item)?;
             }
         }
     }
@@ -185,8 +160,8 @@ pub(crate) fn decode(
         let col = match &mut collector {
             Some(c) => c,
             None => {
-                super::decoded::check_rate(item, rate, limits)?;
-                super::decoded::check_channels(item, channels, limits)?;
+                check_rate(item, rate, limits)?;
+                check_channels(item, channels, limits)?;
                 // Samples laid out for one count and read as another come out scrambled: never silently.
                 if let Some(stated) = declared_channels.or(stated_channels)
                     && stated != channels

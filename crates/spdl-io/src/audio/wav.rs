@@ -7,10 +7,10 @@
 use std::borrow::Cow;
 use std::fs::File;
 
-use super::options::AudioLimits;
-use super::render::ClipSource;
 use crate::input::MediaInput;
 use crate::input::TimeWindow;
+use crate::types::audio::AudioLimits;
+use crate::types::audio::render::ClipSource;
 use crate::{Error, Result};
 
 /// Bytes of the header read in one go (by the caller of [`parse`], which also sniffs them for the decoder);

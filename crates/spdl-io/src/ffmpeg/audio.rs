@@ -5,8 +5,8 @@
 use ffmpeg_next as ff;
 
 use super::avio::{ff_error, open_input, seek_before};
-use crate::audio::{AudioLimits, Decoded, WindowCollector, check_channels, check_rate};
 use crate::input::{MediaInput, TimeWindow};
+use crate::types::audio::{AudioLimits, Decoded, WindowCollector, check_channels, check_rate};
 use crate::{Error, Result};
 
 /// Bytes per sample of an FFmpeg sample format (`None`: the frame states none).

@@ -225,13 +225,13 @@ fn recognised_format(head: &[u8]) -> Option<String> {
 
 /// Seconds of `ts` in time base `tb`.
 pub(crate) fn ts_seconds(ts: i64, tb: ff::Rational) -> f64 {
-    crate::media::ts_seconds(ts, (tb.numerator(), tb.denominator()))
+    crate::types::media::ts_seconds(ts, (tb.numerator(), tb.denominator()))
 }
 
 /// The first timestamp in time base `tb` at or after `seconds` (float noise of a millionth of a tick is
 /// ignored, so `1.0` s in 1/12800 is 12800, not 12801).
 pub(crate) fn seconds_ts(seconds: f64, tb: ff::Rational) -> i64 {
-    crate::media::seconds_ts(seconds, (tb.numerator(), tb.denominator()))
+    crate::types::media::seconds_ts(seconds, (tb.numerator(), tb.denominator()))
 }
 
 /// A rational as `f64`, `None` when it is 0/x or x/0.

@@ -10,8 +10,8 @@ use ffmpeg_next as ff;
 
 use super::avio::ff_error;
 use super::media::{Params, codec_from_params, ff_packet, params_of, wrap_packet};
-use crate::media::{Codec, MediaPackets, Packet};
-use crate::video::VideoLimits;
+use crate::types::media::{Codec, MediaPackets, Packet};
+use crate::types::video::VideoLimits;
 use crate::{Error, Result};
 
 /// A bitstream filter chain (crate::media::Bsf's backend).

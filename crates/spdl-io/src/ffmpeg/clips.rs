@@ -8,9 +8,8 @@ use ffmpeg_next as ff;
 use super::avio::ff_error;
 use super::media::{ff_packet, params_of};
 use super::video::{Converter, open_decoder};
-use crate::media::Packets;
-use crate::video::clips::{FrameMatch, KeptFrame};
-use crate::video::{ClipOptions, ClipPlan, ClipStats};
+use crate::types::clips::{ClipOptions, ClipPlan, ClipStats, FrameMatch, KeptFrame};
+use crate::types::media::Packets;
 use crate::{Error, Result};
 
 /// Where decoded frames go: each kept frame into its slots.

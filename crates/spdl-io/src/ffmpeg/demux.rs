@@ -6,8 +6,8 @@ use ffmpeg_next as ff;
 use super::avio::{ff_error, open_input, rational, seconds_ts, seek_before};
 use super::media::{Params, codec_from_params, frac, wrap_packet};
 use crate::input::MediaInput;
-use crate::media::{MediaType, Packets};
-use crate::video::DemuxOptions;
+use crate::types::media::{MediaType, Packets};
+use crate::types::video::DemuxOptions;
 use crate::{Error, Result};
 
 /// Reads the packets of the best video stream of `input` that `opts.window` needs.

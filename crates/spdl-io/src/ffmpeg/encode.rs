@@ -16,11 +16,11 @@ use ff::packet::{Mut as _, Ref as _};
 use ffmpeg_next as ff;
 
 use super::media::{Params, codec_from_params, foreign, params_of, wrap_packet};
-use crate::media::{
+use crate::types::media::{
     AudioEncodeConfig, Codec, EncoderChoice, Fraction, Frame, MediaFrames, MediaPackets, MediaType, Packet,
     VideoEncodeConfig, stream_kind,
 };
-use crate::video::VideoLimits;
+use crate::types::video::VideoLimits;
 use crate::{Error, Result};
 
 /// The largest frame side an encoder is configured for (FFmpeg's encoders stop at 16384 or below).

@@ -12,8 +12,8 @@ use spdl_buffer::{Buffer, DType, Layout, SharedAllocator};
 
 use super::avio::ff_error;
 use super::media::{ff_packet, foreign, params_of, pix_fmt, pix_fmt_name, sample_fmt, sample_fmt_name};
-use crate::media::{Codec, DecodeConfig, Fraction, Frame, FrameInfo, MediaFrames, MediaPackets, MediaType};
-use crate::video::VideoLimits;
+use crate::types::media::{Codec, DecodeConfig, Fraction, Frame, FrameInfo, MediaFrames, MediaPackets, MediaType};
+use crate::types::video::VideoLimits;
 use crate::{Error, Result};
 
 /// A new, empty FFmpeg frame.

@@ -10,8 +10,8 @@ use ffmpeg_next as ff;
 
 use super::avio::{ff_error, open_input_with, seconds_ts, ts_seconds};
 use crate::input::MediaInput;
-use crate::media::{Codec, DemuxConfig, Fraction, MediaPackets, MediaType, Packet};
-use crate::video::VideoLimits;
+use crate::types::media::{Codec, DemuxConfig, Fraction, MediaPackets, MediaType, Packet};
+use crate::types::video::VideoLimits;
 use crate::{Error, Result};
 
 /// The FFmpeg media type of `kind`.

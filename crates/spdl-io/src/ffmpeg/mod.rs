@@ -1,7 +1,8 @@
 //! The FFmpeg backend (feature `ffmpeg-linked`; ffmpeg-next over the FFmpeg 4–8 libraries it is built
-//! against): every call into libav* lives here, behind [`crate::media::Backend`], which the media, video,
+//! against): every call into libav* lives here, behind [`crate::backend::Backend`], which the media, video,
 //! audio and probe APIs call. Built into a program (`ffmpeg-linked`), or into `libspdl_ffmpeg{M}.so`, one
-//! per FFmpeg major, which `crate::media` loads at run time.
+//! per FFmpeg major, which `crate::media` loads at run time
+//! (through [`entry`]).
 //!
 //! - `avio`: FFmpeg set-up, errors, and opening a [`crate::MediaInput`] (a path or in-memory bytes)
 //!   through a custom AVIO read/seek context, so bytes fetched from object storage need no temp file and
@@ -40,20 +41,55 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use spdl_buffer::{Buffer, SharedAllocator};
 
+use std::ffi::c_void;
+
 use crate::Result;
-use crate::audio::{AudioLimits, Decoded};
+use crate::backend::{Backend, BsfOps, DecoderOps, DemuxerOps, EncoderOps, FilterGraphOps, MuxerOps, abi};
 use crate::input::{MediaInput, TimeWindow};
-use crate::media::{
-    AudioEncodeConfig, Backend, BsfOps, Codec, DecodeConfig, DecoderOps, DemuxConfig, DemuxerOps, EncoderChoice,
-    EncoderOps, FilterGraphOps, Fraction, Frame, MediaFrames, MediaPackets, MediaType, MuxerOps, Packets, SharedBytes,
-    VideoEncodeConfig,
+use crate::types::audio::{AudioLimits, Decoded};
+use crate::types::clips::{ClipOptions, ClipPlan, ClipStats};
+use crate::types::media::{
+    AudioEncodeConfig, Codec, DecodeConfig, DemuxConfig, EncoderChoice, Fraction, Frame, MediaFrames, MediaPackets,
+    MediaType, Packets, SharedBytes, VideoEncodeConfig,
 };
-use crate::probe::MediaInfo;
-use crate::video::{ClipOptions, ClipPlan, ClipStats, DecodeOptions, DemuxOptions, Frames, VideoLimits};
+use crate::types::probe::MediaInfo;
+use crate::types::video::{DecodeOptions, DemuxOptions, Frames, VideoLimits};
 
 /// The backend of this build.
 pub(crate) fn linked() -> &'static dyn Backend {
     &FfBackend
+}
+
+/// What a backend's entry point does (`spdl_io::media::abi::entry`, which the backend libraries export):
+/// checks `request` and returns a pointer to its `&'static dyn Backend`, or null when the request is of
+/// another build.
+///
+/// # Safety
+/// `request` must be null or point at a valid [`abi::Request`].
+pub unsafe fn entry(request: *const abi::Request) -> *const c_void {
+    static BACKEND: std::sync::OnceLock<&'static dyn Backend> = std::sync::OnceLock::new();
+    let answer = std::panic::catch_unwind(|| {
+        // SAFETY: the caller passes null or a valid request.
+        let Some(r) = (unsafe { request.as_ref() }) else { return std::ptr::null() };
+        if r.abi != abi::ABI || r.build_id.is_null() {
+            return std::ptr::null();
+        }
+        // SAFETY: `build_id` points at `build_id_len` bytes owned by the caller for the call.
+        let id = unsafe { std::slice::from_raw_parts(r.build_id, r.build_id_len) };
+        if id != abi::build_id().as_bytes() {
+            return std::ptr::null();
+        }
+        if !r.decode_memory.is_null() {
+            // SAFETY: the build id matched: `decode_memory` is this build's `SharedDecodeMemory`, a static of the
+            // loader.
+            crate::decode_memory::use_host(unsafe {
+                &*r.decode_memory.cast::<crate::decode_memory::SharedDecodeMemory>()
+            });
+        }
+        let b: &'static &'static dyn Backend = BACKEND.get_or_init(linked);
+        b as *const &'static dyn Backend as *const c_void
+    });
+    answer.unwrap_or(std::ptr::null())
 }
 
 /// Runs `f`, turning a panic into [`Error::Decode`] for `item`.

@@ -5,7 +5,7 @@ use ffmpeg_next as ff;
 use super::avio::{ff_error, open_input, rational, ts_seconds};
 use crate::Result;
 use crate::input::MediaInput;
-use crate::probe::{MediaInfo, StreamInfo, StreamKind};
+use crate::types::probe::{MediaInfo, StreamInfo, StreamKind};
 
 pub(crate) fn probe_ffmpeg(input: &MediaInput<'_>, item: &str, size_bytes: u64) -> Result<MediaInfo> {
     let ictx = open_input(input, item)?;

@@ -26,8 +26,8 @@ use ff::packet::{Mut as _, Ref as _};
 use ffmpeg_next as ff;
 
 use super::media::{Params, codec_from_params, ff_packet, params_of, wrap_packet};
-use crate::media::{MediaPackets, MediaType, SharedBytes};
-use crate::video::VideoLimits;
+use crate::types::media::{MediaPackets, MediaType, SharedBytes};
+use crate::types::video::VideoLimits;
 use crate::{Error, Result};
 
 const MAGIC: &[u8; 8] = b"SPDLPKT1";

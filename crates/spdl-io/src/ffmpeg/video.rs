@@ -16,8 +16,9 @@ use spdl_buffer::{Buffer, DType, Layout, SharedAllocator};
 
 use super::avio::{ff_error, ts_seconds};
 use super::media::{ff_packet, params_of};
-use crate::media::Packets;
-use crate::video::{DecodeOptions, FramePixelFormat, FrameSampling, Frames, ScaleFilter, VideoLimits, select_keys};
+use crate::types::media::Packets;
+use crate::types::sampling::select_keys;
+use crate::types::video::{DecodeOptions, FramePixelFormat, FrameSampling, Frames, ScaleFilter, VideoLimits};
 use crate::{Error, Result};
 
 /// The swscale pixel format of `f`.

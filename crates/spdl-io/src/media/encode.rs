@@ -7,117 +7,10 @@
 //! Packets out of an encoder carry the encoder's time base (`1 / frame_rate`, `1 / sample_rate`);
 //! [`Muxer::write`] rescales them to the stream's.
 
-use super::{Codec, Fraction, MediaFrames, MediaPackets, MediaType, backend};
-use super::{EncoderOps, MuxerOps};
+use super::backend;
 use crate::Result;
-
-/// How to encode audio (SPDL's `AudioEncodeConfig`). `-1` (or `None`) leaves a setting to the encoder.
-///
-/// ```
-/// let config = spdl_io::media::AudioEncodeConfig::new(2, 44_100);
-/// assert_eq!((config.num_channels, config.sample_rate, config.bit_rate), (2, 44_100, -1));
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AudioEncodeConfig {
-    /// Channels of the input frames (and of the stream).
-    pub num_channels: u32,
-    /// Samples per second of the input frames (and of the stream).
-    pub sample_rate: u32,
-    /// The sample format of the input frames (`"fltp"`, `"s16"`, ...), which the encoder must take; `None`:
-    /// the encoder's first.
-    pub sample_fmt: Option<String>,
-    /// Bits per second (set when positive).
-    pub bit_rate: i64,
-    /// The encoder's compression level (set unless `-1`).
-    pub compression_level: i32,
-    /// A fixed quantizer (set when `>= 0`; the encoder's own scale).
-    pub qscale: i32,
-}
-
-impl AudioEncodeConfig {
-    /// `num_channels` channels at `sample_rate`, every other setting the encoder's.
-    pub fn new(num_channels: u32, sample_rate: u32) -> AudioEncodeConfig {
-        AudioEncodeConfig {
-            num_channels,
-            sample_rate,
-            sample_fmt: None,
-            bit_rate: -1,
-            compression_level: -1,
-            qscale: -1,
-        }
-    }
-}
-
-/// How to encode video (SPDL's `VideoEncodeConfig`). `-1` (or `None`) leaves a setting to the encoder.
-///
-/// `pix_fmt` is the format of the frames given to the encoder. When the encoder does not take it (`rgb24`
-/// frames into `libx264` or `mpeg4`), the encoder converts each frame with swscale into its own first
-/// format (`yuv420p` for both).
-///
-/// ```
-/// let mut config = spdl_io::media::VideoEncodeConfig::new(640, 480);
-/// config.frame_rate = Some((30, 1));
-/// config.pix_fmt = Some("rgb24".into());
-/// assert_eq!(config.gop_size, -1);
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VideoEncodeConfig {
-    /// Width of the frames in pixels.
-    pub width: u32,
-    /// Height of the frames in pixels.
-    pub height: u32,
-    /// Frames per second `(numerator, denominator)`; `None`: the encoder's first supported rate (an error
-    /// for encoders without a list, such as `libx264`).
-    pub frame_rate: Option<Fraction>,
-    /// The pixel format of the input frames; `None`: the encoder's first.
-    pub pix_fmt: Option<String>,
-    /// Bits per second (set when positive).
-    pub bit_rate: i64,
-    /// The encoder's compression level (set unless `-1`).
-    pub compression_level: i32,
-    /// A fixed quantizer (set when `>= 0`).
-    pub qscale: i32,
-    /// Frames between keyframes (set unless `-1`).
-    pub gop_size: i32,
-    /// The most consecutive B-frames (set unless `-1`).
-    pub max_b_frames: i32,
-    /// The color space written in the stream (`"bt709"`, ...); an RGB input is converted with its matrix.
-    pub colorspace: Option<String>,
-    /// The color primaries written in the stream (`"bt709"`, ...).
-    pub color_primaries: Option<String>,
-    /// The transfer characteristics written in the stream (`"bt709"`, ...).
-    pub color_trc: Option<String>,
-}
-
-impl VideoEncodeConfig {
-    /// Frames of `width` x `height`, every other setting the encoder's.
-    pub fn new(width: u32, height: u32) -> VideoEncodeConfig {
-        VideoEncodeConfig {
-            width,
-            height,
-            frame_rate: None,
-            pix_fmt: None,
-            bit_rate: -1,
-            compression_level: -1,
-            qscale: -1,
-            gop_size: -1,
-            max_b_frames: -1,
-            colorspace: None,
-            color_primaries: None,
-            color_trc: None,
-        }
-    }
-}
-
-/// An encoder and the options it is opened with (`ffmpeg -h encoder=NAME` lists them).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct EncoderChoice {
-    /// An encoder by name (`ffmpeg -encoders`); `None`: the container's default for the medium.
-    pub encoder: Option<String>,
-    /// Encoder options; encoding is single-threaded unless `threads` is given. An option the encoder does
-    /// not take is an error.
-    pub options: Vec<(String, String)>,
-}
+use crate::backend::{EncoderOps, MuxerOps};
+use crate::types::media::{AudioEncodeConfig, Codec, EncoderChoice, MediaFrames, MediaPackets, VideoEncodeConfig};
 
 /// Writes one container (SPDL's `Muxer`): add its streams, [`Muxer::open`] it, [`Muxer::write`] packets to
 /// each stream, then [`Muxer::flush`] and [`Muxer::close`] (dropping an open muxer closes it too, ignoring
@@ -327,10 +220,4 @@ impl VideoEncoder {
     pub fn stream_index(&self) -> usize {
         self.0.stream_index()
     }
-}
-
-/// The kind of stream a codec's packets go to (an image is one frame of a video stream).
-#[cfg_attr(not(feature = "ffmpeg-linked"), allow(dead_code))]
-pub(crate) fn stream_kind(kind: MediaType) -> MediaType {
-    if kind == MediaType::Image { MediaType::Video } else { kind }
 }

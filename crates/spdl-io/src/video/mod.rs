@@ -18,30 +18,26 @@
 //! [`crate::Error`] naming the item. FFmpeg's own log is quiet unless `SPDL_FFMPEG_LOG` is set (`error`,
 //! `warning`, `info`, `debug`).
 //!
-//! This module holds the API (options, sampling, output); the demuxing and decoding themselves are the
-//! FFmpeg backend's, which the audio API and [`crate::probe`] use too.
+//! This module holds the API; its options, sampling and output types are `crate::types`' (the FFmpeg backend
+//! names them too), and the demuxing and decoding themselves are the backend's, which the audio API and
+//! [`crate::probe`] use too.
 
-pub(crate) mod clips;
-mod options;
-mod sampling;
+mod clips;
 
 use spdl_buffer::SharedAllocator;
 
 use crate::Result;
 use crate::input::MediaInput;
 
-pub use crate::media::Packets;
+pub use crate::types::media::Packets;
+pub use crate::types::video::{
+    DecodeOptions, DemuxOptions, FramePixelFormat, FrameSampling, Frames, ScaleFilter, VideoLimits, VideoOptions,
+};
 pub use clips::{
     ClipOptions, ClipPlan, ClipRequest, ClipSampler, ClipStarts, ClipStats, ClipStep, Clips, MAX_SAMPLED_CLIPS,
     PastEnd, Timeline, decode_clips, decode_clips_into, load_clips, load_sampled_clips, plan_clips, plan_on,
     sample_starts,
 };
-pub use options::{
-    DecodeOptions, DemuxOptions, FramePixelFormat, FrameSampling, Frames, ScaleFilter, VideoLimits, VideoOptions,
-};
-
-#[cfg(feature = "ffmpeg-linked")]
-pub(crate) use sampling::select_keys;
 
 /// Reads the packets of the best video stream of `input` that `opts.window` needs (from the keyframe
 /// before it).

@@ -150,7 +150,7 @@ impl DecodeOptions {
     }
 }
 
-/// Demux and decode options together, for [`super::decode_video`].
+/// Demux and decode options together, for [`crate::video::decode_video`].
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct VideoOptions {
     /// Time range in presentation-timestamp seconds (`None`: the whole video).

@@ -6,7 +6,7 @@
 // The FFmpeg backend (`ffmpeg-linked`) samples with these; the run-time loader only holds the API.
 #![cfg_attr(not(feature = "ffmpeg-linked"), allow(dead_code))]
 
-use super::FrameSampling;
+use super::video::FrameSampling;
 
 /// The number of frames `sampling` selects from `count` keys whose ticks span `span_s` seconds (used by
 /// `Fps` only), computed without building the selection; `u64::MAX` when it does not fit.

@@ -176,11 +176,7 @@ fn parse_one(body: &str) -> Result<Options> {
     let fields_len = balanced(&after[fields_start..], '{', '}').context("unclosed fields")?;
     let mut fields = Vec::new();
     for item in split_top(&after[fields_start..fields_start + fields_len]) {
-        let item: String = item
-            .lines()
-            .filter(|l| !l.trim_start().starts_with("//") && !l.trim_start().starts_with("#["))
-            .collect::<Vec<_>>()
-            .join(" ");
+        let item: String = item.lines().filter(|l| !l.trim_start().starts_with("#[")).collect::<Vec<_>>().join(" ");
         let item = item.trim();
         if item.is_empty() {
             continue;
@@ -193,19 +189,16 @@ fn parse_one(body: &str) -> Result<Options> {
 /// `name: Type [as "python"] = default`.
 fn parse_field(item: &str) -> Result<Field> {
     let (name, rest) = item.split_once(':').context("no `:`")?;
-    let (ty, default) = rsplit_top_eq(rest).context("no `= default`")?;
-    let (ty, py_type) = match ty.split_once(" as \"") {
-        Some((ty, py)) => {
-            (ty.trim(), py.trim().strip_suffix('"').context("an unclosed Python type")?.replace("\\\"", "\""))
-        }
-        None => (ty.trim(), python_type(ty.trim())?),
+    let (ty, default) = split_top_eq(rest).context("no `= default`")?;
+    let py_type = match ty.split_once(" as \"") {
+        Some((_, py)) => py.trim().strip_suffix('"').context("an unclosed Python type")?.replace("\\\"", "\""),
+        None => python_type(ty.trim())?,
     };
-    let _ = ty;
     Ok(Field { name: name.trim().to_string(), py_type, default: python_default(default.trim()) })
 }
 
 /// Splits `ty = default` at the `=` that is not inside brackets or a string.
-fn rsplit_top_eq(text: &str) -> Option<(&str, &str)> {
+fn split_top_eq(text: &str) -> Option<(&str, &str)> {
     let mut depth = 0i32;
     let mut in_str = false;
     let mut escaped = false;

@@ -153,12 +153,18 @@ fn with_typed_dicts(stub: String, options: &[crate::keyword_options::Options]) -
     if dicts.is_empty() {
         return Ok(stub);
     }
-    const IMPORTS: &str = "from collections.abc import Sequence\nfrom typing import Any, Literal, TypedDict, type_check_only\n\
-                           from typing_extensions import Unpack\n";
-    // After the module docstring and `__all__`, before the generated imports.
+    const IMPORTS: [&str; 3] = [
+        "from collections.abc import Sequence",
+        "from typing import Any, Literal, TypedDict, type_check_only",
+        "from typing_extensions import Unpack",
+    ];
+    // After the module docstring and `__all__`, before the generated imports; an import the generated
+    // stub already has is not written twice.
+    let imports: String =
+        IMPORTS.iter().filter(|i| !stub.lines().any(|l| l == **i)).map(|i| format!("{i}\n")).collect();
     let at = stub.find("]\n\n").map_or(0, |i| i + 3);
     Ok(format!(
-        "{}{IMPORTS}{}\n\n# The keyword options (`keyword_options!` in crates/spdl-py/src):\n\n{}",
+        "{}{imports}{}\n\n# The keyword options (`keyword_options!` in crates/spdl-py/src):\n\n{}",
         &stub[..at],
         stub[at..].trim_end(),
         dicts.trim_end()

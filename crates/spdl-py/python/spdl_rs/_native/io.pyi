@@ -72,7 +72,6 @@ __all__ = [
     "tar_index",
 ]
 
-from collections.abc import Sequence
 from typing import Any, Literal, TypedDict, type_check_only
 from typing_extensions import Unpack
 from spdl_rs._native import Buffer

@@ -42,6 +42,7 @@ from .._native.io import (
 )
 from . import _cuda
 from ._filter_desc import get_video_filter_desc
+from ._no_media import without_video
 
 if HAS_VIDEO:
     from . import _media
@@ -596,14 +597,6 @@ _CLIP_FUNCTIONS = (
 )
 
 
-def _without_video(name: str) -> Callable[..., Any]:
-    def missing(*args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError(f"spdl_rs.io.{name}: spdl_rs was built without the `ffmpeg` feature")
-
-    missing.__name__ = missing.__qualname__ = name
-    return missing
-
-
 # Clips: the native functions themselves (each video demuxed once, each GOP its clips need decoded once).
 if HAS_VIDEO:
     from .._native.io import (
@@ -616,13 +609,13 @@ if HAS_VIDEO:
         load_clips_batch,
     )
 else:
-    load_clips = _without_video("load_clips")
-    load_clips_batch = _without_video("load_clips_batch")
-    clips_at_random_indices = _without_video("clips_at_random_indices")
-    clips_at_regular_indices = _without_video("clips_at_regular_indices")
-    clips_at_random_timestamps = _without_video("clips_at_random_timestamps")
-    clips_at_regular_timestamps = _without_video("clips_at_regular_timestamps")
-    clips_at_fps = _without_video("clips_at_fps")
+    load_clips = without_video("spdl_rs.io.load_clips")
+    load_clips_batch = without_video("spdl_rs.io.load_clips_batch")
+    clips_at_random_indices = without_video("spdl_rs.io.clips_at_random_indices")
+    clips_at_regular_indices = without_video("spdl_rs.io.clips_at_regular_indices")
+    clips_at_random_timestamps = without_video("spdl_rs.io.clips_at_random_timestamps")
+    clips_at_regular_timestamps = without_video("spdl_rs.io.clips_at_regular_timestamps")
+    clips_at_fps = without_video("spdl_rs.io.clips_at_fps")
 
 
 def to_torch(buffer: Any) -> Any:

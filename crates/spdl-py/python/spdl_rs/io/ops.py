@@ -23,8 +23,6 @@ Native ops output :py:class:`spdl_rs.Buffer` objects (``numpy.asarray(buf)`` vie
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
 from .. import _native
 from .._native.io import (
     decode_image_op as decode_image,
@@ -32,6 +30,7 @@ from .._native.io import (
     load_audio_op as load_audio,
     load_image_batch_op as load_image_batch,
 )
+from ._no_media import without_video
 
 __all__ = [
     "decode_audio",
@@ -54,16 +53,6 @@ load_image = decode_image
 decode_audio = load_audio
 
 
-def _video_op(name: str) -> Callable[..., Any]:
-    """What a build without video support has in place of the video op ``name``."""
-
-    def missing(*_args: object, **_kwargs: object) -> Any:
-        raise RuntimeError("spdl_rs was built without the `ffmpeg` feature (see spdl_rs.io.has_video())")
-
-    missing.__name__ = missing.__qualname__ = name
-    return missing
-
-
 if _native.HAS_VIDEO:
     from .._native.io import (
         decode_packets_op as decode_packets,
@@ -73,8 +62,8 @@ if _native.HAS_VIDEO:
         load_video_op as load_video,
     )
 else:
-    load_video = _video_op("load_video")
-    demux_video = _video_op("demux_video")
-    decode_packets = _video_op("decode_packets")
-    load_clips = _video_op("load_clips")
-    load_clips_batch = _video_op("load_clips_batch")
+    load_video = without_video("spdl_rs.io.ops.load_video")
+    demux_video = without_video("spdl_rs.io.ops.demux_video")
+    decode_packets = without_video("spdl_rs.io.ops.decode_packets")
+    load_clips = without_video("spdl_rs.io.ops.load_clips")
+    load_clips_batch = without_video("spdl_rs.io.ops.load_clips_batch")

@@ -78,6 +78,7 @@ pub use graph::{Branch, MergeOptions, MergePolicy, MergeStop};
 pub use item_size::ItemSize;
 pub use options::{BuildOptions, OutputOrder, ReportHook, StageOptions, Tune};
 pub use pipeline::{DROP_GRACE, Item, Pipeline, PipelineIter};
+pub use pool::set_before_block_hook;
 pub use stage::Stage;
 pub use stats::{PipelineStats, StageKind, StageStats};
 pub use through::Inputs;

@@ -4,7 +4,7 @@
 //! smaller than the number of blocking workers still makes progress.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 
 use crossbeam_channel as cb;
@@ -12,6 +12,35 @@ use crossbeam_channel as cb;
 use crate::error::PipelineError;
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
+
+/// The process's hook that pool threads call before they may block: see [`set_before_block_hook`].
+static BEFORE_BLOCK: OnceLock<fn()> = OnceLock::new();
+
+/// Installs a function that every pool thread calls before it may block: before it waits on a
+/// queue (for input or for room), before it waits for a contended lock of a stage, and after each job,
+/// before it waits for the next. Once per process; returns `false` (and keeps the first) if a hook
+/// is installed already.
+///
+/// This is for an embedding runtime with a per-thread lock that a stage function may keep across
+/// the consecutive items of a run, to save taking it per item: an interpreter lock (CPython's GIL)
+/// is the case. The hook must release such a lock if this thread holds it, and must itself be
+/// cheap and never block: it runs on every wait of every pool thread.
+///
+/// ```
+/// fn release_this_threads_lock() {}
+/// spdl_exec::set_before_block_hook(release_this_threads_lock);
+/// ```
+pub fn set_before_block_hook(hook: fn()) -> bool {
+    BEFORE_BLOCK.set(hook).is_ok()
+}
+
+/// Calls the hook of [`set_before_block_hook`], if any.
+#[inline]
+pub(crate) fn before_block() {
+    if let Some(hook) = BEFORE_BLOCK.get() {
+        hook();
+    }
+}
 
 enum PoolMsg {
     Run(Job),
@@ -166,5 +195,6 @@ fn worker(rx: &cb::Receiver<PoolMsg>) {
         if catch_unwind(AssertUnwindSafe(job)).is_err() {
             tracing::error!(target: "spdl_exec", "a pool job panicked outside a stage function");
         }
+        before_block();
     }
 }

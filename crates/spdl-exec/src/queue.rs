@@ -104,6 +104,7 @@ impl Signals {
     /// Blocks the calling thread on `cv` for at most `timeout` unless `ready()` already holds
     /// (checked under the lock, after registering, so that a wake-up cannot be missed).
     fn wait(&self, waiters: &AtomicUsize, cv: &Condvar, timeout: Duration, ready: impl Fn() -> bool) {
+        crate::pool::before_block();
         waiters.fetch_add(1, Ordering::SeqCst);
         let guard = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
         if !ready() {

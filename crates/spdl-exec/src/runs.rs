@@ -114,10 +114,23 @@ pub(crate) fn push_held<U>(
 }
 
 impl<T: Send + 'static, U: Send + 'static> Runs<T, U> {
+    /// The barrier's lock; when another run holds it (waiting on the input under it), this
+    /// thread may block, so the pool's before-block hook runs first.
+    fn lock_barrier(&self) -> std::sync::MutexGuard<'_, bool> {
+        match self.barrier.try_lock() {
+            Ok(guard) => guard,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                crate::pool::before_block();
+                self.barrier.lock().unwrap_or_else(PoisonError::into_inner)
+            }
+        }
+    }
+
     fn pop(&self) -> Result<T, RunExit<U>> {
         let mut waited: Option<Instant> = None;
         loop {
-            let mut barrier = self.barrier.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut barrier = self.lock_barrier();
             if *barrier {
                 return Err(RunExit::Idle);
             }

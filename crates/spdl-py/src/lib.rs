@@ -208,6 +208,8 @@ mod native {
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
         crate::lifecycle::install_hooks(m)?;
+        // Engine threads release a GIL a Python stage kept across items before they wait.
+        spdl_exec::set_before_block_hook(crate::pipeline::tstate::release_held);
         crate::args::add_limits(m)?;
         let modules = m.py().import("sys")?.getattr("modules")?;
         let parent = m.name()?;

@@ -565,6 +565,9 @@ impl PipelineCore {
         };
         fatal(py)?;
         let deadline = deadline(timeout_arg(timeout)?);
+        // An item that is ready is taken without letting go of the GIL: releasing it hands it to an engine
+        // thread that waits for it, and taking it back waits for that thread's turn, per item.
+        let mut ready = Some(self.sink.get_item(Some(Duration::ZERO)));
         loop {
             // Wait in slices so that Ctrl-C reaches the consumer even with no timeout.
             let slice = match deadline {
@@ -572,7 +575,11 @@ impl PipelineCore {
                 None => SIGNAL_SLICE,
             };
             // The wait is timed without the GIL: reacquiring it is not the sink's queue being empty.
-            let got = crate::lifecycle::detach(py, || self.sink.get_item(Some(slice)));
+            let got = match ready.take() {
+                Some(Err(e)) if e.is_timeout() => crate::lifecycle::detach(py, || self.sink.get_item(Some(slice))),
+                Some(got) => got,
+                None => crate::lifecycle::detach(py, || self.sink.get_item(Some(slice))),
+            };
             fatal(py)?;
             match got {
                 Ok(Some(Item::Data(v))) => return Ok((0, v.into_py(py)?)),

@@ -233,7 +233,7 @@ where
             let failures = Arc::clone(failures);
             Stage::filter_map(name, move |input: T| {
                 let input: Value = input.into();
-                super::tstate::attach(|py| {
+                super::tstate::attach_held(|py| {
                     let arg = input.into_py(py).map_err(|e| failures.record(py, &stage_name, e))?;
                     match op.bind(py).call1((arg,)) {
                         Ok(r) if r.is_none() => Ok(None),

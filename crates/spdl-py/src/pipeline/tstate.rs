@@ -13,10 +13,12 @@ use pyo3::prelude::*;
 
 use crate::lifecycle;
 
-/// The kept thread state of this thread, detached.
+/// The kept thread state of this thread: detached, or attached and held across calls ([`attach_held`]).
 struct Kept {
     gstate: ffi::PyGILState_STATE,
     saved: *mut ffi::PyThreadState,
+    /// Attached by [`attach_held`] and not released since ([`release_held`]).
+    held: bool,
 }
 
 impl Drop for Kept {
@@ -24,6 +26,13 @@ impl Drop for Kept {
         // SAFETY: always safe to call.
         if lifecycle::exiting() || unsafe { ffi::Py_IsInitialized() } == 0 {
             return; // the interpreter clears its remaining thread states itself
+        }
+        if self.held {
+            // Every pool thread releases a held state before it waits, so a thread cannot end holding one;
+            // if it did, it is attached already, and releasing the `PyGILState_Ensure` deletes it.
+            // SAFETY: the thread is attached with the state `keep` made.
+            unsafe { ffi::PyGILState_Release(self.gstate) };
+            return;
         }
         // Counted in transit while it waits for the GIL, so that the `atexit` hook lets it through before
         // finalization starts (CPython would end it mid-destructor, which aborts the process).
@@ -46,6 +55,9 @@ impl Drop for Kept {
 
 thread_local! {
     static KEPT: RefCell<Option<Kept>> = const { RefCell::new(None) };
+    /// Calls of [`attach_held`] running on this thread: the hook leaves the thread alone inside one (an op
+    /// that waits on a queue of its own, a nested pipeline's consumer, detaches through PyO3 itself).
+    static IN_CALL: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
 /// Gives this thread a Python thread state that lives as long as the thread, if it has none (threads that
@@ -67,7 +79,7 @@ pub(crate) fn keep() {
         let gstate = unsafe { ffi::PyGILState_Ensure() };
         // SAFETY: the thread is attached (just above).
         let saved = unsafe { ffi::PyEval_SaveThread() };
-        *kept = Some(Kept { gstate, saved });
+        *kept = Some(Kept { gstate, saved, held: false });
     });
 }
 
@@ -83,4 +95,84 @@ pub(crate) fn attach<R>(f: impl for<'py> FnOnce(Python<'py>) -> R) -> R {
         lifecycle::leave_transit();
         f(py)
     })
+}
+
+/// [`attach`] for a blocking stage's Python op, which keeps this thread attached after the call: the next item
+/// of the same run calls the op without taking the GIL again. One GIL hand-off per item per stage was most of
+/// what a trivial Python stage cost (a futex wake and a context switch for the thread that waited for it).
+///
+/// The thread stays attached until [`release_held`], which the engine calls through its before-block hook
+/// (installed at import) whenever a pool thread may block: before it waits on a queue or a contended lock,
+/// and after every job. So a thread never waits while holding the GIL, and another thread that wants it
+/// (the consumer, another stage) gets it when this run runs out of input or room, or from CPython's
+/// switch interval while the op runs. On a free-threaded build there is no GIL to save: this is [`attach`].
+pub(crate) fn attach_held<R>(f: impl for<'py> FnOnce(Python<'py>) -> R) -> R {
+    #[cfg(Py_GIL_DISABLED)]
+    {
+        attach(f)
+    }
+    #[cfg(not(Py_GIL_DISABLED))]
+    {
+        if lifecycle::exiting() {
+            release_held(); // the thread parks in `attach` below: never holding the GIL
+            return attach(f);
+        }
+        keep();
+        let attached = KEPT.try_with(|kept| {
+            let Ok(mut kept) = kept.try_borrow_mut() else { return false };
+            let Some(kept) = kept.as_mut() else { return false };
+            if !kept.held {
+                if !lifecycle::try_enter_transit() {
+                    return false;
+                }
+                // SAFETY: `saved` is this thread's own thread state, detached (by `keep` or `release_held`).
+                unsafe { ffi::PyEval_RestoreThread(kept.saved) };
+                lifecycle::leave_transit();
+                kept.held = true;
+            }
+            true
+        });
+        if attached != Ok(true) {
+            return attach(f);
+        }
+        let _counted = lifecycle::InPython::enter();
+        let _call = InCall::enter();
+        // The thread holds the GIL: PyO3's attach sees its thread state current and takes nothing.
+        Python::attach(f)
+    }
+}
+
+/// Counts a call of [`attach_held`] on this thread while it runs (unwinding too).
+struct InCall;
+
+impl InCall {
+    fn enter() -> Self {
+        let _ = IN_CALL.try_with(|n| n.set(n.get() + 1));
+        InCall
+    }
+}
+
+impl Drop for InCall {
+    fn drop(&mut self) {
+        let _ = IN_CALL.try_with(|n| n.set(n.get().saturating_sub(1)));
+    }
+}
+
+/// Detaches this thread's thread state if [`attach_held`] left it attached: the engine's before-block hook
+/// (`spdl_exec::set_before_block_hook`). Cheap when it holds nothing; never blocks.
+pub(crate) fn release_held() {
+    if IN_CALL.try_with(std::cell::Cell::get).unwrap_or(0) > 0 {
+        return;
+    }
+    let _ = KEPT.try_with(|kept| {
+        let Ok(mut kept) = kept.try_borrow_mut() else { return };
+        if let Some(kept) = kept.as_mut()
+            && kept.held
+        {
+            kept.held = false;
+            // SAFETY: the thread is attached with its kept state (`held`), and no `Python::attach` of this
+            // thread is live: the hook runs from the engine's own code, outside every stage call.
+            kept.saved = unsafe { ffi::PyEval_SaveThread() };
+        }
+    });
 }

@@ -63,6 +63,7 @@ mod io;
 mod lifecycle;
 #[cfg(feature = "loader")]
 mod loader;
+mod pgrp;
 mod pipeline;
 #[cfg(any(feature = "io", feature = "source"))]
 mod signals;
@@ -115,6 +116,8 @@ mod native {
     mod pipeline {
         #[pymodule_export]
         use crate::checkpoint::{CheckpointEpoch, CheckpointTracker};
+        #[pymodule_export]
+        use crate::pgrp::{_network_bytes, _process_group_usage};
         #[pymodule_export]
         use crate::pipeline::spec::{
             AggregateStep, AggregatorStep, AsyncSource, DisaggregateStep, IterSource, ListSource, MergeSource,

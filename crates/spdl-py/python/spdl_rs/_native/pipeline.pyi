@@ -26,6 +26,8 @@ __all__ = [
     "Reply",
     "StatsSnapshot",
     "ThroughStep",
+    "_network_bytes",
+    "_process_group_usage",
 ]
 
 from collections.abc import Sequence
@@ -145,3 +147,6 @@ class StatsSnapshot:
 @final
 class ThroughStep:
     def __new__(cls, /, name: str, func: Any) -> ThroughStep: ...
+
+def _network_bytes() -> tuple[int, int]: ...
+def _process_group_usage(pgid: int) -> "dict[str, Any]": ...

@@ -1,10 +1,9 @@
-"""Resource usage of this process's process group, read from ``/proc`` (Linux): SPDL's
-``ProcessGroupResourceUsage`` and ``ProcessGroupStatsMonitor``.
+"""Resource usage of this process's process group: SPDL's ``ProcessGroupResourceUsage`` and
+``ProcessGroupStatsMonitor``.
 
-A snapshot sums, over every process whose ``/proc/<pid>/stat`` names this process group: CPU time
-(``utime + stime``), RSS (``stat``), PSS and private memory (``smaps_rollup``), and storage IO (``io``);
-network bytes come from ``/proc/net/dev`` (host-wide, loopback excluded). The monitor collects one per interval
-in a subprocess of its own and hands it to an async callback there.
+``/proc`` is read natively (``_native.pipeline._process_group_usage`` and ``_network_bytes``, which say what
+they sum); the monitor collects one snapshot per interval in a subprocess of its own and hands it to an async
+callback there.
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .. import _native
 from ._bg_task import BackgroundTask
 
 __all__ = ["ProcessGroupResourceUsage", "ProcessGroupStatsMonitor"]
@@ -35,125 +35,6 @@ def _warn_once(key: str, msg: str, *args: object) -> None:
     if key not in _warned:
         _warned.add(key)
         _LG.warning(msg, *args)
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
-        return None
-
-
-def _kb_fields(content: str, names: tuple[str, ...], what: str) -> dict[str, int]:
-    """``Name: <n> kB`` lines of ``content`` as bytes."""
-    out: dict[str, int] = {}
-    for line in content.splitlines():
-        parts = line.split()
-        if len(parts) >= 2 and parts[0].rstrip(":") in names and parts[0].endswith(":"):
-            try:
-                out[parts[0][:-1]] = int(parts[1]) * (1024 if len(parts) > 2 else 1)
-            except ValueError:
-                raise RuntimeError(f"Failed to parse {what}: {line.strip()[:80]}") from None
-    return out
-
-
-def _stat_fields(content: str) -> tuple[int, int, int, int]:
-    """``(pgrp, utime, stime, rss pages)`` of a ``/proc/<pid>/stat`` (the command name may hold spaces and
-    parentheses: fields are counted after its last ``)``)."""
-    end = content.rfind(")")
-    if end < 0:
-        raise RuntimeError(f"Unexpected /proc/[pid]/stat format: missing closing paren: {content[:80]}")
-    fields = content[end + 2 :].split()
-    if len(fields) < 22:
-        raise RuntimeError(f"Unexpected /proc/[pid]/stat format: expected >=22 fields after comm, got {len(fields)}")
-    try:
-        return int(fields[2]), int(fields[11]), int(fields[12]), int(fields[21])
-    except ValueError:
-        raise RuntimeError(f"Failed to parse /proc/[pid]/stat: {content[:80]}") from None
-
-
-@dataclass
-class _Totals:
-    cpu_usec: int
-    rss_bytes: int
-    pss_bytes: int | None
-    private_bytes: int | None
-    disk_read_bytes: int
-    disk_write_bytes: int
-    num_procs: int
-
-
-def _read_pgrp_totals(pgid: int) -> _Totals:
-    ticks = 0
-    rss_pages = 0
-    pss = 0
-    private = 0
-    has_smaps = False
-    read_bytes = 0
-    write_bytes = 0
-    procs = 0
-    try:
-        entries = [e.name for e in os.scandir("/proc") if e.name.isdigit()]
-    except OSError as e:
-        raise RuntimeError(f"Failed to scan /proc: {e}") from e
-    for pid in entries:
-        content = _read(f"/proc/{pid}/stat")
-        if content is None:
-            continue  # exited meanwhile
-        try:
-            pgrp, utime, stime, rss = _stat_fields(content)
-        except RuntimeError as e:
-            _warn_once("proc_stat", "%s", e)
-            continue
-        if pgrp != pgid:
-            continue
-        procs += 1
-        ticks += utime + stime
-        rss_pages += rss
-        if (smaps := _read(f"/proc/{pid}/smaps_rollup")) is not None:
-            try:
-                f = _kb_fields(smaps, ("Pss", "Private_Clean", "Private_Dirty"), "/proc/[pid]/smaps_rollup")
-            except RuntimeError as e:
-                _warn_once("smaps_rollup", "%s", e)
-            else:
-                has_smaps = True
-                pss += f.get("Pss", 0)
-                private += f.get("Private_Clean", 0) + f.get("Private_Dirty", 0)
-        if (io := _read(f"/proc/{pid}/io")) is not None:
-            try:
-                f = _kb_fields(io, ("read_bytes", "write_bytes"), "/proc/[pid]/io")
-            except RuntimeError as e:
-                _warn_once("proc_io", "%s", e)
-            else:
-                read_bytes += f.get("read_bytes", 0)
-                write_bytes += f.get("write_bytes", 0)
-    return _Totals(
-        cpu_usec=ticks * 1_000_000 // os.sysconf("SC_CLK_TCK"),
-        rss_bytes=rss_pages * os.sysconf("SC_PAGE_SIZE"),
-        pss_bytes=pss if has_smaps else None,
-        private_bytes=private if has_smaps else None,
-        disk_read_bytes=read_bytes,
-        disk_write_bytes=write_bytes,
-        num_procs=procs,
-    )
-
-
-def _read_network_bytes() -> tuple[int, int]:
-    """Received and sent bytes over every interface but ``lo`` (``/proc/net/dev``)."""
-    rx = tx = 0
-    content = _read("/proc/net/dev")
-    for line in (content or "").splitlines()[2:]:
-        name, _, counters = line.partition(":")
-        parts = counters.split()
-        if name.strip() == "lo" or len(parts) < 9:
-            continue
-        try:
-            rx += int(parts[0])
-            tx += int(parts[8])
-        except ValueError:
-            raise RuntimeError(f"Failed to parse /proc/net/dev line: {line.strip()[:80]}") from None
-    return rx, tx
 
 
 @dataclass
@@ -207,21 +88,19 @@ def _collect_pgrp_stats(
     rx: int | None = None
     tx: int | None = None
     try:
-        t = _read_pgrp_totals(usage.pgid)
+        t = _native.pipeline._process_group_usage(usage.pgid)
     except RuntimeError as e:
         _warn_once("pgrp_stats", "%s", e)
     else:
-        cpu_usec = t.cpu_usec
+        for kind, message in t.pop("warnings"):
+            _warn_once(kind, "%s", message)
+        cpu_usec = t.pop("cpu_usec")
         if prev_cpu_usec is not None and prev_time_usec is not None and now_usec > prev_time_usec:
-            usage.cpu_percent = (t.cpu_usec - prev_cpu_usec) / (now_usec - prev_time_usec) * 100.0
-        usage.rss_bytes = t.rss_bytes
-        usage.pss_bytes = t.pss_bytes
-        usage.private_bytes = t.private_bytes
-        usage.disk_read_bytes = t.disk_read_bytes
-        usage.disk_write_bytes = t.disk_write_bytes
-        usage.num_procs = t.num_procs
+            usage.cpu_percent = (cpu_usec - prev_cpu_usec) / (now_usec - prev_time_usec) * 100.0
+        for name, value in t.items():
+            setattr(usage, name, value)
     try:
-        rx, tx = _read_network_bytes()
+        rx, tx = _native.pipeline._network_bytes()
     except RuntimeError as e:
         _warn_once("net_dev", "%s", e)
     else:

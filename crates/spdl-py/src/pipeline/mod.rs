@@ -190,7 +190,8 @@ pub struct CoreOptions {
 
 #[pymethods]
 impl CoreOptions {
-    /// `buffer_size`: the sink's (0: a large one); `num_threads`: the pool of sync ops; `max_failures` (a
+    /// `buffer_size`: the sink's, which also holds the `stage_buffer_size` of the queue SPDL has before its
+    /// sink (0: a large one); `num_threads`: the pool of sync ops; `max_failures` (a
     /// count) or `max_failure_fraction`: the pipeline's failure budget; `stage_buffer_size`: each queue's
     /// capacity (`None`: [`DEFAULT_STAGE_BUFFER`]); `autotune`: tune the concurrency of the stages left at 1
     /// and the pool while running (`spdl_exec::BuildOptions::autotune`); `max_memory_bytes`: the auto-tuner's
@@ -254,7 +255,10 @@ impl PipelineCore {
         let ctx = wiring::Ctx { failures: &failures, submitter: submitter.as_ref(), chunk: stage_buffer_size };
         let chain = wiring::steps_on(Chain::One(wiring::source(source, &ctx)?), steps, &ctx)?;
 
-        let buffer_size = if buffer_size == 0 { UNBOUNDED_SINK } else { buffer_size };
+        // SPDL's consumer reads `buffer_size` items buffered by its sink coroutine, which reads them from the
+        // last stage's output queue (of `_BUFFER_SIZE`, 2): that queue and the sink's buffer are what runs ahead
+        // of the consumer. The engine's last stage pushes straight into the sink, so the sink holds both.
+        let buffer_size = if buffer_size == 0 { UNBOUNDED_SINK } else { buffer_size.saturating_add(stage_buffer_size) };
         let opts = BuildOptions {
             num_threads,
             queue_capacity: stage_buffer_size,

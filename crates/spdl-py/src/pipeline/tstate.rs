@@ -143,8 +143,10 @@ pub(crate) fn attach_held<R>(f: impl for<'py> FnOnce(Python<'py>) -> R) -> R {
 }
 
 /// Counts a call of [`attach_held`] on this thread while it runs (unwinding too).
+#[cfg(not(Py_GIL_DISABLED))]
 struct InCall;
 
+#[cfg(not(Py_GIL_DISABLED))]
 impl InCall {
     fn enter() -> Self {
         let _ = IN_CALL.try_with(|n| n.set(n.get() + 1));
@@ -152,6 +154,7 @@ impl InCall {
     }
 }
 
+#[cfg(not(Py_GIL_DISABLED))]
 impl Drop for InCall {
     fn drop(&mut self) {
         let _ = IN_CALL.try_with(|n| n.set(n.get().saturating_sub(1)));

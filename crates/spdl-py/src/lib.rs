@@ -119,10 +119,7 @@ mod native {
         #[pymodule_export]
         use crate::pgrp::{_network_bytes, _process_group_usage};
         #[pymodule_export]
-        use crate::pipeline::spec::{
-            AggregateStep, AggregatorStep, AsyncSource, DisaggregateStep, IterSource, ListSource, MergeSource,
-            PathVariantsStep, PipeStep, RangeSource, ThroughStep,
-        };
+        use crate::pipeline::spec::{ThroughStep, check, check_source, op_kind};
         #[pymodule_export]
         use crate::pipeline::{AsyncBridge, CoreOptions, PipelineCore, PyNativeOp, RegionInputs, Reply, StatsSnapshot};
 

@@ -511,13 +511,14 @@ def test_an_endless_list_subclass_source_is_iterated_lazily():
 
 def test_an_endless_tuple_subclass_given_to_the_native_list_source_is_lazy():
     from spdl_rs import _native
+    from spdl_rs.pipeline import defs
 
     class Endless(tuple):
         def __iter__(self):
             return itertools.count(10)
 
     core = _native.pipeline.PipelineCore(
-        _native.pipeline.ListSource(Endless()), [], _native.pipeline.CoreOptions(buffer_size=2, num_threads=1)
+        defs.SourceConfig(Endless()), [], _native.pipeline.CoreOptions(buffer_size=2, num_threads=1)
     )
     core.start()
     try:

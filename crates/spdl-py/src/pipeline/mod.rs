@@ -138,9 +138,10 @@ impl Sink {
 #[pyclass(module = "spdl_rs._native.pipeline", frozen, weakref)]
 pub struct PipelineCore {
     sink: ManuallyDrop<Sink>,
-    /// The source and step descriptions it was built from: they own the Python objects the engine's stages
-    /// call (shared with the stages, not copied), and `__traverse__` visits them.
-    specs: Vec<Py<PyAny>>,
+    /// The source and steps it was built from: they own the Python objects the engine's stages call (shared
+    /// with the stages, not copied), and `__traverse__` visits them.
+    source: spec::Source,
+    steps: Vec<spec::Step>,
     /// The fork generation it was built in (`crate::lifecycle::generation`).
     generation: u64,
     failures: Arc<FailureLog>,
@@ -191,8 +192,8 @@ pub struct CoreOptions {
 #[pymethods]
 impl CoreOptions {
     /// `buffer_size`: the sink's, which also holds the `stage_buffer_size` of the queue SPDL has before its
-    /// sink (0: a large one); `num_threads`: the pool of sync ops; `max_failures` (a
-    /// count) or `max_failure_fraction`: the pipeline's failure budget; `stage_buffer_size`: each queue's
+    /// sink (0: a large one); `num_threads`: the pool of sync ops; `max_failures` (SPDL's:
+    /// `None`, a count with -1 for none, or a `fractions.Fraction` of the calls): the pipeline's failure budget; `stage_buffer_size`: each queue's
     /// capacity (`None`: [`DEFAULT_STAGE_BUFFER`]); `autotune`: tune the concurrency of the stages left at 1
     /// and the pool while running (`spdl_exec::BuildOptions::autotune`); `max_memory_bytes`: the auto-tuner's
     /// memory budget (`None`: half of the memory available at start). Each is checked here, once: a count of
@@ -203,7 +204,6 @@ impl CoreOptions {
         buffer_size: "int",
         num_threads: "int",
         max_failures=None,
-        max_failure_fraction=None,
         stage_buffer_size: "int | None" = None,
         autotune=false,
         max_memory_bytes: "int | None" = None,
@@ -211,8 +211,7 @@ impl CoreOptions {
     fn new(
         buffer_size: &Bound<'_, PyAny>,
         num_threads: &Bound<'_, PyAny>,
-        max_failures: Option<u64>,
-        max_failure_fraction: Option<f64>,
+        max_failures: Option<&Bound<'_, PyAny>>,
         stage_buffer_size: Option<&Bound<'_, PyAny>>,
         autotune: bool,
         max_memory_bytes: Option<&Bound<'_, PyAny>>,
@@ -232,7 +231,10 @@ impl CoreOptions {
         Ok(Self {
             buffer_size,
             num_threads: threads,
-            failure_budget: spec::failure_budget(max_failures, max_failure_fraction)?,
+            failure_budget: match max_failures {
+                Some(m) => spec::pipeline_budget(m)?,
+                None => FailureBudget::Unlimited,
+            },
             stage_buffer_size,
             autotune,
             max_memory_bytes,
@@ -244,7 +246,7 @@ impl PipelineCore {
     fn build(
         py: Python<'_>,
         source: &Bound<'_, PyAny>,
-        steps: &[Bound<'_, PyAny>],
+        steps: &Bound<'_, PyAny>,
         options: &CoreOptions,
         bridge: Option<Bound<'_, AsyncBridge>>,
     ) -> PyResult<Self> {
@@ -253,7 +255,8 @@ impl PipelineCore {
         let failures = Arc::new(FailureLog::new(py)?);
         let submitter = bridge.as_ref().map(|b| b.get().submitter());
         let ctx = wiring::Ctx { failures: &failures, submitter: submitter.as_ref(), chunk: stage_buffer_size };
-        let chain = wiring::steps_on(Chain::One(wiring::source(source, &ctx)?), steps, &ctx)?;
+        let (source, steps) = (spec::source(source)?, spec::steps(steps)?);
+        let chain = wiring::steps_on(py, Chain::One(wiring::source(py, &source, &ctx)?), &steps, &ctx)?;
 
         // SPDL's consumer reads `buffer_size` items buffered by its sink coroutine, which reads them from the
         // last stage's output queue (of `_BUFFER_SIZE`, 2): that queue and the sink's buffer are what runs ahead
@@ -274,12 +277,10 @@ impl PipelineCore {
             Chain::One(b) => Sink::One(build(b.sink(buffer_size), opts)?),
             Chain::Batch(b) => Sink::Batch(build(b.sink(buffer_size), opts)?),
         };
-        let mut specs = Vec::with_capacity(steps.len() + 1);
-        specs.push(source.clone().unbind());
-        specs.extend(steps.iter().map(|s| s.clone().unbind()));
         Ok(Self {
             sink: ManuallyDrop::new(sink),
-            specs,
+            source,
+            steps,
             generation: crate::lifecycle::generation(),
             failures,
             error: Mutex::new(None),
@@ -292,16 +293,16 @@ impl PipelineCore {
 
 #[pymethods]
 impl PipelineCore {
-    /// Builds the pipeline from typed descriptions (`spdl_rs._native`): `source` is an `IterSource`,
-    /// `RangeSource`, `ListSource`, `AsyncSource` or `MergeSource`; `steps` are `PipeStep`, `AggregateStep`,
-    /// `AggregatorStep`, `DisaggregateStep`, `PathVariantsStep` or `ThroughStep` objects. `bridge` is
-    /// required when an op, a router or the source is async.
+    /// Builds the pipeline from its configs (`spdl_rs.pipeline.defs`, read by [`spec`]): `source` is a
+    /// `SourceConfig` or a `MergeConfig`; `steps` are `PipeConfig`, `AggregateConfig`, `DisaggregateConfig`,
+    /// `PathVariantsConfig` or `ThroughStep` objects. `bridge` is required when an op, a router or the source
+    /// is async.
     #[new]
     #[pyo3(signature = (source, steps, options, *, bridge=None))]
     fn new(
         py: Python<'_>,
         source: Bound<'_, PyAny>,
-        steps: Vec<Bound<'_, PyAny>>,
+        steps: Bound<'_, PyAny>,
         options: CoreOptions,
         bridge: Option<Bound<'_, AsyncBridge>>,
     ) -> PyResult<Self> {
@@ -318,9 +319,8 @@ impl PipelineCore {
 
     /// The Python objects the pipeline holds (its step descriptions), for the garbage collector.
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        for spec in &self.specs {
-            visit.call(spec)?;
-        }
+        self.source.traverse(&visit)?;
+        spec::traverse_steps(&self.steps, &visit)?;
         self.failures.traverse(&visit)
     }
 

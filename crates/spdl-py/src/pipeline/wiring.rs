@@ -1,14 +1,13 @@
-//! Turns the Python layer's source and step descriptions into an engine graph: sources (and
-//! merges of sub-pipelines), `pipe`/`aggregate`/`disaggregate` steps, `path_variants` routes
-//! with their branches, and `through` steps (regions run elsewhere).
+//! Turns a pipeline's description ([`super::spec`]: the `defs` configs, read) into an engine graph: sources
+//! (and merges of sub-pipelines), `pipe`/`aggregate`/`disaggregate` steps, `path_variants` routes with their
+//! branches, and `through` steps (regions run elsewhere).
 
 use std::sync::{Arc, Mutex, PoisonError};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyTuple};
 use spdl_exec::{
-    Branch, FailureBudget, Inputs, ItemSize, MergeOptions, MergePolicy, MergeStop, OutputOrder, PipelineBuilder, Stage,
+    Branch, FailureBudget, Inputs, ItemSize, MergeOptions, MergePolicy, MergeStop, PipelineBuilder, Stage,
 };
 
 use super::bridge::{JobContext, JobKind, Produced, Submitter};
@@ -16,10 +15,7 @@ use super::failure_log::FailureLog;
 use super::ops::{
     OpImpl, PipeSpec, PyAggregator, PyIter, PyIterable, RangeIter, collect_items, disaggregate_stage, make_stage,
 };
-use super::spec::{
-    AggregateStep, AggregatorStep, AsyncSource, DisaggregateStep, IterSource, ListSource, MergeSource,
-    PathVariantsStep, PipeStep, Policy, RangeSource, ThroughStep, not_a,
-};
+use super::spec::{PathVariantsStep, PipeStep, Source, Step};
 use crate::error::Error;
 use crate::value::Value;
 
@@ -55,84 +51,66 @@ fn split(failures: &Arc<FailureLog>) -> Stage<Value, Vec<Value>> {
 }
 
 /// Whether the step after step `i` is a `disaggregate`.
-fn next_is_disaggregate(steps: &[Bound<'_, PyAny>], i: usize) -> bool {
-    steps.get(i + 1).is_some_and(|s| s.is_instance_of::<DisaggregateStep>())
+fn next_is_disaggregate(steps: &[Step], i: usize) -> bool {
+    matches!(steps.get(i + 1), Some(Step::Disaggregate))
 }
 
-/// The source: an [`IterSource`], [`RangeSource`], [`ListSource`], [`AsyncSource`] or [`MergeSource`] (whose
-/// inputs are sources with their own steps).
-pub(crate) fn source(source: &Bound<'_, PyAny>, ctx: &Ctx<'_>) -> PyResult<PipelineBuilder<Value>> {
+/// The source (see [`Source`]): a merge's inputs are sources with their own steps.
+pub(crate) fn source(py: Python<'_>, source: &Source, ctx: &Ctx<'_>) -> PyResult<PipelineBuilder<Value>> {
     let start = PipelineBuilder::new();
-    if let Ok(s) = source.cast::<IterSource>() {
-        let IterSource { iterable, continuous } = s.get();
-        let iterable = Arc::clone(iterable);
-        let size = ItemSize::new();
-        return Ok(if *continuous {
-            let failures = Arc::clone(ctx.failures);
-            start.continuous_source_measured(
-                PyIterable { iterable, failures, chunk: ctx.chunk, size: size.clone() },
-                size,
-            )
-        } else {
-            start.source_measured(PyIter::new(iterable, Arc::clone(ctx.failures), ctx.chunk, size.clone()), size)
-        });
-    }
-    if let Ok(s) = source.cast::<RangeSource>() {
-        let RangeSource { start: next, stop, step } = *s.get();
-        let size = ItemSize::new();
-        return Ok(start.source_measured(RangeIter { next, stop, step, size: size.clone() }, size));
-    }
-    if let Ok(s) = source.cast::<ListSource>() {
-        let seq = s.get().items.bind(source.py());
-        // Snapshot: taken into Rust values now, so the source runs without the GIL. Only an exact `list` or
-        // `tuple` is finite by construction; anything else (a subclass with its own `__iter__`, which may
-        // be endless) is iterated lazily, as any iterable is.
-        if !(seq.is_exact_instance_of::<PyList>() || seq.is_exact_instance_of::<PyTuple>()) {
-            let iterable = Arc::new(seq.clone().unbind());
+    Ok(match source {
+        Source::Iter { iterable, continuous } => {
+            let iterable = Arc::clone(iterable);
             let size = ItemSize::new();
-            return Ok(
+            if *continuous {
+                let failures = Arc::clone(ctx.failures);
+                start.continuous_source_measured(
+                    PyIterable { iterable, failures, chunk: ctx.chunk, size: size.clone() },
+                    size,
+                )
+            } else {
                 start.source_measured(PyIter::new(iterable, Arc::clone(ctx.failures), ctx.chunk, size.clone()), size)
-            );
-        }
-        let values: Vec<Value> = seq.try_iter()?.map(|o| o.map(Value::from_py)).collect::<PyResult<_>>()?;
-        // Measured up front (a sample), for the queue after the source.
-        let size = ItemSize::new();
-        for v in values.iter().take(8) {
-            match super::ops::native_nbytes(v) {
-                Some(n) => size.record(n),
-                None => size.record_guess(64),
             }
         }
-        return Ok(start.source_measured(values, size));
-    }
-    if let Ok(s) = source.cast::<AsyncSource>() {
-        let submitter =
-            ctx.submitter.ok_or_else(|| PyValueError::new_err("an async source needs the pipeline's event loop"))?;
-        let aiter = Arc::clone(&s.get().aiter);
-        return Ok(start.source_stream(super::ops::async_source(aiter, submitter.clone(), Arc::clone(ctx.failures))));
-    }
-    if let Ok(s) = source.cast::<MergeSource>() {
-        let py = source.py();
-        let m = s.get();
-        let mut inputs = Vec::with_capacity(m.inputs.len());
-        for (src, steps) in &m.inputs {
-            let steps: Vec<Bound<'_, PyAny>> = steps.iter().map(|s| s.bind(py).clone()).collect();
-            let chain = steps_on(Chain::One(self::source(src.bind(py), ctx)?), &steps, ctx)?;
-            inputs.push(one(chain));
+        &Source::Range { start: next, stop, step } => {
+            let size = ItemSize::new();
+            start.source_measured(RangeIter { next, stop, step, size: size.clone() }, size)
         }
-        let policy = match &m.policy {
-            Policy::AsAvailable => MergePolicy::AsAvailable,
-            Policy::RoundRobin => MergePolicy::RoundRobin,
-            Policy::Weighted(weights, seed) => MergePolicy::Weighted { weights: weights.clone(), seed: *seed },
-        };
-        let stop = match m.stop_after {
-            0 => MergeStop::AllExhausted,
-            -1 => MergeStop::FirstExhausted,
-            n => MergeStop::AfterItems(n.unsigned_abs()),
-        };
-        return Ok(start.merge(inputs, MergeOptions::new(m.name.clone()).policy(policy).stop(stop)));
-    }
-    Err(not_a("source", source))
+        Source::List { items } => {
+            // Snapshot: taken into Rust values now, so the source runs without the GIL.
+            let values: Vec<Value> =
+                items.bind(py).try_iter()?.map(|o| o.map(Value::from_py)).collect::<PyResult<_>>()?;
+            // Measured up front (a sample), for the queue after the source.
+            let size = ItemSize::new();
+            for v in values.iter().take(8) {
+                match super::ops::native_nbytes(v) {
+                    Some(n) => size.record(n),
+                    None => size.record_guess(64),
+                }
+            }
+            start.source_measured(values, size)
+        }
+        Source::Async { aiter } => {
+            let submitter = ctx
+                .submitter
+                .ok_or_else(|| PyValueError::new_err("an async source needs the pipeline's event loop"))?;
+            start.source_stream(super::ops::async_source(
+                Arc::clone(aiter),
+                submitter.clone(),
+                Arc::clone(ctx.failures),
+            ))
+        }
+        Source::Merge { inputs } => {
+            let mut chains = Vec::with_capacity(inputs.len());
+            for (src, steps) in inputs {
+                chains.push(one(steps_on(py, Chain::One(self::source(py, src, ctx)?), steps, ctx)?));
+            }
+            start.merge(
+                chains,
+                MergeOptions::new("merge").policy(MergePolicy::AsAvailable).stop(MergeStop::AllExhausted),
+            )
+        }
+    })
 }
 
 /// Single items: a batch becomes one `list` item.
@@ -152,87 +130,87 @@ fn branch_one<X: Send + 'static>(chain: BranchChain<X>) -> Branch<X, Value> {
 
 /// Applies the steps to a [`Chain`] or a [`BranchChain`]: the same methods exist on both.
 macro_rules! apply_steps {
-    ($chain:expr, $Ch:ident, $steps:expr, $ctx:expr) => {{
-        let steps: &[Bound<'_, PyAny>] = $steps;
+    ($py:expr, $chain:expr, $Ch:ident, $steps:expr, $ctx:expr) => {{
+        let steps: &[Step] = $steps;
         let ctx: &Ctx<'_> = $ctx;
         let mut chain = $chain;
         for (i, step) in steps.iter().enumerate() {
-            chain = if let Ok(p) = step.cast::<PipeStep>() {
-                let spec = pipe_spec(p.get(), step.py(), next_is_disaggregate(steps, i))?;
-                match chain {
-                    $Ch::One(b) => $Ch::One(b.pipe(make_stage(spec, ctx.failures, ctx.submitter)?)),
-                    $Ch::Batch(b) => $Ch::One(b.pipe(make_stage(spec, ctx.failures, ctx.submitter)?)),
+            chain = match step {
+                Step::Pipe(p) => {
+                    let spec = pipe_spec(p, $py, next_is_disaggregate(steps, i))?;
+                    match chain {
+                        $Ch::One(b) => $Ch::One(b.pipe(make_stage(spec, ctx.failures, ctx.submitter)?)),
+                        $Ch::Batch(b) => $Ch::One(b.pipe(make_stage(spec, ctx.failures, ctx.submitter)?)),
+                    }
                 }
-            } else if let Ok(a) = step.cast::<AggregateStep>() {
-                let AggregateStep { size, drop_last } = *a.get();
-                let b = match chain {
-                    $Ch::One(b) => b,
-                    // A batch of batches: each inner batch becomes one `list` item first.
-                    $Ch::Batch(b) => b.pipe(collate()),
-                };
-                $Ch::Batch(if drop_last { b.aggregate_drop_last(size) } else { b.aggregate(size) })
-            } else if let Ok(a) = step.cast::<AggregatorStep>() {
-                let a = a.get();
-                let agg = PyAggregator {
-                    stage: a.name.clone(),
-                    agg: Arc::clone(&a.aggregator),
-                    failures: Arc::clone(ctx.failures),
-                    split_output: next_is_disaggregate(steps, i),
-                };
-                let (name, drop_last) = (a.name.clone(), a.drop_last);
-                match chain {
-                    $Ch::One(b) => $Ch::One(b.aggregate_with(name, agg, drop_last)),
-                    $Ch::Batch(b) => $Ch::One(b.aggregate_with(name, agg, drop_last)),
+                &Step::Aggregate { size, drop_last } => {
+                    let b = match chain {
+                        $Ch::One(b) => b,
+                        // A batch of batches: each inner batch becomes one `list` item first.
+                        $Ch::Batch(b) => b.pipe(collate()),
+                    };
+                    $Ch::Batch(if drop_last { b.aggregate_drop_last(size) } else { b.aggregate(size) })
                 }
-            } else if step.is_instance_of::<DisaggregateStep>() {
-                match chain {
+                Step::Aggregator { name, aggregator, drop_last } => {
+                    let agg = PyAggregator {
+                        stage: name.clone(),
+                        agg: Arc::clone(aggregator),
+                        failures: Arc::clone(ctx.failures),
+                        split_output: next_is_disaggregate(steps, i),
+                    };
+                    match chain {
+                        $Ch::One(b) => $Ch::One(b.aggregate_with(name.clone(), agg, *drop_last)),
+                        $Ch::Batch(b) => $Ch::One(b.aggregate_with(name.clone(), agg, *drop_last)),
+                    }
+                }
+                Step::Disaggregate => match chain {
                     // Single items may be Python iterables: split lazily, on the pool.
                     $Ch::One(b) => $Ch::One(b.pipe(disaggregate_stage(ctx.failures))),
                     // An `aggregate`'s batches are Rust vectors: split natively on the scheduler.
                     $Ch::Batch(b) => $Ch::One(b.disaggregate()),
+                },
+                Step::PathVariants(pv) => {
+                    let route = RouteSpec { pv, py: $py };
+                    // Routed as single values (a batch as one `list`); an async router is awaited first.
+                    let b = match chain {
+                        $Ch::One(b) => b,
+                        $Ch::Batch(b) => b.pipe(collate()),
+                    };
+                    let b = match route.awaited(ctx)? {
+                        Some(stage) => b.pipe(stage),
+                        None => b,
+                    };
+                    if pv.batched {
+                        let b = b.pipe(Stage::map("batch", |v: Value| Ok::<_, Error>(vec![v])));
+                        $Ch::Batch(b.route_batched_with(route.batch_classifier(ctx), route.batch_branches(ctx)?))
+                    } else {
+                        $Ch::One(b.route_with(route.item_classifier(ctx), route.item_branches(ctx)?, pv.order))
+                    }
                 }
-            } else if let Ok(pv) = step.cast::<PathVariantsStep>() {
-                let route = RouteSpec::new(pv.get(), step.py());
-                // Routed as single values (a batch as one `list`); an async router is awaited first.
-                let b = match chain {
-                    $Ch::One(b) => b,
-                    $Ch::Batch(b) => b.pipe(collate()),
-                };
-                let b = match route.awaited(ctx)? {
-                    Some(stage) => b.pipe(stage),
-                    None => b,
-                };
-                if route.batched {
-                    let b = b.pipe(Stage::map("batch", |v: Value| Ok::<_, Error>(vec![v])));
-                    $Ch::Batch(b.route_batched_with(route.batch_classifier(ctx), route.batch_branches(ctx)?))
-                } else {
-                    $Ch::One(b.route_with(route.item_classifier(ctx), route.item_branches(ctx)?, route.order))
+                Step::Through { name, func } => {
+                    let b = match chain {
+                        $Ch::One(b) => b,
+                        $Ch::Batch(b) => b.pipe(collate()),
+                    };
+                    $Ch::One(through(b, name.clone(), Arc::clone(func), Arc::clone(ctx.failures))?)
                 }
-            } else if let Ok(t) = step.cast::<ThroughStep>() {
-                let t = t.get();
-                let b = match chain {
-                    $Ch::One(b) => b,
-                    $Ch::Batch(b) => b.pipe(collate()),
-                };
-                $Ch::One(through(b, t.name.clone(), Arc::clone(&t.func), Arc::clone(ctx.failures))?)
-            } else {
-                return Err(not_a("step", step));
             };
         }
         chain
     }};
 }
 
-pub(crate) fn steps_on(chain: Chain, steps: &[Bound<'_, PyAny>], ctx: &Ctx<'_>) -> PyResult<Chain> {
-    Ok(apply_steps!(chain, Chain, steps, ctx))
+pub(crate) fn steps_on(py: Python<'_>, chain: Chain, steps: &[Step], ctx: &Ctx<'_>) -> PyResult<Chain> {
+    Ok(apply_steps!(py, chain, Chain, steps, ctx))
 }
 
 fn branch_steps<X: Send + 'static>(
+    py: Python<'_>,
     chain: BranchChain<X>,
-    steps: &[Bound<'_, PyAny>],
+    steps: &[Step],
     ctx: &Ctx<'_>,
 ) -> PyResult<BranchChain<X>> {
-    Ok(apply_steps!(chain, BranchChain, steps, ctx))
+    Ok(apply_steps!(py, chain, BranchChain, steps, ctx))
 }
 
 /// A `through` step inside a branch is a region in a branch: not wired (the Python layer refuses
@@ -363,35 +341,20 @@ fn pipe_spec(p: &PipeStep, py: Python<'_>, split_output: bool) -> PyResult<PipeS
     })
 }
 
-/// A `path_variants` step, with its paths' steps bound.
-struct RouteSpec<'py> {
-    name: String,
-    is_async: bool,
-    router: Arc<Py<PyAny>>,
-    paths: Vec<Vec<Bound<'py, PyAny>>>,
-    batched: bool,
-    order: OutputOrder,
+/// A `path_variants` step being wired.
+struct RouteSpec<'a, 'py> {
+    pv: &'a PathVariantsStep,
+    py: Python<'py>,
 }
 
 /// `async def pair(router, item): return (await router(item), item)`.
 const PAIR: &std::ffi::CStr = c"async def pair(router, item):\n    return (await router(item), item)\n";
 
-impl<'py> RouteSpec<'py> {
-    fn new(pv: &PathVariantsStep, py: Python<'py>) -> Self {
-        Self {
-            name: pv.name.clone(),
-            is_async: pv.is_async,
-            router: Arc::clone(&pv.router),
-            paths: pv.paths.iter().map(|p| p.iter().map(|s| s.bind(py).clone()).collect()).collect(),
-            batched: pv.batched,
-            order: pv.order,
-        }
-    }
-
+impl RouteSpec<'_, '_> {
     /// For an async router: a stage (`name/router`) that awaits it on the pipeline's loop and gives
     /// `(index, item)` (batched: `(indices, batch)`).
     fn awaited(&self, ctx: &Ctx<'_>) -> PyResult<Option<Stage<Value, Value>>> {
-        if !self.is_async {
+        if !self.pv.is_async {
             return Ok(None);
         }
         let submitter = ctx
@@ -400,14 +363,16 @@ impl<'py> RouteSpec<'py> {
             .clone();
         let op = Python::attach(|py| -> PyResult<_> {
             let module = PyModule::from_code(py, PAIR, c"spdl_rs_route.py", c"spdl_rs_route")?;
-            let partial =
-                py.import("functools")?.getattr("partial")?.call1((module.getattr("pair")?, self.router.bind(py)))?;
+            let partial = py
+                .import("functools")?
+                .getattr("partial")?
+                .call1((module.getattr("pair")?, self.pv.router.bind(py)))?;
             Ok(Arc::new(partial.unbind()))
         })?;
         let context =
-            Arc::new(JobContext { stage: self.name.clone(), split: false, failures: Arc::clone(ctx.failures) });
+            Arc::new(JobContext { stage: self.pv.name.clone(), split: false, failures: Arc::clone(ctx.failures) });
         Ok(Some(
-            Stage::map_async(format!("{}/router", self.name), move |item: Value| {
+            Stage::map_async(format!("{}/router", self.pv.name), move |item: Value| {
                 let rx = submitter.submit(JobKind::Call, &op, item, &context);
                 let stage = context.stage.clone();
                 async move {
@@ -423,9 +388,9 @@ impl<'py> RouteSpec<'py> {
     }
 
     fn item_classifier(&self, ctx: &Ctx<'_>) -> Stage<Value, (usize, Value)> {
-        let n = self.paths.len();
-        let is_async = self.is_async;
-        let (name, failures, router) = (self.name.clone(), Arc::clone(ctx.failures), Arc::clone(&self.router));
+        let n = self.pv.paths.len();
+        let is_async = self.pv.is_async;
+        let (name, failures, router) = (self.pv.name.clone(), Arc::clone(ctx.failures), Arc::clone(&self.pv.router));
         Stage::map(name.clone(), move |item: Value| {
             super::tstate::attach(|py| {
                 let run = || -> PyResult<(usize, Value)> {
@@ -444,17 +409,18 @@ impl<'py> RouteSpec<'py> {
     }
 
     fn item_branches(&self, ctx: &Ctx<'_>) -> PyResult<Vec<Branch<Value, Value>>> {
-        self.paths
+        self.pv
+            .paths
             .iter()
-            .map(|steps| Ok(branch_one(branch_steps(BranchChain::One(Branch::new()), steps, ctx)?)))
+            .map(|steps| Ok(branch_one(branch_steps(self.py, BranchChain::One(Branch::new()), steps, ctx)?)))
             .collect()
     }
 
     /// Takes a one-element batch: the batch as a `list` (or, for an async router, `(indices, list)`).
     fn batch_classifier(&self, ctx: &Ctx<'_>) -> Stage<Vec<Value>, (Vec<usize>, Vec<Value>)> {
-        let n = self.paths.len();
-        let is_async = self.is_async;
-        let (name, failures, router) = (self.name.clone(), Arc::clone(ctx.failures), Arc::clone(&self.router));
+        let n = self.pv.paths.len();
+        let is_async = self.pv.is_async;
+        let (name, failures, router) = (self.pv.name.clone(), Arc::clone(ctx.failures), Arc::clone(&self.pv.router));
         Stage::map(name.clone(), move |one: Vec<Value>| {
             super::tstate::attach(|py| {
                 let run = || -> PyResult<(Vec<usize>, Vec<Value>)> {
@@ -473,11 +439,12 @@ impl<'py> RouteSpec<'py> {
     }
 
     fn batch_branches(&self, ctx: &Ctx<'_>) -> PyResult<Vec<Branch<Vec<Value>, Vec<Value>>>> {
-        self.paths
+        self.pv
+            .paths
             .iter()
             .map(|steps| {
                 let start = BranchChain::One(Branch::<Vec<Value>, Vec<Value>>::new().pipe(collate()));
-                Ok(branch_one(branch_steps(start, steps, ctx)?).pipe(split(ctx.failures)))
+                Ok(branch_one(branch_steps(self.py, start, steps, ctx)?).pipe(split(ctx.failures)))
             })
             .collect()
     }

@@ -5,29 +5,22 @@ change the Rust declarations (types, ``#[pyo3(signature = ...)]`` annotations) a
 """
 
 __all__ = [
-    "AggregateStep",
-    "AggregatorStep",
     "AsyncBridge",
-    "AsyncSource",
     "CheckpointEpoch",
     "CheckpointTracker",
     "CoreOptions",
     "DEFAULT_STAGE_BUFFER_SIZE",
-    "DisaggregateStep",
-    "IterSource",
-    "ListSource",
-    "MergeSource",
     "NativeOp",
-    "PathVariantsStep",
-    "PipeStep",
     "PipelineCore",
-    "RangeSource",
     "RegionInputs",
     "Reply",
     "StatsSnapshot",
     "ThroughStep",
     "_network_bytes",
     "_process_group_usage",
+    "check",
+    "check_source",
+    "op_kind",
 ]
 
 from collections.abc import Sequence
@@ -35,22 +28,10 @@ from typing import Any, Final, final
 DEFAULT_STAGE_BUFFER_SIZE: Final[int]
 
 @final
-class AggregateStep:
-    def __new__(cls, /, size: int, *, drop_last: bool = False) -> AggregateStep: ...
-
-@final
-class AggregatorStep:
-    def __new__(cls, /, name: str, aggregator: Any, *, drop_last: bool = False) -> AggregatorStep: ...
-
-@final
 class AsyncBridge:
     def __new__(cls, /) -> AsyncBridge: ...
     def fileno(self, /) -> int: ...
     def take_jobs(self, /) -> list[tuple[str, Any, Any, Reply]]: ...
-
-@final
-class AsyncSource:
-    def __new__(cls, /, aiter: Any) -> AsyncSource: ...
 
 @final
 class CheckpointEpoch:
@@ -69,29 +50,13 @@ class CheckpointTracker:
 
 @final
 class CoreOptions:
-    def __new__(cls, /, *, buffer_size: "int", num_threads: "int", max_failures: int |None = None, max_failure_fraction: float |None = None, stage_buffer_size: "int | None" = None, autotune: bool = False, max_memory_bytes: "int | None" = None) -> CoreOptions: ...
+    def __new__(cls, /, *, buffer_size: "int", num_threads: "int", max_failures: Any |None = None, stage_buffer_size: "int | None" = None, autotune: bool = False, max_memory_bytes: "int | None" = None) -> CoreOptions: ...
     @property
     def buffer_size(self, /) -> int: ...
     @property
     def num_threads(self, /) -> int: ...
     @property
     def stage_buffer_size(self, /) -> int: ...
-
-@final
-class DisaggregateStep:
-    def __new__(cls, /) -> DisaggregateStep: ...
-
-@final
-class IterSource:
-    def __new__(cls, /, iterable: Any, *, continuous: bool = False) -> IterSource: ...
-
-@final
-class ListSource:
-    def __new__(cls, /, items: Any) -> ListSource: ...
-
-@final
-class MergeSource:
-    def __new__(cls, /, name: str, inputs: Sequence[tuple[Any, Sequence[Any]]], *, policy: str = "as_available", weights: Sequence[float] |None = None, stop_after: int = 0, seed: int = 0) -> MergeSource: ...
 
 @final
 class NativeOp:
@@ -101,16 +66,8 @@ class NativeOp:
     def name(self, /) -> str: ...
 
 @final
-class PathVariantsStep:
-    def __new__(cls, /, name: str, router: Any, paths: Sequence[Sequence[Any]], *, is_async: bool = False, batched: bool = False, output_order: str = "completion") -> PathVariantsStep: ...
-
-@final
-class PipeStep:
-    def __new__(cls, /, name: str, kind: str, op: Any, *, concurrency: int = 1, output_order: str = "completion", max_failures: int |None = None, max_failure_fraction: float |None = None) -> PipeStep: ...
-
-@final
 class PipelineCore:
-    def __new__(cls, /, source: Any, steps: Sequence[Any], options: CoreOptions, *, bridge: AsyncBridge |None = None) -> PipelineCore: ...
+    def __new__(cls, /, source: Any, steps: Any, options: CoreOptions, *, bridge: AsyncBridge |None = None) -> PipelineCore: ...
     def autotune_decisions(self, /) -> list |None: ...
     def autotune_report(self, /) -> dict |None: ...
     def error(self, /) -> tuple[str, str |None] |None: ...
@@ -123,10 +80,6 @@ class PipelineCore:
     def stats_window(self, /, anchor: StatsSnapshot |None = None) -> dict: ...
     def stop(self, /, timeout: float |None = None) -> None: ...
     def take_exceptions(self, /) -> list[tuple[str, Any]]: ...
-
-@final
-class RangeSource:
-    def __new__(cls, /, start: int, stop: int, step: int) -> RangeSource: ...
 
 @final
 class RegionInputs:
@@ -150,3 +103,6 @@ class ThroughStep:
 
 def _network_bytes() -> tuple[int, int]: ...
 def _process_group_usage(pgid: int) -> "dict[str, Any]": ...
+def check(config: Any, *, aggregate_op: bool = False) -> None: ...
+def check_source(source: Any, continuous: bool = False) -> None: ...
+def op_kind(op: Any) -> tuple[str, Any]: ...

@@ -20,10 +20,9 @@ from ._core import (
     _STAGE_BUFFER_SIZE,
     _build,
     _check_buffer_size,
-    _check_source,
     _Conversion,
     _convert_step,
-    _pipe_step,
+    _pipe_config,
 )
 from ._hooks import StageInfo, TaskHook
 from ._op import _op_name
@@ -165,7 +164,7 @@ class PipelineBuilder(Generic[T, U]):
 
         if self._src is not None:
             raise ValueError("Source is already set.")
-        _check_source(source, continuous)
+        _native.pipeline.check_source(source, continuous)
         self._src = defs.SourceConfig(source, continuous=bool(continuous))
         return self
 
@@ -210,7 +209,7 @@ class PipelineBuilder(Generic[T, U]):
             output_order=output_order,
             max_failures=max_failures,
         )
-        _pipe_step(cfg)  # validates
+        _pipe_config(cfg)  # validates
         self._pipes.append(cfg)
         return self
 
@@ -228,7 +227,7 @@ class PipelineBuilder(Generic[T, U]):
                 is discarded and ``flush`` is not called at the end of the input.
         """
 
-        defs._aggregator_step(num_items, bool(drop_last))  # validates
+        _native.pipeline.check(num_items, aggregate_op=True)
         op = defs.Collate(num_items) if isinstance(num_items, int) and not isinstance(num_items, bool) else num_items
         self._pipes.append(
             defs.AggregateConfig(

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from fractions import Fraction
 from typing import Any
 
 from .. import _native
@@ -31,36 +31,10 @@ _LG = logging.getLogger("spdl_rs.pipeline")
 #: output_buffer_size, conv)`` (:py:func:`._region.region_step`).
 RegionStep = Callable[[list[Any], Any, int, int, "_Conversion"], Any]
 
-_I64 = (-(2**63), 2**63 - 1)
-
 #: Default capacity of the queues between stages: SPDL's (``_BUFFER_SIZE``, fixed there), declared by the
 #: native module. The pipeline-wide values are checked there too, once (``CoreOptions``; sizes up to 2**48:
 #: queues allocate as they fill, so a large one costs nothing until it holds items).
 _STAGE_BUFFER_SIZE: int = _native.pipeline.DEFAULT_STAGE_BUFFER_SIZE
-
-
-def _budget(max_failures: int | Fraction | None, what: str, stage: bool = False) -> dict[str, Any]:
-    """The engine's keywords for a failure budget: none (``None``/-1: unlimited), ``max_failures=n`` (an int
-    n >= 0: stop after more than n failures) or ``max_failure_fraction=x`` (a Fraction in (0, 1]: stop when
-    more than that share of the calls failed, judged after 100 calls). A ``stage``'s budget replaces the
-    pipeline's for that stage, as in SPDL: there -1 is kept (unlimited for the stage, whatever the pipeline's)
-    and ``None`` leaves the stage to the pipeline's."""
-    if max_failures is None:
-        return {}
-    if isinstance(max_failures, bool):
-        raise TypeError(f"{what} must be an int or a fractions.Fraction, got a bool")
-    if isinstance(max_failures, Fraction):
-        if not (0 < max_failures <= 1):
-            # SPDL's words.
-            raise ValueError(f"`{what}` Fraction must be in range (0, 1]. Got: {max_failures}")
-        return {"max_failure_fraction": float(max_failures)}
-    if isinstance(max_failures, int):
-        if max_failures == -1:
-            return {"max_failures": -1} if stage else {}
-        if max_failures < 0:
-            raise ValueError(f"{what} must be -1 (unlimited) or >= 0, got {max_failures}")
-        return {"max_failures": max_failures}
-    raise TypeError(f"{what} must be an int or a fractions.Fraction, got {type(max_failures).__name__}")
 
 
 def _generator_to_list(fn: Any, item: Any) -> list[Any]:
@@ -106,54 +80,18 @@ def _in_executor(kind: str, fn: Any, executor: Any) -> tuple[str, Any]:
     return "async", call_in_executor
 
 
-def _check_source(source: Any, continuous: bool) -> None:
-    """Checks that ``source`` can be a pipeline's source."""
-    if hasattr(source, "__aiter__"):
-        if continuous:
-            raise ValueError("continuous=True needs a sync iterable (an async iterator cannot be restarted)")
-    elif not hasattr(source, "__iter__"):
-        raise TypeError(f"source must be an iterable or an async iterable, got {type(source).__name__}")
-
-
-def _source_spec(source: Any, continuous: bool) -> tuple[Any, bool]:
-    """The engine's description of an iterable or async iterable source (a ``spdl_rs._native`` source object),
-    and whether it needs the event loop. An async iterable's iterator is made here, at build time."""
-    _check_source(source, continuous)
-    if hasattr(source, "__aiter__"):
-        return _native.pipeline.AsyncSource(source.__aiter__()), True
-    if isinstance(source, range) and not continuous and all(
-        _I64[0] <= v <= _I64[1] for v in (source.start, source.stop, source.step)
-    ):
-        return _native.pipeline.RangeSource(source.start, source.stop, source.step), False
-    # Snapshotted at build: only an exact list or tuple (finite by construction; a subclass's own
-    # ``__iter__`` may be endless or raise, so it is iterated lazily like any iterable).
-    if type(source) in (list, tuple) and not continuous:
-        return _native.pipeline.ListSource(source), False
-    return _native.pipeline.IterSource(source, continuous=bool(continuous)), False
-
-
-def _pipe_step(cfg: Any, hooks: list[Any] | None = None, ext: Extensions | None = None) -> tuple[Any, bool]:
-    """The engine step of a ``PipeConfig``, and whether it needs the event loop. With ``hooks``, the op runs
-    inside them on the event loop."""
-    concurrency = cfg.concurrency
-    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-        raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
-    if cfg.output_order not in ("completion", "input"):
-        raise ValueError(f'output_order must be "completion" or "input", got {cfg.output_order!r}')
+def _pipe_config(cfg: Any, hooks: list[Any] | None = None, ext: Extensions | None = None) -> tuple[Any, bool]:
+    """``cfg`` as the engine runs it (its executor and ``hooks`` applied around the op), and whether it needs
+    the event loop. The values are checked where the engine reads them (``_native.pipeline.check``)."""
+    _native.pipeline.check(cfg)
     kind, fn = _op_kind(cfg.op)
     if cfg.executor is not None:
         kind, fn = _in_executor(kind, fn, cfg.executor)
     if hooks and ext is not None:
         kind, fn = ext.hooked_op(kind, fn, hooks)
-    step = _native.pipeline.PipeStep(
-        cfg.name,
-        kind,
-        fn,
-        concurrency=concurrency,
-        output_order=cfg.output_order,
-        **_budget(cfg.max_failures, "max_failures", stage=True),
-    )
-    return step, kind in ("async", "asyncgen")
+    if fn is not cfg.op or cfg.executor is not None:
+        cfg = dataclasses.replace(cfg, op=fn, executor=None)
+    return cfg, kind in ("async", "asyncgen")
 
 
 class _Conversion:
@@ -197,14 +135,15 @@ def _source_continuity(src: Any) -> set[bool]:
 
 
 def _convert_source(src: Any, conv: _Conversion) -> Any:
-
+    """The source config as the engine runs it: a custom merge becomes a ``SourceConfig`` of its output; a
+    merge's inputs get their stages' hooks and queues."""
     if isinstance(src, defs.SourceConfig):
-        spec, loop = _source_spec(src.source, src.continuous)
-        conv.needs_loop |= loop
+        _native.pipeline.check_source(src.source, src.continuous)
+        conv.needs_loop |= hasattr(src.source, "__aiter__")
         if conv.ext is not None:
             stage = conv.ext.add_stage(conv.ext.stage_info("src"), "source", hooked=False)
             conv.source_relays.extend(_relay_steps(stage, _STAGE_BUFFER_SIZE, conv))
-        return spec
+        return src
     if isinstance(src, defs.MergeConfig):
         continuity = _source_continuity(src)
         if len(continuity) > 1:
@@ -221,21 +160,21 @@ def _convert_source(src: Any, conv: _Conversion) -> Any:
             merge_stage = None
             if conv.ext is not None:
                 merge_stage = conv.ext.add_stage(conv.ext.stage_info("merge"), "merge", hooked=True)
-            inputs = []
+            inputs: list[Any] = []
             for c in src.pipeline_configs:
                 sub_source = _convert_source(c.src, conv)
                 relays, conv.source_relays = conv.source_relays, []
-                inputs.append((sub_source, relays + _convert_steps(c.pipes, conv)))
+                inputs.append(defs.PipelineConfig(sub_source, relays + _convert_steps(c.pipes, conv)))
             conv.source_relays.extend(_relay_steps(merge_stage, _STAGE_BUFFER_SIZE, conv))
-            return _native.pipeline.MergeSource("merge", inputs, policy="as_available")
+            return defs.MergeConfig(tuple(inputs))
         merge = _CustomMerge(src.op, src.pipeline_configs, continuous=continuity == {True}, conv=conv)
         conv.resources.append(merge)
-        return _native.pipeline.IterSource(merge, continuous=continuity == {True})
+        return defs.SourceConfig(merge, continuous=continuity == {True})
     raise TypeError(f"the source must be a SourceConfig or a MergeConfig, got {type(src).__name__}")
 
 
 def _relay_steps(stage: Any, buffer_size: int, conv: _Conversion) -> list[Any]:
-    """The relay step that passes a stage's output through its custom queue (none for the engine's own)."""
+    """The relay stage that passes a stage's output through its custom queue (none for the engine's own)."""
     ext = conv.ext
     if ext is None or stage is None:
         return []
@@ -243,45 +182,39 @@ def _relay_steps(stage: Any, buffer_size: int, conv: _Conversion) -> list[Any]:
     if q is None:
         return []
     conv.needs_loop = True
-    return [_native.pipeline.PipeStep(f"{stage.info.stage_name}_queue", "async", ext.relay(q), concurrency=1)]
+    return [defs.PipeConfig(f"{stage.info.stage_name}_queue", ext.relay(q))]
 
 
 def _convert_step(cfg: Any, conv: _Conversion) -> list[Any]:
-    """The engine steps of one stage config (not a placement marker): the stage's own, then the relay of its
-    custom output queue, if any."""
+    """The stage configs (not a placement marker) as the engine runs them: the stage's own, with its hooks
+    applied, then the relay of its custom output queue, if any."""
 
     ext = conv.ext
     if isinstance(cfg, defs.PipeConfig):
         stage = None if ext is None else ext.add_stage(ext.stage_info(cfg.name, cfg.concurrency), cfg.name, hooked=True)
-        step, loop = _pipe_step(cfg, stage.hooks if stage is not None else None, ext)
+        step, loop = _pipe_config(cfg, stage.hooks if stage is not None else None, ext)
         conv.needs_loop |= loop
         return [step, *_relay_steps(stage, _STAGE_BUFFER_SIZE, conv)]
     if isinstance(cfg, defs.AggregateConfig):
+        _native.pipeline.check(cfg)
         stage = None if ext is None else ext.add_stage(ext.stage_info(cfg.name), None, hooked=True)
         if ext is not None and stage is not None and stage.hooks:
-            defs._aggregator_step(cfg.op, bool(cfg.drop_last))  # validates
             agg = defs.Collate(cfg.op.n) if type(cfg.op) is defs.Collate else cfg.op
-            step = _native.pipeline.AggregatorStep(
-                cfg.name, ext.hooked_aggregator(agg, stage.hooks, bool(cfg.drop_last)), drop_last=bool(cfg.drop_last)
-            )
+            hooked = ext.hooked_aggregator(cfg.name, agg, stage.hooks, bool(cfg.drop_last))
+            cfg = dataclasses.replace(cfg, op=hooked)
             conv.needs_loop = True
-        else:
-            step = defs._aggregator_step(cfg.op, bool(cfg.drop_last))
-        return [step, *_relay_steps(stage, _STAGE_BUFFER_SIZE, conv)]
+        return [cfg, *_relay_steps(stage, _STAGE_BUFFER_SIZE, conv)]
     if isinstance(cfg, defs.DisaggregateConfig):
         stage = None if ext is None else ext.add_stage(ext.stage_info("disaggregate"), "disaggregate", hooked=True)
         if ext is not None and stage is not None and stage.hooks:
-            step = _native.pipeline.PipeStep("disaggregate", "asyncgen", ext.hooked_disaggregate(stage.hooks), concurrency=1)
+            cfg = defs.PipeConfig("disaggregate", ext.hooked_disaggregate(stage.hooks))
             conv.needs_loop = True
-        else:
-            step = _native.pipeline.DisaggregateStep()
-        return [step, *_relay_steps(stage, _STAGE_BUFFER_SIZE, conv)]
+        return [cfg, *_relay_steps(stage, _STAGE_BUFFER_SIZE, conv)]
     if isinstance(cfg, defs.PathVariantsConfig):
-        kind, router = _op_kind(cfg.router)
+        kind, _ = _op_kind(cfg.router)
         if kind not in ("sync", "async"):
             raise TypeError(f"a path_variants router must be a function or an async function, got a {kind} op")
-        if kind == "async":
-            conv.needs_loop = True
+        conv.needs_loop |= kind == "async"
         # The router and the merge of the paths get the factory's hooks for their stage hooks only (SPDL runs
         # no task hooks around routing and merging).
         router_stage = None
@@ -294,18 +227,12 @@ def _convert_step(cfg: Any, conv: _Conversion) -> list[Any]:
                     raise ValueError(
                         f"Path {i}, position {j}: a to() placement marker is not allowed inside PathVariants paths."
                     )
-            paths.append([s for stage in path for s in _convert_step(stage, conv)])
+            paths.append(tuple(s for stage in path for s in _convert_step(stage, conv)))
         merge_stage = None
         if router_stage is not None and ext is not None:
             merge_stage = ext.add_stage(ext.stage_info("path_variants_merge"), None, hooked=True)
-        step = _native.pipeline.PathVariantsStep(
-            cfg.name,
-            router,
-            paths,
-            is_async=kind == "async",
-            batched=bool(cfg.batched),
-            output_order=cfg.output_order,
-        )
+        step = dataclasses.replace(cfg, paths=tuple(paths))
+        _native.pipeline.check(step)
         return [step, *_relay_steps(merge_stage, _STAGE_BUFFER_SIZE, conv)]
     raise TypeError(
         f"a {type(cfg).__name__} step is not supported (Pipe, Aggregate, Disaggregate, PathVariants and "
@@ -372,10 +299,10 @@ def _build(
     options = _native.pipeline.CoreOptions(
         buffer_size=buffer_size,
         num_threads=num_threads,
+        max_failures=max_failures,
         stage_buffer_size=stage_buffer_size,
         autotune=autotune,
         max_memory_bytes=max_memory_bytes,
-        **_budget(max_failures, "max_failures"),
     )
     num_threads, stage_buffer_size = options.num_threads, options.stage_buffer_size
     ext = None

@@ -249,10 +249,10 @@ class Extensions:
 
         return disaggregate
 
-    def hooked_aggregator(self, aggregator: Any, hooks: list[TaskHook], drop_last: bool) -> Any:
-        """An aggregator whose ``accumulate`` (and final ``flush``, with ``EOF`` as the input) run inside
-        ``hooks`` on the event loop; the engine calls it from its threads."""
-        return _HookedAggregator(self, aggregator, hooks, drop_last)
+    def hooked_aggregator(self, name: str, aggregator: Any, hooks: list[TaskHook], drop_last: bool) -> Any:
+        """The aggregator of stage ``name`` whose ``accumulate`` (and final ``flush``, with ``EOF`` as the
+        input) run inside ``hooks`` on the event loop; the engine calls it from its threads."""
+        return _HookedAggregator(self, name, aggregator, hooks, drop_last)
 
     def relay(self, queue: Any) -> Any:
         """The op of the relay stage after a custom queue's producer: the item goes through ``put``/``get``."""
@@ -513,12 +513,13 @@ async def _hooked_step(hooks: list[TaskHook], item: Any, step: Callable[[], Any]
 class _HookedAggregator:
     """An aggregator whose calls run inside task hooks on the pipeline's event loop."""
 
-    def __init__(self, ext: Extensions, aggregator: Any, hooks: list[TaskHook], drop_last: bool) -> None:
+    def __init__(self, ext: Extensions, name: str, aggregator: Any, hooks: list[TaskHook], drop_last: bool) -> None:
         self._ext = ext
         self._agg = aggregator
         self._hooks = hooks
         self._drop_last = drop_last
-        self.name = getattr(aggregator, "name", None) or repr(aggregator)
+        #: The stage's name (what the engine names the step by).
+        self.name = name
 
     async def _call(self, fn: Callable[[Any], Any], arg: Any, item: Any) -> Any:
         async with _task_hooks(self._hooks, item):

@@ -197,31 +197,11 @@ class AggregateConfig(Generic[T]):
         return self.name
 
 
-def _aggregator_step(op: Any, drop_last: bool) -> Any:
-    """The engine step for a batch size, a plain :py:class:`Collate`, or any object with
-    ``accumulate``/``flush``."""
-    if isinstance(op, bool):
-        raise TypeError("aggregate needs a positive integer or an Aggregator, got a bool")
-    if isinstance(op, int):
-        if not 1 <= op <= 2**48:
-            raise ValueError(f"aggregate needs a positive integer (at most 2**48), got {op!r}")
-        return _native.pipeline.AggregateStep(op, drop_last=drop_last)
-    if type(op) is Collate:
-        return _native.pipeline.AggregateStep(op.n, drop_last=drop_last)
-    if callable(getattr(op, "accumulate", None)) and callable(getattr(op, "flush", None)):
-        name = getattr(op, "name", None)
-        name = name if isinstance(name, str) else f"aggregate({type(op).__name__})"
-        return _native.pipeline.AggregatorStep(name, op, drop_last=drop_last)
-    raise TypeError(
-        f"aggregate needs a positive integer or an Aggregator (accumulate/flush), got {type(op).__name__}"
-    )
-
-
 def Aggregate(input: int | Aggregator, /, *, drop_last: bool = False) -> AggregateConfig[Any]:
     """Batches of ``input`` items (the last one of each epoch shorter unless ``drop_last``), or a custom
     :py:class:`Aggregator`."""
     op = Collate(input) if isinstance(input, int) and not isinstance(input, bool) else input
-    _aggregator_step(op, drop_last)  # validates
+    _native.pipeline.check(op, aggregate_op=True)
     return AggregateConfig(name=f"aggregate(op={op!r}, drop_last={drop_last})", op=op, drop_last=drop_last)
 
 

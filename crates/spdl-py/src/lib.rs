@@ -146,6 +146,9 @@ mod native {
         };
         #[cfg(feature = "io")]
         #[pymodule_export]
+        use crate::io::array::{npy_header, npz_entries, npz_inflate, zip_directory};
+        #[cfg(feature = "io")]
+        #[pymodule_export]
         use crate::io::audio::{load_audio, load_audio_batch, load_audio_batch_op, load_audio_op, probe};
         #[cfg(feature = "ffmpeg")]
         #[pymodule_export]

@@ -22,6 +22,7 @@ pub(crate) mod npy;
 pub(crate) mod tar;
 #[cfg(feature = "ffmpeg")]
 pub(crate) mod video;
+pub(crate) mod wav;
 pub(crate) mod zip;
 
 use std::path::PathBuf;

@@ -180,6 +180,9 @@ mod native {
         };
         #[cfg(feature = "io")]
         #[pymodule_export]
+        use crate::io::wav::{WavHeader, wav_header, wav_samples};
+        #[cfg(feature = "io")]
+        #[pymodule_export]
         use crate::io::{
             decode_image, decode_image_op, decode_memory_budget, image_info, load_image, load_image_batch,
             load_image_batch_op, set_decode_memory_budget,

@@ -8,17 +8,22 @@
 
 #[macro_use]
 pub(crate) mod options;
+pub(crate) mod array;
 pub(crate) mod audio;
 #[cfg(feature = "ffmpeg")]
 pub(crate) mod clips;
 pub(crate) mod encode;
+pub(crate) mod literal;
 #[cfg(feature = "ffmpeg")]
 pub(crate) mod media;
 #[cfg(feature = "ffmpeg")]
 pub(crate) mod mux;
+pub(crate) mod npy;
 pub(crate) mod tar;
 #[cfg(feature = "ffmpeg")]
 pub(crate) mod video;
+pub(crate) mod wav;
+pub(crate) mod zip;
 
 use std::path::PathBuf;
 use std::sync::Arc;

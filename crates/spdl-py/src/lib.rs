@@ -143,6 +143,9 @@ mod native {
         };
         #[cfg(feature = "io")]
         #[pymodule_export]
+        use crate::io::array::{npy_header, npz_entries, npz_inflate, zip_directory};
+        #[cfg(feature = "io")]
+        #[pymodule_export]
         use crate::io::audio::{load_audio, load_audio_batch, load_audio_batch_op, load_audio_op, probe};
         #[cfg(feature = "ffmpeg")]
         #[pymodule_export]
@@ -172,6 +175,9 @@ mod native {
         use crate::io::video::{
             decode_packets, decode_packets_op, demux_video, demux_video_op, load_video, load_video_op,
         };
+        #[cfg(feature = "io")]
+        #[pymodule_export]
+        use crate::io::wav::{WavHeader, wav_header, wav_samples};
         #[cfg(feature = "io")]
         #[pymodule_export]
         use crate::io::{

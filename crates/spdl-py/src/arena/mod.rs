@@ -586,8 +586,8 @@ pub struct RingReader {
 #[pymethods]
 impl RingReader {
     /// Whether `read_binary` returns views into shared memory (no: copies).
-    #[classattr]
-    fn zero_copy() -> bool {
+    #[getter]
+    fn zero_copy(&self) -> bool {
         false
     }
 
@@ -881,8 +881,8 @@ pub struct PoolReader {
 #[pymethods]
 impl PoolReader {
     /// Whether `read_binary` returns views into shared memory (yes).
-    #[classattr]
-    fn zero_copy() -> bool {
+    #[getter]
+    fn zero_copy(&self) -> bool {
         true
     }
 
@@ -911,15 +911,16 @@ impl PoolReader {
         self.shared.m.live_units.fetch_add(1, Ordering::AcqRel);
         let lease =
             Py::new(py, ArenaLease { shared: Arc::clone(&self.shared), unit, left: AtomicUsize::new(pinned.len()) })?;
+        let release = lease.bind(py).getattr("release_one")?;
         let finalize = py.import("weakref")?.getattr("finalize")?;
         for anchor in pinned {
-            finalize.call1((anchor, lease.clone_ref(py)))?;
+            finalize.call1((anchor, &release))?;
         }
         Ok(())
     }
 }
 
-/// Frees a pool unit's segment once each of its anchors is collected (called by `weakref.finalize`). It
+/// Frees a pool unit's segment once each of its anchors is collected (its `release_one`, by one `weakref.finalize` per anchor). It
 /// holds the mapping, which the views of the unit point into.
 #[pyclass(module = "spdl_rs._native.pipeline", frozen)]
 #[derive(Debug)]
@@ -931,7 +932,8 @@ pub struct ArenaLease {
 
 #[pymethods]
 impl ArenaLease {
-    fn __call__(&self) {
+    /// One anchor of the unit was collected; the last one frees the segment.
+    fn release_one(&self) {
         let last = self.left.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1)) == Ok(1);
         if last {
             self.shared.m.live_units.fetch_sub(1, Ordering::AcqRel);

@@ -32,9 +32,9 @@ pub(crate) fn ring_check(capacity: u64, start: u64, pos: u64, n: u64) -> Result<
 }
 
 /// The ring offset of byte count `pos` and how many of `n` bytes fit before the end of the ring (the rest
-/// wraps to offset 0). Needs `capacity > 0` and `n <= capacity`.
+/// wraps to offset 0). Callers check `n <= capacity` first; a capacity of 0 places everything at 0.
 pub(crate) fn ring_place(capacity: u64, pos: u64, n: u64) -> (u64, u64) {
-    let at = pos % capacity;
+    let at = pos.checked_rem(capacity).unwrap_or(0);
     (at, n.min(capacity - at))
 }
 

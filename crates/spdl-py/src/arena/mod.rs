@@ -70,6 +70,14 @@ pub enum ArenaError {
         #[source]
         source: std::io::Error,
     },
+    /// The shared-memory filesystem has less free space than the arena needs.
+    #[error("an arena of {needed} bytes does not fit the {free} bytes free for shared memory (/dev/shm)")]
+    NoSpace {
+        /// Bytes the segment needs.
+        needed: usize,
+        /// Bytes free.
+        free: u64,
+    },
     /// The segment is smaller than the arena it was pickled with.
     #[error("the shared-memory segment `{name}` has {size} bytes, expected at least {expected}")]
     Truncated {
@@ -180,6 +188,7 @@ impl From<ArenaError> for PyErr {
                 Some(errno) => PyOSError::new_err((errno, msg)),
                 None => PyOSError::new_err(msg),
             },
+            ArenaError::NoSpace { .. } => PyOSError::new_err((libc::ENOSPC, msg)),
             ArenaError::TooLarge { .. }
             | ArenaError::Truncated { .. }
             | ArenaError::BadName { .. }

@@ -50,7 +50,8 @@ impl PoolGeometry {
 
     /// The data-area offset of `offset` in the segment of `unit`.
     fn at(&self, unit: u64, offset: usize) -> usize {
-        (unit % self.count as u64) as usize * self.stride + offset
+        // count > 0 (checked at construction); `checked_rem` keeps this free of a panic path regardless.
+        unit.checked_rem(self.count as u64).unwrap_or(0) as usize * self.stride + offset
     }
 }
 
@@ -71,10 +72,13 @@ impl SharedMemorySegmentPool {
     fn _attach(
         _cls: &Bound<'_, pyo3::types::PyType>,
         name: String,
-        segment_size: usize,
-        count: usize,
+        segment_size: i64,
+        count: i64,
         acquire_timeout: f64,
     ) -> PyResult<Self> {
+        let segment_size = positive(segment_size, "segment_size")?;
+        let count = positive(count, "count")?;
+        check_timeout(acquire_timeout)?;
         let (geometry, total) = PoolGeometry::new(segment_size, count)?;
         Ok(Self { h: Handle::attached(name, total, acquire_timeout), geometry })
     }

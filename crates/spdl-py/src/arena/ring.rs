@@ -44,8 +44,15 @@ impl SharedMemoryRingBuffer {
 
     /// The arena of an unpickled ring: maps the segment on first use, never removes it.
     #[classmethod]
-    fn _attach(_cls: &Bound<'_, pyo3::types::PyType>, name: String, capacity: usize, acquire_timeout: f64) -> Self {
-        Self { h: Handle::attached(name, capacity, acquire_timeout) }
+    fn _attach(
+        _cls: &Bound<'_, pyo3::types::PyType>,
+        name: String,
+        capacity: i64,
+        acquire_timeout: f64,
+    ) -> PyResult<Self> {
+        let capacity = positive(capacity, "capacity")?;
+        check_timeout(acquire_timeout)?;
+        Ok(Self { h: Handle::attached(name, capacity, acquire_timeout) })
     }
 
     fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyAny>, (String, usize, f64))> {

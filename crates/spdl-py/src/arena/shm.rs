@@ -192,9 +192,17 @@ impl Segment {
                 }
                 return Err(ArenaError::Os { what: "create", name, source: err });
             }
-            // SAFETY: `fd` is the descriptor shm_open just returned.
-            let sized = unsafe { libc::ftruncate(fd, off_len) } == 0;
-            let mapped = if sized { map(fd, len) } else { Err(std::io::Error::last_os_error()) };
+            // Refused before sizing: a segment larger than the shared-memory filesystem's free space maps fine
+            // but kills the process with SIGBUS when a write reaches a page the filesystem cannot back.
+            let mapped = match free_bytes(fd) {
+                Some(free) if (len as u64) > free => Err(ArenaError::NoSpace { needed: len, free }),
+                _ => {
+                    // SAFETY: `fd` is the descriptor shm_open just returned.
+                    let sized = unsafe { libc::ftruncate(fd, off_len) } == 0;
+                    let mapped = if sized { map(fd, len) } else { Err(std::io::Error::last_os_error()) };
+                    mapped.map_err(|source| ArenaError::Os { what: "create", name: name.clone(), source })
+                }
+            };
             // SAFETY: `fd` is ours and no longer needed (the mapping keeps the memory).
             unsafe { libc::close(fd) };
             return match mapped {
@@ -202,10 +210,10 @@ impl Segment {
                     register_owned(&name);
                     Ok((name, Self { ptr, len }))
                 }
-                Err(source) => {
+                Err(e) => {
                     // SAFETY: `c_name` names the segment this call created.
                     unsafe { libc::shm_unlink(c_name.as_ptr()) };
-                    Err(ArenaError::Os { what: "create", name, source })
+                    Err(e)
                 }
             };
         }
@@ -271,6 +279,17 @@ impl Drop for Segment {
 
 fn c_name(name: &str) -> Result<CString, ArenaError> {
     CString::new(format!("/{name}")).map_err(|_| ArenaError::BadName { name: name.to_owned() })
+}
+
+/// Bytes free for an unprivileged user on the filesystem of `fd` (`None` if the system does not say).
+fn free_bytes(fd: libc::c_int) -> Option<u64> {
+    // SAFETY: an all-zero `statvfs` is a valid value for fstatvfs to overwrite.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `fd` is open and `st` is writable.
+    if unsafe { libc::fstatvfs(fd, &mut st) } != 0 {
+        return None;
+    }
+    (st.f_bavail as u64).checked_mul(st.f_frsize as u64)
 }
 
 fn map(fd: libc::c_int, len: usize) -> std::io::Result<NonNull<u8>> {
@@ -379,6 +398,11 @@ mod tests {
         assert_eq!(ctrl.wait_until(|_| false, None, step, || Ok::<_, ()>(true), |f| f()), Ok(Waited::Interrupted));
         ctrl.shut_down();
         assert_eq!(ctrl.wait_until(|_| false, None, step, || Ok::<_, ()>(false), |f| f()), Ok(Waited::Shutdown));
+    }
+
+    #[test]
+    fn a_segment_larger_than_the_free_shared_memory_is_refused() {
+        assert!(matches!(Segment::create(1 << 60), Err(ArenaError::NoSpace { .. })));
     }
 
     #[test]

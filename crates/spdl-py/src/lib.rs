@@ -48,6 +48,7 @@
 #![deny(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+mod arena;
 mod args;
 mod buffer;
 mod build_info;
@@ -114,6 +115,11 @@ mod native {
     /// `spdl_rs._native.pipeline`: what `spdl_rs.pipeline` builds and drives.
     #[pymodule(gil_used = false)]
     mod pipeline {
+        #[pymodule_export]
+        use crate::arena::{
+            _arena_envelope, _arena_open_envelope, ArenaInterrupted, ArenaLease, PoolReader, PoolWriter, RingReader,
+            RingWriter, SharedMemoryRingBuffer, SharedMemorySegmentPool,
+        };
         #[pymodule_export]
         use crate::checkpoint::{CheckpointEpoch, CheckpointTracker};
         #[pymodule_export]

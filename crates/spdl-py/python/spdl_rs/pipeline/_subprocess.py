@@ -234,10 +234,6 @@ def iterate_in_subprocess(
         raise ValueError(f"buffer_size must be an integer, got {buffer_size!r}")
     initializers = _normalize_initializers(initializer)
     ctx = mp.get_context(mp_context)
-    if arena is not None and callable(use_context := getattr(arena, "_use_context", None)):
-        # The arena's condition must come from the same context as the process (SPDL's arenas refuse a start
-        # method other than the default one).
-        use_context(ctx)
     cmd_q = ctx.Queue()
     data_q = ctx.Queue(maxsize=buffer_size)
     process = ctx.Process(  # type: ignore[attr-defined]

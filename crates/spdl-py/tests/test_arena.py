@@ -169,6 +169,20 @@ def test_the_envelope_holds_only_metadata():
         ring.unlink()
 
 
+def test_a_slice_of_a_pool_view_outlives_its_item_and_the_closed_pool():
+    pool = SharedMemorySegmentPool(1 << 20, 2)
+    blob = _offload({"blob": bytes(range(256)) * 200}, pool.open_writer())
+    item = _restore(blob, pool.open_reader())
+    tail = memoryview(item["blob"])[1000:1010]
+    del item
+    gc.collect()
+    pool.close()
+    pool.unlink()
+    gc.collect()
+    # The slice still holds the memory it points to: reading it is safe after everything else is gone.
+    assert bytes(tail) == (bytes(range(256)) * 200)[1000:1010]
+
+
 def test_a_unit_larger_than_the_arena_is_an_error_in_the_parent():
     src = iterate_in_subprocess(items, arena=SharedMemoryRingBuffer(100_000, acquire_timeout=0), timeout=30)
     with pytest.raises(RuntimeError, match="exceeds ring capacity"):

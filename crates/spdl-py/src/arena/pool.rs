@@ -5,20 +5,20 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use pyo3::prelude::*;
+use pyo3::types::{PyMemoryView, PySlice};
 
 use super::layout::Watermark;
 use super::shm::Control;
-use super::{
-    ArenaError, Handle, Mapped, byte_view, check_timeout, copy_in, data_at, layout, positive, raw_view, wait_for_space,
-};
+use super::{ArenaError, Handle, Mapped, byte_view, check_timeout, copy_in, data_at, layout, positive, wait_for_space};
 
 /// **[Experimental]** ``count`` shared-memory segments of ``segment_size`` bytes, one per item in turn, for
 /// :py:func:`iterate_in_subprocess` (``arena=``); the parent gets zero-copy views into them.
 ///
 /// A segment is reused once every view restored from it is garbage-collected, so holding many restored items
 /// makes the writer wait (at most ``acquire_timeout`` seconds, then :py:exc:`BufferError`; ``0``: fail at once).
-/// Restored ``bytes``/``bytearray`` come back as ``memoryview`` (the zero-copy view itself). A slice of a restored
-/// view does not hold the segment: keep the restored object while its slices are in use.
+/// Restored ``bytes``/``bytearray`` come back as ``memoryview`` (the zero-copy view itself). A view, and any slice of
+/// it, keeps the memory it points to mapped; a slice kept after its restored item is collected may see the segment
+/// reused by a later item.
 ///
 /// Args:
 ///     segment_size: Bytes per segment; at least one item's offloaded binaries (each aligned to 64 bytes).
@@ -141,10 +141,20 @@ impl SharedMemorySegmentPool {
     }
 
     /// The reader endpoint (in the parent).
-    fn open_reader(&self) -> PyResult<PoolReader> {
-        let shared =
-            PoolShared { m: self.h.mapped()?, geometry: self.geometry, watermark: Mutex::new(Watermark::default()) };
-        Ok(PoolReader { shared: Arc::new(shared), next: 0 })
+    ///
+    /// The views it hands out are slices of a Python `mmap` of the segment, made here: each view, and each slice
+    /// of one, holds that mapping (Python's buffer protocol), so no view can outlive the memory it points to,
+    /// whatever happens to the pool. (A native object cannot export a buffer in the stable ABI of Python 3.10.)
+    fn open_reader(&self, py: Python<'_>) -> PyResult<PoolReader> {
+        use std::os::fd::AsRawFd;
+        let m = self.h.mapped()?;
+        let fd = super::shm::Segment::open_fd(&self.h.name)?;
+        let len = self.h.data_len + super::shm::CTRL_SIZE;
+        let map = py.import("mmap")?.getattr("mmap")?.call1((fd.as_raw_fd(), len))?;
+        drop(fd);
+        let view = PyMemoryView::from(&map)?.into_any().unbind();
+        let shared = PoolShared { m, geometry: self.geometry, watermark: Mutex::new(Watermark::default()) };
+        Ok(PoolReader { shared: Arc::new(shared), next: 0, view })
     }
 
     /// Releases this process's mapping. While a restored item still views a segment, the memory stays mapped
@@ -266,6 +276,8 @@ impl PoolShared {
 pub struct PoolReader {
     shared: Arc<PoolShared>,
     next: u64,
+    /// A `memoryview` of the whole segment over a Python `mmap` (see `open_reader`).
+    view: Py<PyAny>,
 }
 
 #[pymethods]
@@ -279,12 +291,15 @@ impl PoolReader {
     /// Nothing to do: the counters run on across iterations.
     fn reset(&self) {}
 
-    /// A writable `memoryview` of `nbytes` bytes at `offset` of the current unit's segment (no copy). Each view
-    /// has a buffer of its own, so views may be used and dropped on any thread.
+    /// A writable `memoryview` of `nbytes` bytes at `offset` of the current unit's segment (no copy), which
+    /// keeps the segment mapped while it (or a slice of it) lives.
     fn read_binary<'py>(&self, py: Python<'py>, offset: u64, nbytes: u64) -> PyResult<Bound<'py, PyAny>> {
         let g = self.shared.geometry;
         layout::pool_check_marker(g.segment_size, offset, nbytes)?;
-        raw_view(py, data_at(&self.shared.m, g.at(self.next, offset as usize)), nbytes as usize)
+        let start = super::shm::CTRL_SIZE + g.at(self.next, offset as usize);
+        let end = start.checked_add(nbytes as usize).ok_or(ArenaError::TooLarge { bytes: nbytes as usize })?;
+        let (start, end) = (isize::try_from(start)?, isize::try_from(end)?);
+        self.view.bind(py).get_item(PySlice::new(py, start, end, 1))
     }
 
     /// Ends the current unit: its segment is reclaimed once each of `pinned` (the objects holding its views)

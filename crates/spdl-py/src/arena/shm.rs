@@ -251,6 +251,23 @@ impl Segment {
         result
     }
 
+    /// A new descriptor of the existing segment `name` (read-write), for a second mapping made elsewhere.
+    pub(crate) fn open_fd(name: &str) -> Result<std::os::fd::OwnedFd, ArenaError> {
+        use std::os::fd::FromRawFd;
+        let c_name = c_name(name)?;
+        // SAFETY: `c_name` is a NUL-terminated string.
+        let fd = unsafe { libc::shm_open(c_name.as_ptr(), libc::O_RDWR, 0) };
+        if fd < 0 {
+            return Err(ArenaError::Os {
+                what: "attach",
+                name: name.to_owned(),
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        // SAFETY: `fd` was just opened and is owned by nothing else.
+        Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+    }
+
     /// The control block.
     pub(crate) fn control(&self) -> &Control {
         // SAFETY: the mapping is page-aligned and at least CTRL_SIZE bytes, and every bit pattern is a valid

@@ -34,7 +34,7 @@ fn module_features() -> String {
     format!("abi3,{}", crate::wheel::WHEEL_FEATURES)
 }
 
-/// Runs spdl-py's clippy (and, unless `quick`, rustdoc and doctest) gates against `.venv`'s interpreter, then
+/// Runs spdl-py's clippy (and, unless `quick`, unit-test, rustdoc and doctest) gates against `.venv`'s interpreter, then
 /// tests what users install: `cargo xtask wheel`'s wheels, each installed into a fresh venv whose `PATH` has no
 /// Rust toolchain. The abi3 wheel goes into `target/venv-wheel` (system python3), is type-checked there (mypy,
 /// stubtest) and runs `crates/spdl-py/tests` twice: as installed, and again with FFmpeg's libraries hidden
@@ -242,8 +242,9 @@ fn cargo_for_py(venv: &Path, target_dir: &Path) -> Command {
 }
 
 /// The Rust gates of the spdl-py crate, which the workspace-wide ones leave out because PyO3 needs an
-/// interpreter: clippy `-D warnings` on every target with the module's features, and unless `quick` rustdoc
-/// `-D warnings` and the doctests (no features: the doctests use only the crate's core).
+/// interpreter: clippy `-D warnings` on every target with the module's features, and unless `quick` the unit
+/// tests (with the module's features: the parsers and the arenas are tested there), rustdoc `-D warnings` and
+/// the doctests (no features: the doctests use only the crate's core).
 fn rust_gates(venv: &Path, target_dir: &Path, quick: bool) -> Result<()> {
     let started = Instant::now();
     run(cargo_for_py(venv, target_dir)
@@ -254,6 +255,10 @@ fn rust_gates(venv: &Path, target_dir: &Path, quick: bool) -> Result<()> {
     if quick {
         return Ok(());
     }
+    let started = Instant::now();
+    run(cargo_for_py(venv, target_dir).args(["test", "-p", "spdl-py", "--lib", "--features", &module_features()]))
+        .context("the unit tests of spdl-py")?;
+    eprintln!("xtask: spdl-py unit tests took {:.0} s", started.elapsed().as_secs_f64());
     let started = Instant::now();
     run(cargo_for_py(venv, target_dir)
         .args(["doc", "-p", "spdl-py", "--no-deps", "--features", &module_features()])

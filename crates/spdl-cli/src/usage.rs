@@ -16,11 +16,6 @@ pub fn cpu_seconds() -> f64 {
 
 /// Peak resident set size of this process in bytes (`VmHWM`), or 0 where /proc is missing.
 pub fn peak_rss_bytes() -> u64 {
-    proc_status_kib("VmHWM:").map(|k| k * 1024).unwrap_or(0)
-}
-
-fn proc_status_kib(field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with(field))?;
-    line.split_whitespace().nth(1)?.parse().ok()
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    spdl_report::proc_field(&status, "VmHWM").and_then(Result::ok).unwrap_or(0)
 }

@@ -960,20 +960,14 @@ impl Controller {
 /// The process's resident memory, where it can be read (Linux).
 pub(crate) fn resident_bytes() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    kib_field(&status, "VmRSS:")
+    spdl_report::proc_field(&status, "VmRSS")?.ok()
 }
 
 /// Half the memory available now, where it can be read (Linux): the default memory budget
 /// ([`AutotuneConfig::max_memory_bytes`]).
 pub(crate) fn default_memory_budget() -> Option<u64> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    kib_field(&info, "MemAvailable:").map(|b| b / 2)
-}
-
-fn kib_field(text: &str, key: &str) -> Option<u64> {
-    let line = text.lines().find(|l| l.starts_with(key))?;
-    let kib: u64 = line[key.len()..].trim().trim_end_matches("kB").trim().parse().ok()?;
-    kib.checked_mul(1024)
+    spdl_report::proc_field(&info, "MemAvailable")?.ok().map(|b| b / 2)
 }
 
 /// What the auto-tuner did, from [`crate::Pipeline::autotune`].

@@ -107,12 +107,9 @@ fn pool() -> &'static DecodeMemoryPool {
 /// A quarter of the memory available to this process: the smaller of `MemTotal` and the cgroup v2
 /// `memory.max`, or 4 GiB when neither can be read.
 pub fn default_decode_memory_budget() -> u64 {
-    let mem_total = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
-        s.lines()
-            .find_map(|l| l.strip_prefix("MemTotal:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .map(|kb| kb.saturating_mul(1024))
-    });
+    let mem_total = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| spdl_report::proc_field(&s, "MemTotal").and_then(Result::ok));
     let cgroup = std::fs::read_to_string("/sys/fs/cgroup/memory.max").ok().and_then(|s| s.trim().parse::<u64>().ok());
     match (mem_total, cgroup) {
         (Some(a), Some(b)) => a.min(b) / 4,

@@ -40,22 +40,15 @@ fn parse_stat(content: &str) -> Result<Stat, String> {
     })
 }
 
-/// The `Name: <n> [kB]` lines of `content` whose name is in `names`, in bytes.
+/// The `Name: <n> [kB]` lines of `content` whose name is in `names`, in bytes ([`spdl_report::proc_field`]).
 fn kb_fields(content: &str, names: &[&str], what: &str) -> Result<HashMap<String, u64>, String> {
     let mut out = HashMap::new();
-    for line in content.lines() {
-        let mut parts = line.split_whitespace();
-        let (Some(key), Some(value)) = (parts.next(), parts.next()) else { continue };
-        let Some(name) = key.strip_suffix(':') else { continue };
-        if !names.contains(&name) {
-            continue;
+    for name in names {
+        match spdl_report::proc_field(content, name) {
+            Some(Ok(n)) => drop(out.insert((*name).to_owned(), n)),
+            Some(Err(line)) => return Err(format!("cannot parse {what}: {line}")),
+            None => {}
         }
-        let n: u64 = value.parse().map_err(|_| {
-            let line: String = line.trim().chars().take(80).collect();
-            format!("cannot parse {what}: {line}")
-        })?;
-        let scale = if parts.next().is_some() { 1024 } else { 1 };
-        out.insert(name.to_owned(), n.saturating_mul(scale));
     }
     Ok(out)
 }

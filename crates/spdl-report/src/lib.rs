@@ -1,6 +1,7 @@
 //! How spdl-rs shows a failure to a person: [`error_chain`] writes an error and its causes on one line,
-//! [`panic_message`] the message of a caught panic ([`panicked`]: as an item's failure). Std only, so that every crate of the workspace uses
-//! these two and none writes its own.
+//! [`panic_message`] the message of a caught panic ([`panicked`]: as an item's failure); and [`proc_field`], the
+//! reader of the memory and I/O figures of Linux's `/proc` files. Std only, so that every crate of the workspace
+//! uses these and none writes its own.
 //!
 //! # The rule for error messages
 //!
@@ -117,6 +118,33 @@ pub fn panic_message(payload: &(dyn Any + Send)) -> String {
 /// ```
 pub fn panicked(payload: &(dyn Any + Send)) -> String {
     format!("panicked: {}", panic_message(payload))
+}
+
+/// The value of the `Name: <n> [kB]` line called `name` in the text of a Linux `/proc` file (`/proc/meminfo`,
+/// `/proc/self/status`, `/proc/[pid]/smaps_rollup`, `/proc/[pid]/io`), in bytes: a value with a unit (`kB`) is
+/// in KiB, a bare one (`/proc/[pid]/io`) in bytes. `None` when no line has that name; `Some(Err(line))` (the
+/// line, trimmed to 80 characters) when its value is not a number. The one reader of these lines, for every
+/// crate that reads memory or I/O figures from `/proc`.
+///
+/// # Example
+/// ```
+/// let meminfo = "MemTotal:       16318432 kB\nMemAvailable:   12000000 kB\n";
+/// assert_eq!(spdl_report::proc_field(meminfo, "MemAvailable"), Some(Ok(12_000_000 * 1024)));
+/// assert_eq!(spdl_report::proc_field("read_bytes: 7\n", "read_bytes"), Some(Ok(7)));
+/// assert_eq!(spdl_report::proc_field(meminfo, "SwapTotal"), None);
+/// assert!(spdl_report::proc_field("Pss: lots kB\n", "Pss").unwrap().is_err());
+/// ```
+pub fn proc_field(text: &str, name: &str) -> Option<Result<u64, String>> {
+    text.lines().find_map(|line| {
+        let mut parts = line.split_whitespace();
+        if parts.next()?.strip_suffix(':')? != name {
+            return None;
+        }
+        let bad = || line.trim().chars().take(80).collect::<String>();
+        let Some(Ok(n)) = parts.next().map(str::parse::<u64>) else { return Some(Err(bad())) };
+        let scale = if parts.next().is_some() { 1024 } else { 1 };
+        Some(Ok(n.saturating_mul(scale)))
+    })
 }
 
 #[cfg(test)]

@@ -580,9 +580,8 @@ impl PipelineCore {
             };
             // The wait is timed without the GIL: reacquiring it is not the sink's queue being empty.
             let got = match ready.take() {
-                Some(Err(e)) if e.is_timeout() => crate::lifecycle::detach(py, || self.sink.get_item(Some(slice))),
-                Some(got) => got,
-                None => crate::lifecycle::detach(py, || self.sink.get_item(Some(slice))),
+                Some(got) if !matches!(&got, Err(e) if e.is_timeout()) => got,
+                _ => crate::lifecycle::detach(py, || self.sink.get_item(Some(slice))),
             };
             fatal(py)?;
             match got {

@@ -84,8 +84,8 @@ pub(crate) enum PyOpKind {
     AsyncGen,
 }
 
-/// One `pipe` step, as the builder received it.
-#[derive(Debug)]
+/// One `pipe` step, as read from its `PipeConfig` ([`super::spec`]).
+#[derive(Debug, Clone)]
 pub(crate) struct PipeSpec {
     pub(crate) name: String,
     pub(crate) op: OpImpl,
@@ -93,13 +93,10 @@ pub(crate) struct PipeSpec {
     pub(crate) order: OutputOrder,
     /// The stage's own failure budget (`None`: the pipeline's judges it).
     pub(crate) failure_budget: Option<FailureBudget>,
-    /// A `disaggregate` follows: a Python op's `list`/`tuple` result is split into Rust values now, while
-    /// the GIL is held, so that the `disaggregate` does not need it.
-    pub(crate) split_output: bool,
 }
 
 /// The function of a `pipe` step.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) enum OpImpl {
     Python { kind: PyOpKind, op: Arc<Py<PyAny>> },
     Native(Arc<dyn NativeOp>),
@@ -201,16 +198,18 @@ fn measured(size: &ItemSize, obj: Bound<'_, PyAny>, split: bool) -> PyResult<Val
 }
 
 /// Builds the engine stage for one `pipe` step whose input items are `T` (a [`Value`], or the `Vec<Value>`
-/// batch of an `aggregate`).
+/// batch of an `aggregate`). `split_output`: a `disaggregate` follows, so a Python op's `list`/`tuple` result
+/// is split into Rust values now, while the GIL is held, and the `disaggregate` does not need it.
 pub(crate) fn make_stage<T>(
-    spec: PipeSpec,
+    spec: &PipeSpec,
+    split_output: bool,
     failures: &Arc<FailureLog>,
     submitter: Option<&Submitter>,
 ) -> Result<Stage<T, Value>, Error>
 where
     T: Into<Value> + Send + 'static,
 {
-    let PipeSpec { name, op, concurrency, order, failure_budget, split_output } = spec;
+    let PipeSpec { name, op, concurrency, order, failure_budget } = spec.clone();
     let stage_name = name.clone();
     // What the stage's items hold, measured on a sample of its outputs (for the auto-tuner's memory budget).
     let size = ItemSize::new();

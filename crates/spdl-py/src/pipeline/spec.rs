@@ -22,7 +22,7 @@ use pyo3::types::{PyList, PyRange, PyString, PyTuple};
 use pyo3::{PyTraverseError, PyVisit, intern};
 use spdl_exec::{FailureBudget, OutputOrder};
 
-use super::ops::PyOpKind;
+use super::ops::{OpImpl, PipeSpec, PyOpKind};
 
 /// The largest batch size: queues and batches are sized in items up to `2**48` (see
 /// [`crate::args::pipeline_size`]).
@@ -46,7 +46,7 @@ pub(crate) enum Source {
 /// One step of a pipeline (or of a path of `path_variants`).
 #[derive(Debug)]
 pub(crate) enum Step {
-    Pipe(PipeStep),
+    Pipe(PipeSpec),
     /// Lists of `size` items.
     Aggregate {
         size: usize,
@@ -65,19 +65,6 @@ pub(crate) enum Step {
         name: String,
         func: Arc<Py<PyAny>>,
     },
-}
-
-/// A `pipe` step.
-#[derive(Debug)]
-pub(crate) struct PipeStep {
-    pub(crate) name: String,
-    /// `None`: a native op.
-    pub(crate) kind: Option<PyOpKind>,
-    pub(crate) op: Arc<Py<PyAny>>,
-    pub(crate) concurrency: usize,
-    pub(crate) order: OutputOrder,
-    /// The stage's own failure budget (`None`: the pipeline's judges it).
-    pub(crate) failure_budget: Option<FailureBudget>,
 }
 
 /// A `path_variants` step: a router and the paths it chooses between.
@@ -114,7 +101,8 @@ impl Step {
     /// Reports the Python objects this step holds to the garbage collector.
     pub(crate) fn traverse(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
         match self {
-            Self::Pipe(p) => visit.call(&*p.op),
+            Self::Pipe(PipeSpec { op: OpImpl::Python { op, .. }, .. }) => visit.call(&**op),
+            Self::Pipe(_) => Ok(()),
             Self::Aggregator { aggregator, .. } => visit.call(&**aggregator),
             Self::Through { func, .. } => visit.call(&**func),
             Self::PathVariants(pv) => {
@@ -369,11 +357,13 @@ fn step_with<'py>(defs: &Defs<'py>, cfg: &Bound<'py, PyAny>) -> PyResult<Step> {
                 concurrency.repr()?
             )));
         }
-        let (kind, op) = classify(&attr(cfg, "op")?)?;
-        return Ok(Step::Pipe(PipeStep {
+        let op = match classify(&attr(cfg, "op")?)? {
+            (Some(kind), op) => OpImpl::Python { kind, op: Arc::new(op.unbind()) },
+            (None, op) => OpImpl::Native(Arc::clone(&op.cast::<super::PyNativeOp>()?.get().op)),
+        };
+        return Ok(Step::Pipe(PipeSpec {
             name,
-            kind,
-            op: Arc::new(op.unbind()),
+            op,
             concurrency: concurrency.extract()?,
             order: order(&attr(cfg, "output_order")?)?,
             failure_budget: max_failures(&attr(cfg, "max_failures")?, "max_failures", true)?,

@@ -12,10 +12,8 @@ use spdl_exec::{
 
 use super::bridge::{JobContext, JobKind, Produced, Submitter};
 use super::failure_log::FailureLog;
-use super::ops::{
-    OpImpl, PipeSpec, PyAggregator, PyIter, PyIterable, RangeIter, collect_items, disaggregate_stage, make_stage,
-};
-use super::spec::{PathVariantsStep, PipeStep, Source, Step};
+use super::ops::{PyAggregator, PyIter, PyIterable, RangeIter, collect_items, disaggregate_stage, make_stage};
+use super::spec::{PathVariantsStep, Source, Step};
 use crate::error::Error;
 use crate::value::Value;
 
@@ -137,10 +135,10 @@ macro_rules! apply_steps {
         for (i, step) in steps.iter().enumerate() {
             chain = match step {
                 Step::Pipe(p) => {
-                    let spec = pipe_spec(p, $py, next_is_disaggregate(steps, i))?;
+                    let split = next_is_disaggregate(steps, i);
                     match chain {
-                        $Ch::One(b) => $Ch::One(b.pipe(make_stage(spec, ctx.failures, ctx.submitter)?)),
-                        $Ch::Batch(b) => $Ch::One(b.pipe(make_stage(spec, ctx.failures, ctx.submitter)?)),
+                        $Ch::One(b) => $Ch::One(b.pipe(make_stage(p, split, ctx.failures, ctx.submitter)?)),
+                        $Ch::Batch(b) => $Ch::One(b.pipe(make_stage(p, split, ctx.failures, ctx.submitter)?)),
                     }
                 }
                 &Step::Aggregate { size, drop_last } => {
@@ -323,22 +321,6 @@ impl RegionInputs {
             None => Ok(None),
         }
     }
-}
-
-/// The engine's description of a `pipe` step.
-fn pipe_spec(p: &PipeStep, py: Python<'_>, split_output: bool) -> PyResult<PipeSpec> {
-    let op = match p.kind {
-        Some(kind) => OpImpl::Python { kind, op: Arc::clone(&p.op) },
-        None => OpImpl::Native(Arc::clone(&p.op.bind(py).cast::<super::PyNativeOp>()?.get().op)),
-    };
-    Ok(PipeSpec {
-        name: p.name.clone(),
-        op,
-        concurrency: p.concurrency,
-        order: p.order,
-        failure_budget: p.failure_budget,
-        split_output,
-    })
 }
 
 /// A `path_variants` step being wired.

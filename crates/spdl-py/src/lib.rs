@@ -171,9 +171,9 @@ mod native {
         #[cfg(feature = "ffmpeg")]
         #[pymodule_export]
         use crate::io::media_api::{
-            PyAudioDecoder, PyBsf, PyDecodeConfig, PyDemuxConfig, PyDemuxer, PyStreamingDemux, PyVideoDecoder,
+            Decoder, PyAudioDecoder, PyBsf, PyDecodeConfig, PyDemuxConfig, PyDemuxer, PyStreamingDemux, PyVideoDecoder,
             apply_bsf, convert_frames, create_reference_audio_frame, create_reference_video_frame, decode_config,
-            decode_packets, decoder, demux_audio, demux_config, demux_image, demux_video, sample_decode_video,
+            decode_packets, demux_audio, demux_config, demux_image, demux_video, sample_decode_video,
         };
         #[cfg(feature = "ffmpeg")]
         #[pymodule_export]

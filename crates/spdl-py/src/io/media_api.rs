@@ -17,14 +17,14 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyFloat, PyInt, PyList, PyString, PyTuple, PyType};
 use spdl_buffer::system_allocator;
 use spdl_io::media::{
-    Bsf, Codec, DecodeConfig, Decoder, DemuxConfig, Demuxer, MediaFrames, MediaPackets, MediaType,
+    Bsf, Codec, DecodeConfig, Decoder as MediaDecoder, DemuxConfig, Demuxer, MediaFrames, MediaPackets, MediaType,
     convert_frames as convert_frames_rs, decode_all, reference_audio_frame as reference_audio_frame_rs,
     reference_video_frames,
 };
 
 use super::media::{
-    PyAudioFrames, PyAudioPackets, PyImagePackets, PyVideoFrames, PyVideoPackets, codec_from, codec_object,
-    frames_cell, frames_object, limits_from, lock, packets_object, packets_state,
+    PyAudioCodec, PyAudioFrames, PyAudioPackets, PyImageCodec, PyImagePackets, PyVideoCodec, PyVideoFrames,
+    PyVideoPackets, codec_from, frames_cell, frames_object, limits_from, lock, packets_object, packets_state,
 };
 use super::{io_err, media_src};
 use crate::args;
@@ -312,11 +312,6 @@ impl PyDemuxer {
             .ok_or_else(|| PyRuntimeError::new_err(format!("{}: no {} stream", self.item, kind_name(kind))))
     }
 
-    fn codec(&self, py: Python<'_>, kind: MediaType) -> PyResult<Py<PyAny>> {
-        let c = self.with(py, |d| d.codec(kind))?;
-        codec_object(py, c)
-    }
-
     fn close_now(&self, py: Python<'_>) {
         let d = lock(&self.inner).take();
         crate::lifecycle::detach(py, || drop(d));
@@ -345,19 +340,19 @@ impl PyDemuxer {
 
     /// The packets of the audio stream in ``window`` (``(start, end)`` seconds; ``None``: all), through the
     /// bitstream filter chain ``bsf`` when given.
-    #[pyo3(signature = (window=None, *, bsf=None))]
+    #[pyo3(signature = (window=None, *, bsf=None) -> "AudioPackets")]
     fn demux_audio(&self, py: Python<'_>, window: Option<&Bound<'_, PyAny>>, bsf: Option<&str>) -> PyResult<Py<PyAny>> {
         self.demux(py, MediaType::Audio, self::window(window)?, bsf)
     }
 
     /// The packets of the video stream that ``window`` needs (from the keyframe before its start).
-    #[pyo3(signature = (window=None, *, bsf=None))]
+    #[pyo3(signature = (window=None, *, bsf=None) -> "VideoPackets")]
     fn demux_video(&self, py: Python<'_>, window: Option<&Bound<'_, PyAny>>, bsf: Option<&str>) -> PyResult<Py<PyAny>> {
         self.demux(py, MediaType::Video, self::window(window)?, bsf)
     }
 
     /// The packet of the image (the first frame of the video stream).
-    #[pyo3(signature = (*, bsf=None))]
+    #[pyo3(signature = (*, bsf=None) -> "ImagePackets")]
     fn demux_image(&self, py: Python<'_>, bsf: Option<&str>) -> PyResult<Py<PyAny>> {
         self.demux(py, MediaType::Image, None, bsf)
     }
@@ -424,20 +419,20 @@ impl PyDemuxer {
 
     /// The codec of the default audio stream (an ``AudioCodec``).
     #[getter]
-    fn audio_codec(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        self.codec(py, MediaType::Audio)
+    fn audio_codec(&self, py: Python<'_>) -> PyResult<PyAudioCodec> {
+        Ok(PyAudioCodec { codec: self.with(py, |d| d.codec(MediaType::Audio))? })
     }
 
     /// The codec of the default video stream (a ``VideoCodec``).
     #[getter]
-    fn video_codec(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        self.codec(py, MediaType::Video)
+    fn video_codec(&self, py: Python<'_>) -> PyResult<PyVideoCodec> {
+        Ok(PyVideoCodec { codec: self.with(py, |d| d.codec(MediaType::Video))? })
     }
 
     /// The codec of the image (the default video stream; an ``ImageCodec``).
     #[getter]
-    fn image_codec(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        self.codec(py, MediaType::Image)
+    fn image_codec(&self, py: Python<'_>) -> PyResult<PyImageCodec> {
+        Ok(PyImageCodec { codec: self.with(py, |d| d.codec(MediaType::Image))? })
     }
 
     /// Closes the source; later calls raise.
@@ -504,7 +499,7 @@ fn demux_once(
 /// The packets of the audio stream of ``src`` in ``timestamp`` (``(start, end)`` seconds), through the
 /// bitstream filter chain ``bsf`` when given. Arguments as :py:class:`Demuxer`.
 #[pyfunction]
-#[pyo3(signature = (src, *, timestamp=None, demux_config=None, bsf=None, name=None, limits=None))]
+#[pyo3(signature = (src, *, timestamp=None, demux_config=None, bsf=None, name=None, limits=None) -> "AudioPackets")]
 pub(crate) fn demux_audio(
     py: Python<'_>,
     src: &Bound<'_, PyAny>,
@@ -519,7 +514,7 @@ pub(crate) fn demux_audio(
 
 /// The packet of the image ``src``. Arguments as :py:class:`Demuxer`.
 #[pyfunction]
-#[pyo3(signature = (src, *, demux_config=None, bsf=None, name=None, limits=None))]
+#[pyo3(signature = (src, *, demux_config=None, bsf=None, name=None, limits=None) -> "ImagePackets")]
 pub(crate) fn demux_image(
     py: Python<'_>,
     src: &Bound<'_, PyAny>,
@@ -548,7 +543,7 @@ const NOT_FOR_DEMUX: [(&str, &str); 4] = [
 /// :py:func:`demux_config`. ``limits``, ``name``: as :py:class:`Demuxer`. SPDL's ``filter_desc``,
 /// ``decode_config``, ``device_config`` and ``storage`` are accepted as ``None`` only.
 #[pyfunction]
-#[pyo3(signature = (src, *, timestamp=None, demux_config=None, bsf=None, name=None, start=None, duration=None, limits=None, **spdl))]
+#[pyo3(signature = (src, *, timestamp=None, demux_config=None, bsf=None, name=None, start=None, duration=None, limits=None, **spdl) -> "VideoPackets")]
 #[allow(clippy::too_many_arguments, reason = "SPDL's keywords and spdl_rs's window, one function")]
 pub(crate) fn demux_video(
     py: Python<'_>,
@@ -727,7 +722,7 @@ fn filter_graph(filter_desc: &str, codec: &Codec, window: Option<(f64, f64)>) ->
 #[pyclass(name = "AudioDecoder", module = "spdl_rs._native.io", frozen)]
 #[derive(Debug)]
 pub struct PyAudioDecoder {
-    inner: Mutex<Decoder>,
+    inner: Mutex<MediaDecoder>,
 }
 
 /// Frames as a one-item iterator, or an empty one.
@@ -770,7 +765,7 @@ impl PyAudioDecoder {
 /// A video decoder and the frames it holds back to yield chunks of a fixed size.
 #[derive(Debug)]
 struct VideoDecoderState {
-    decoder: Decoder,
+    decoder: MediaDecoder,
     buffer_size: usize,
     held: Vec<MediaFrames>,
     held_count: usize,
@@ -874,39 +869,47 @@ impl PyVideoDecoder {
     }
 }
 
-/// A decoder that decodes the packets of one stream chunk by chunk (SPDL's ``Decoder``): an
-/// :py:class:`AudioDecoder` for an ``AudioCodec``, a :py:class:`VideoDecoder` for a video or image codec.
-///
-/// ``codec``: the stream's codec (``Demuxer.audio_codec``, ``.video_codec``, ``.image_codec``).
-/// ``filter_desc``: the filters applied after decoding (without the ``buffer``/``abuffer`` input and the
-/// sink, which are added); default: SPDL's (``rgb24`` pixels, ``fltp`` samples); ``None``: no filter.
-/// ``decode_config``: see :py:func:`decode_config`.
-#[pyfunction]
-#[pyo3(
-    name = "Decoder",
-    signature = (codec, *, filter_desc=default_filter(), decode_config=None),
-    text_signature = "(codec, *, filter_desc='__PLACEHOLDER__', decode_config=None)"
-)]
-pub(crate) fn decoder(
-    py: Python<'_>,
-    codec: &Bound<'_, PyAny>,
-    filter_desc: Option<String>,
-    decode_config: Option<PyRef<'_, PyDecodeConfig>>,
-) -> PyResult<Py<PyAny>> {
-    let codec = codec_from(codec)?;
-    let desc = filter_desc.map(|f| filter_graph(&f, &codec, None));
-    let config = PyDecodeConfig::config(decode_config.as_deref());
-    let item = format!("<{} decoder>", codec.name);
-    let limits = limits_from(None)?;
-    let d = crate::lifecycle::detach(py, || Decoder::new(&codec, &config, desc.as_deref(), &item, limits))
-        .map_err(io_err)?;
-    Ok(match codec.kind {
-        MediaType::Audio => Py::new(py, PyAudioDecoder { inner: Mutex::new(d) })?.into_any(),
-        MediaType::Video | MediaType::Image => {
-            let state = VideoDecoderState { decoder: d, buffer_size: 0, held: Vec::new(), held_count: 0 };
-            Py::new(py, PyVideoDecoder { inner: Mutex::new(state) })?.into_any()
-        }
-    })
+pub(crate) use factory::Decoder;
+
+/// SPDL's ``Decoder``, a function spelled as the class it stands for (the names PyO3 derives from it are
+/// not snake case either).
+#[allow(non_snake_case, reason = "SPDL's name")]
+mod factory {
+    use super::*;
+
+    /// A decoder that decodes the packets of one stream chunk by chunk (SPDL's ``Decoder``): an
+    /// :py:class:`AudioDecoder` for an ``AudioCodec``, a :py:class:`VideoDecoder` for a video or image codec.
+    ///
+    /// ``codec``: the stream's codec (``Demuxer.audio_codec``, ``.video_codec``, ``.image_codec``).
+    /// ``filter_desc``: the filters applied after decoding (without the ``buffer``/``abuffer`` input and the
+    /// sink, which are added); default: SPDL's (``rgb24`` pixels, ``fltp`` samples); ``None``: no filter.
+    /// ``decode_config``: see :py:func:`decode_config`.
+    #[pyfunction]
+    #[pyo3(
+        signature = (codec, *, filter_desc=default_filter(), decode_config=None) -> "AudioDecoder | VideoDecoder",
+        text_signature = "(codec, *, filter_desc='__PLACEHOLDER__', decode_config=None)"
+    )]
+    pub fn Decoder(
+        py: Python<'_>,
+        codec: &Bound<'_, PyAny>,
+        filter_desc: Option<String>,
+        decode_config: Option<PyRef<'_, PyDecodeConfig>>,
+    ) -> PyResult<Py<PyAny>> {
+        let codec = codec_from(codec)?;
+        let desc = filter_desc.map(|f| filter_graph(&f, &codec, None));
+        let config = PyDecodeConfig::config(decode_config.as_deref());
+        let item = format!("<{} decoder>", codec.name);
+        let limits = limits_from(None)?;
+        let d = crate::lifecycle::detach(py, || MediaDecoder::new(&codec, &config, desc.as_deref(), &item, limits))
+            .map_err(io_err)?;
+        Ok(match codec.kind {
+            MediaType::Audio => Py::new(py, PyAudioDecoder { inner: Mutex::new(d) })?.into_any(),
+            MediaType::Video | MediaType::Image => {
+                let state = VideoDecoderState { decoder: d, buffer_size: 0, held: Vec::new(), held_count: 0 };
+                Py::new(py, PyVideoDecoder { inner: Mutex::new(state) })?.into_any()
+            }
+        })
+    }
 }
 
 /// SPDL's form of ``decode_packets``: every frame of the packets' window (audio trimmed to it), at most
@@ -1059,7 +1062,7 @@ pub(crate) fn convert_frames(
 /// ``packets`` is not consumed. ``decode_config``, ``filter_desc``: as :py:func:`decode_packets`.
 #[pyfunction]
 #[pyo3(
-    signature = (packets, indices, *, decode_config=None, filter_desc=default_filter()),
+    signature = (packets, indices, *, decode_config=None, filter_desc=default_filter()) -> "list[ImageFrames]",
     text_signature = "(packets, indices, *, decode_config=None, filter_desc='__PLACEHOLDER__')"
 )]
 pub(crate) fn sample_decode_video(
@@ -1123,18 +1126,17 @@ fn array_bytes(array: &Bound<'_, PyAny>) -> PyResult<(Vec<u8>, Vec<usize>, usize
 /// ``frame_rate``. The data are copied; the frames keep ``array`` alive, as SPDL's do.
 #[pyfunction]
 pub(crate) fn create_reference_video_frame(
-    py: Python<'_>,
     array: &Bound<'_, PyAny>,
     pix_fmt: &str,
     frame_rate: (i32, i32),
     pts: i64,
-) -> PyResult<Py<PyAny>> {
+) -> PyResult<PyVideoFrames> {
     if frame_rate.0 <= 0 || frame_rate.1 <= 0 {
         return Err(PyValueError::new_err(format!("frame_rate must be positive, got {frame_rate:?}")));
     }
     let (data, shape, itemsize) = array_bytes(array)?;
     let f = reference_video_frames(&data, &shape, itemsize, pix_fmt, frame_rate, pts).map_err(io_err)?;
-    Ok(Py::new(py, PyVideoFrames::with_source(f, array.clone().unbind()))?.into_any())
+    Ok(PyVideoFrames::with_source(f, array.clone().unbind()))
 }
 
 /// Audio frames made from a 2-D array (SPDL's ``create_reference_audio_frame``): ``[C, N]`` for planar
@@ -1143,13 +1145,12 @@ pub(crate) fn create_reference_video_frame(
 /// keep ``array`` alive, as SPDL's do.
 #[pyfunction]
 pub(crate) fn create_reference_audio_frame(
-    py: Python<'_>,
     array: &Bound<'_, PyAny>,
     sample_fmt: &str,
     sample_rate: u32,
     pts: i64,
-) -> PyResult<Py<PyAny>> {
+) -> PyResult<PyAudioFrames> {
     let (data, shape, itemsize) = array_bytes(array)?;
     let f = reference_audio_frame_rs(&data, &shape, itemsize, sample_fmt, sample_rate, pts).map_err(io_err)?;
-    Ok(Py::new(py, PyAudioFrames::with_source(f, array.clone().unbind()))?.into_any())
+    Ok(PyAudioFrames::with_source(f, array.clone().unbind()))
 }

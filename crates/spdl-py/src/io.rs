@@ -19,6 +19,8 @@ pub(crate) mod media;
 #[cfg(feature = "ffmpeg")]
 pub(crate) mod media_api;
 #[cfg(feature = "ffmpeg")]
+pub(crate) mod media_decode;
+#[cfg(feature = "ffmpeg")]
 pub(crate) mod mux;
 pub(crate) mod npy;
 pub(crate) mod tar;

@@ -171,9 +171,14 @@ mod native {
         #[cfg(feature = "ffmpeg")]
         #[pymodule_export]
         use crate::io::media_api::{
-            Decoder, PyAudioDecoder, PyBsf, PyDecodeConfig, PyDemuxConfig, PyDemuxer, PyStreamingDemux, PyVideoDecoder,
-            apply_bsf, convert_frames, create_reference_audio_frame, create_reference_video_frame, decode_config,
-            decode_packets, demux_audio, demux_config, demux_image, demux_video, sample_decode_video,
+            PyBsf, PyDecodeConfig, PyDemuxConfig, PyDemuxer, PyStreamingDemux, apply_bsf, decode_config, demux_audio,
+            demux_config, demux_image, demux_video,
+        };
+        #[cfg(feature = "ffmpeg")]
+        #[pymodule_export]
+        use crate::io::media_decode::{
+            Decoder, PyAudioDecoder, PyVideoDecoder, convert_frames, create_reference_audio_frame,
+            create_reference_video_frame, decode_packets, sample_decode_video,
         };
         #[cfg(feature = "ffmpeg")]
         #[pymodule_export]

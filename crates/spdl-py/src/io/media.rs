@@ -1,6 +1,7 @@
 //! SPDL's media objects (feature `ffmpeg`), over spdl-io's `media` module: the codecs, packets and frames
 //! classes, `FilterGraph`, and the helpers that turn them into Python objects and back. The functions and
-//! classes that demux, decode and convert them with SPDL's signatures are in [`super::media_api`]. Every call
+//! classes that demux, decode and convert them with SPDL's signatures are in [`super::media_api`] and
+//! [`super::media_decode`]. Every call
 //! that demuxes, decodes, filters or copies releases the GIL; every object is safe to share between threads
 //! (its mutable state sits behind a lock that is never held while Python runs).
 

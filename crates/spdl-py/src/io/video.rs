@@ -195,7 +195,7 @@ pub(crate) fn demux_packets(
     Ok(PyVideoPackets::from_packets(MediaPackets::from_video_packets(packets)))
 }
 
-/// The frame sampler's form of `spdl_rs.io.decode_packets` ([`super::media_api::decode_packets`]): video
+/// The frame sampler's form of `spdl_rs.io.decode_packets` ([`super::media_decode::decode_packets`]): video
 /// `packets` (consumed) into a `uint8` buffer `[N, H, W, C]`, GIL released.
 pub(crate) fn sample_packets(
     py: Python<'_>,

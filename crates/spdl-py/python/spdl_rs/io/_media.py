@@ -1,8 +1,8 @@
 """SPDL's demuxing and decoding objects (``spdl.io.Demuxer``, ``Decoder``, packets, frames, ``convert_frames``,
 ``FilterGraph``, ...) in builds with video support (:py:func:`spdl_rs.io.has_video`): the native classes and
-functions of :py:mod:`spdl_rs._native.io` (``src/io/media.rs``, ``src/io/media_api.rs``), with SPDL's names,
-signatures and errors. The work runs in Rust with the GIL released; every object is safe to share between
-threads."""
+functions of :py:mod:`spdl_rs._native.io` (``src/io/media.rs``, ``media_api.rs``, ``media_decode.rs``), with
+SPDL's names, signatures and errors. The work runs in Rust with the GIL released; every object is safe to
+share between threads."""
 
 from __future__ import annotations
 

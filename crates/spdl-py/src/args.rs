@@ -51,6 +51,7 @@ pub(crate) struct Int {
 
 impl Int {
     /// The value (saturated to `i128` for a larger one).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code, reason = "read by the `cuda` feature's functions only"))]
     pub(crate) fn value(&self) -> i128 {
         self.value
     }

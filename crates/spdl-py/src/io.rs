@@ -17,6 +17,10 @@ pub(crate) mod literal;
 #[cfg(feature = "ffmpeg")]
 pub(crate) mod media;
 #[cfg(feature = "ffmpeg")]
+pub(crate) mod media_api;
+#[cfg(feature = "ffmpeg")]
+pub(crate) mod media_decode;
+#[cfg(feature = "ffmpeg")]
 pub(crate) mod mux;
 pub(crate) mod npy;
 pub(crate) mod tar;

@@ -166,9 +166,19 @@ mod native {
         #[pymodule_export]
         use crate::io::media::{
             PyAudioCodec, PyAudioFrames, PyAudioPackets, PyFilterGraph, PyImageCodec, PyImageFrames, PyImagePackets,
-            PyMediaBsf, PyMediaDecoder, PyMediaDemuxer, PyVideoCodec, PyVideoFrames, PyVideoPackets,
-            concat_video_frames, convert_frames, media_decode_packets, reference_audio_frame, reference_video_frame,
-            split_packets_at_indices,
+            PyVideoCodec, PyVideoFrames, PyVideoPackets, split_packets_at_indices,
+        };
+        #[cfg(feature = "ffmpeg")]
+        #[pymodule_export]
+        use crate::io::media_api::{
+            PyBsf, PyDecodeConfig, PyDemuxConfig, PyDemuxer, PyStreamingDemux, apply_bsf, decode_config, demux_audio,
+            demux_config, demux_image, demux_video,
+        };
+        #[cfg(feature = "ffmpeg")]
+        #[pymodule_export]
+        use crate::io::media_decode::{
+            Decoder, PyAudioDecoder, PyVideoDecoder, convert_frames, create_reference_audio_frame,
+            create_reference_video_frame, decode_packets, sample_decode_video,
         };
         #[cfg(feature = "ffmpeg")]
         #[pymodule_export]
@@ -178,9 +188,7 @@ mod native {
         use crate::io::tar::{TarStream, tar_index};
         #[cfg(feature = "ffmpeg")]
         #[pymodule_export]
-        use crate::io::video::{
-            decode_packets, decode_packets_op, demux_video, demux_video_op, load_video, load_video_op,
-        };
+        use crate::io::video::{decode_packets_op, demux_video_op, load_video, load_video_op};
         #[cfg(feature = "io")]
         #[pymodule_export]
         use crate::io::wav::{WavHeader, wav_header, wav_samples};

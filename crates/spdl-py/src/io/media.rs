@@ -1,7 +1,8 @@
-//! SPDL's demuxing and decoding objects (feature `ffmpeg`), over spdl-io's `media` module: the codecs,
-//! packets and frames classes, a native `MediaDemuxer` and `MediaDecoder` (which `spdl_rs.io.Demuxer` and
-//! `spdl_rs.io.Decoder` wrap), `FilterGraph`, `convert_frames` and frames made from arrays. Every call that
-//! demuxes, decodes, filters or copies releases the GIL; every object is safe to share between threads
+//! SPDL's media objects (feature `ffmpeg`), over spdl-io's `media` module: the codecs, packets and frames
+//! classes, `FilterGraph`, and the helpers that turn them into Python objects and back. The functions and
+//! classes that demux, decode and convert them with SPDL's signatures are in [`super::media_api`] and
+//! [`super::media_decode`]. Every call
+//! that demuxes, decodes, filters or copies releases the GIL; every object is safe to share between threads
 //! (its mutable state sits behind a lock that is never held while Python runs).
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -9,20 +10,14 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PySlice, PyString};
-use spdl_buffer::system_allocator;
-use spdl_io::media::{
-    Bsf, Codec, DecodeConfig, Decoder, DemuxConfig, Demuxer, FilterGraph, MediaFrames, MediaPackets, MediaType,
-    convert_frames as convert_frames_rs, decode_all, reference_audio_frame as reference_audio_frame_rs,
-    reference_video_frames,
-};
+use pyo3::types::{PyDict, PySlice, PyString};
+use spdl_io::media::{Codec, FilterGraph, MediaFrames, MediaPackets, MediaType};
 use spdl_io::video::VideoLimits;
 
-use super::{io_err, media_src};
+use super::io_err;
 use crate::args::{self, Int};
-use crate::buffer::PyBuffer;
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -555,7 +550,7 @@ pub(super) fn packets_state<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<&'a Packe
 #[pyclass(name = "AudioFrames", module = "spdl_rs._native.io", frozen)]
 #[derive(Debug)]
 pub struct PyAudioFrames {
-    frames: MediaFrames,
+    pub(super) frames: MediaFrames,
     consumed: AtomicBool,
     /// The array reference frames were made from, kept alive with them (SPDL's reference frames do).
     #[allow(dead_code, reason = "held only to keep the array alive")]
@@ -566,7 +561,7 @@ pub struct PyAudioFrames {
 #[pyclass(name = "VideoFrames", module = "spdl_rs._native.io", frozen)]
 #[derive(Debug)]
 pub struct PyVideoFrames {
-    frames: MediaFrames,
+    pub(super) frames: MediaFrames,
     consumed: AtomicBool,
     /// As [`PyAudioFrames::source`].
     #[allow(dead_code, reason = "held only to keep the array alive")]
@@ -584,7 +579,7 @@ pub struct PyImageFrames {
 
 /// Frames objects that `convert_frames` consumes: afterwards every use raises a `TypeError`, as in SPDL (whose
 /// conversion relinquishes them). The data stay until the object is dropped.
-trait Consumable {
+pub(super) trait Consumable {
     fn consumed_flag(&self) -> &AtomicBool;
     fn item(&self) -> &str;
     /// `Ok` while not consumed.
@@ -614,14 +609,24 @@ macro_rules! consumable {
 consumable!(PyAudioFrames, PyVideoFrames, PyImageFrames);
 
 impl PyAudioFrames {
-    fn new(frames: MediaFrames) -> Self {
+    pub(super) fn new(frames: MediaFrames) -> Self {
         Self { frames, consumed: AtomicBool::new(false), source: None }
+    }
+
+    /// Frames made from `source` (an array), which they keep alive.
+    pub(super) fn with_source(frames: MediaFrames, source: Py<PyAny>) -> Self {
+        Self { frames, consumed: AtomicBool::new(false), source: Some(source) }
     }
 }
 
 impl PyVideoFrames {
-    fn new(frames: MediaFrames) -> Self {
+    pub(super) fn new(frames: MediaFrames) -> Self {
         Self { frames, consumed: AtomicBool::new(false), source: None }
+    }
+
+    /// Frames made from `source` (an array), which they keep alive.
+    pub(super) fn with_source(frames: MediaFrames, source: Py<PyAny>) -> Self {
+        Self { frames, consumed: AtomicBool::new(false), source: Some(source) }
     }
 }
 
@@ -643,7 +648,7 @@ fn getattr_live<'py, T: Consumable>(
     unsafe { Bound::from_owned_ptr_or_err(slf.py(), pyo3::ffi::PyObject_GenericGetAttr(slf.as_ptr(), name.as_ptr())) }
 }
 
-fn frames_object(py: Python<'_>, frames: MediaFrames) -> PyResult<Py<PyAny>> {
+pub(super) fn frames_object(py: Python<'_>, frames: MediaFrames) -> PyResult<Py<PyAny>> {
     Ok(match frames.kind {
         MediaType::Audio => Py::new(py, PyAudioFrames::new(frames))?.into_any(),
         MediaType::Video => Py::new(py, PyVideoFrames::new(frames))?.into_any(),
@@ -656,7 +661,7 @@ pub(super) fn frames_of<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<&'a MediaFram
 }
 
 /// The frames of a frames object, and its consumed flag; a `TypeError` if it is not one or was consumed.
-fn frames_cell<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<(FramesRef<'a>, &'a AtomicBool)> {
+pub(super) fn frames_cell<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<(FramesRef<'a>, &'a AtomicBool)> {
     fn of<'a, T: Consumable>(t: &'a T, frames: &'a MediaFrames) -> PyResult<(FramesRef<'a>, &'a AtomicBool)> {
         t.live()?;
         Ok((FramesRef { frames }, t.consumed_flag()))
@@ -680,8 +685,8 @@ fn frames_cell<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<(FramesRef<'a>, &'a At
 }
 
 /// Borrowed frames of a frames object.
-struct FramesRef<'a> {
-    frames: &'a MediaFrames,
+pub(super) struct FramesRef<'a> {
+    pub(super) frames: &'a MediaFrames,
 }
 
 fn ts_range(f: &MediaFrames) -> String {
@@ -898,179 +903,6 @@ impl PyImageFrames {
     }
 }
 
-// ------------------------------------------------------------------------------------ demuxer, decoder
-
-/// A source kept open (``spdl_rs.io.Demuxer`` wraps it): demux audio, video or an image, or stream packets
-/// in bounded chunks. Thread-safe: calls on one demuxer run one at a time.
-#[pyclass(name = "MediaDemuxer", module = "spdl_rs._native.io", frozen)]
-#[derive(Debug)]
-pub struct PyMediaDemuxer {
-    inner: Mutex<Option<Demuxer>>,
-    item: String,
-}
-
-impl PyMediaDemuxer {
-    fn with<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut Demuxer) -> spdl_io::Result<T> + Send) -> PyResult<T> {
-        crate::lifecycle::detach(py, || {
-            let mut g = lock(&self.inner);
-            let d = g
-                .as_mut()
-                .ok_or_else(|| spdl_io::Error::InvalidOptions(format!("{}: the demuxer was closed", self.item)))?;
-            f(d)
-        })
-        .map_err(io_err)
-    }
-}
-
-fn kind_of(name: &str) -> PyResult<MediaType> {
-    match name {
-        "audio" => Ok(MediaType::Audio),
-        "video" => Ok(MediaType::Video),
-        "image" => Ok(MediaType::Image),
-        other => Err(PyValueError::new_err(format!("media kind must be audio, video or image, got {other:?}"))),
-    }
-}
-
-#[pymethods]
-impl PyMediaDemuxer {
-    /// Opens ``src`` (a path, or encoded bytes named ``name`` in errors), GIL released.
-    #[new]
-    #[pyo3(signature = (src, *, name=None, format=None, format_options=None, limits=None))]
-    fn new(
-        py: Python<'_>,
-        src: &Bound<'_, PyAny>,
-        name: Option<&str>,
-        format: Option<String>,
-        format_options: Option<std::collections::BTreeMap<String, String>>,
-        limits: Option<&Bound<'_, PyDict>>,
-    ) -> PyResult<Self> {
-        let config = DemuxConfig {
-            format,
-            format_options: format_options.unwrap_or_default().into_iter().collect(),
-            limits: limits_from(limits)?,
-        };
-        let src = media_src(src, name)?;
-        let item = src.name();
-        let d = crate::lifecycle::detach(py, || Demuxer::open(src.media(), &config)).map_err(io_err)?;
-        Ok(Self { inner: Mutex::new(Some(d)), item })
-    }
-
-    /// The path or name of the source.
-    #[getter]
-    fn item(&self) -> &str {
-        &self.item
-    }
-
-    /// The packets of the best stream of ``kind`` (``"audio"``, ``"video"``, ``"image"``) in ``window``
-    /// (``(start, end)`` seconds; ``None``: all).
-    #[pyo3(signature = (kind, window=None))]
-    fn demux(&self, py: Python<'_>, kind: &str, window: Option<(f64, f64)>) -> PyResult<Py<PyAny>> {
-        let kind = kind_of(kind)?;
-        let p = self.with(py, |d| match kind {
-            MediaType::Audio => d.demux_audio(window),
-            MediaType::Video => d.demux_video(window),
-            MediaType::Image => d.demux_image(),
-        })?;
-        packets_object(py, p)
-    }
-
-    /// The index of the best stream of ``kind``, or ``None``.
-    fn stream_index(&self, py: Python<'_>, kind: &str) -> PyResult<Option<usize>> {
-        let kind = kind_of(kind)?;
-        self.with(py, |d| Ok(d.stream_index(kind)))
-    }
-
-    /// The codec of the best stream of ``kind``.
-    fn codec(&self, py: Python<'_>, kind: &str) -> PyResult<Py<PyAny>> {
-        let kind = kind_of(kind)?;
-        let c = self.with(py, |d| d.codec(kind))?;
-        codec_object(py, c)
-    }
-
-    /// Starts streaming the packets of the streams ``indices`` from the start.
-    #[pyo3(signature = (indices, *, num_packets=None, duration=None))]
-    fn start_streaming(
-        &self,
-        py: Python<'_>,
-        indices: Vec<usize>,
-        num_packets: Option<Int>,
-        duration: Option<f64>,
-    ) -> PyResult<()> {
-        let num_packets = args::opt_count("num_packets", num_packets.as_ref(), 1, args::MAX_FRAMES)?;
-        if let Some(d) = duration {
-            args::duration_secs("duration", d, f64::MIN_POSITIVE, args::MAX_SECONDS)?;
-        }
-        self.with(py, |d| d.start_streaming(&indices, num_packets, duration))
-    }
-
-    /// The next chunk of the streaming demux (``{stream index: packets}``), or ``None`` at the end.
-    fn next_chunk<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let Some(chunk) = self.with(py, |d| d.next_chunk())? else { return Ok(None) };
-        let out = PyDict::new(py);
-        for (i, p) in chunk {
-            out.set_item(i, packets_object(py, p)?)?;
-        }
-        Ok(Some(out))
-    }
-
-    /// Closes the source (later calls raise).
-    fn close(&self, py: Python<'_>) {
-        let d = lock(&self.inner).take();
-        crate::lifecycle::detach(py, || drop(d));
-    }
-}
-
-/// A streaming decoder (``spdl_rs.io.Decoder`` wraps it): packets in, frames out, through an optional
-/// FFmpeg filter graph. Thread-safe: calls run one at a time.
-#[pyclass(name = "MediaDecoder", module = "spdl_rs._native.io", frozen)]
-#[derive(Debug)]
-pub struct PyMediaDecoder {
-    inner: Mutex<Decoder>,
-}
-
-#[pymethods]
-impl PyMediaDecoder {
-    /// A decoder for packets of ``codec``; frames go through ``filter_desc`` (a complete graph from a
-    /// ``buffer``/``abuffer`` input to a ``buffersink``/``abuffersink`` output) when given.
-    #[new]
-    #[pyo3(signature = (codec, *, filter_desc=None, decoder=None, decoder_options=None, limits=None))]
-    fn new(
-        py: Python<'_>,
-        codec: &Bound<'_, PyAny>,
-        filter_desc: Option<String>,
-        decoder: Option<String>,
-        decoder_options: Option<std::collections::BTreeMap<String, String>>,
-        limits: Option<&Bound<'_, PyDict>>,
-    ) -> PyResult<Self> {
-        let codec = codec_from(codec)?;
-        let config = DecodeConfig { decoder, options: decoder_options.unwrap_or_default().into_iter().collect() };
-        let limits = limits_from(limits)?;
-        let item = format!("<{} decoder>", codec.name);
-        let d = crate::lifecycle::detach(py, || Decoder::new(&codec, &config, filter_desc.as_deref(), &item, limits))
-            .map_err(io_err)?;
-        Ok(Self { inner: Mutex::new(d) })
-    }
-
-    /// Decodes ``packets`` (consumed): the frames ready now, or ``None``.
-    fn decode(&self, py: Python<'_>, packets: &Bound<'_, PyAny>) -> PyResult<Option<Py<PyAny>>> {
-        let p = packets_state(packets)?.take()?;
-        let frames = crate::lifecycle::detach(py, || lock(&self.inner).decode(&p)).map_err(io_err)?;
-        if frames.num_frame_objects() == 0 {
-            return Ok(None);
-        }
-        frames_object(py, frames).map(Some)
-    }
-
-    /// Ends the stream: the frames still held, or ``None``.
-    fn flush(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
-        let frames = crate::lifecycle::detach(py, || lock(&self.inner).flush()).map_err(io_err)?;
-        if frames.num_frame_objects() == 0 {
-            return Ok(None);
-        }
-        frames_object(py, frames).map(Some)
-    }
-}
-
 /// An FFmpeg filter graph (SPDL's ``FilterGraph``): its inputs are ``buffer``/``abuffer`` filters and its
 /// outputs ``buffersink``/``abuffersink`` filters, named in the description. Thread-safe: calls run one
 /// at a time.
@@ -1114,89 +946,6 @@ impl PyFilterGraph {
     }
 }
 
-// ------------------------------------------------------------------------------------------- functions
-
-/// Decodes ``packets`` (consumed) in one call into frames: every frame (video frames outside the packets'
-/// window dropped), at most ``num_frames`` (video) when ``num_frames >= 0``. GIL released.
-#[pyfunction]
-#[pyo3(signature = (packets, *, filter_desc=None, decoder=None, decoder_options=None, num_frames=Int::from(-1)))]
-pub(crate) fn media_decode_packets(
-    py: Python<'_>,
-    packets: &Bound<'_, PyAny>,
-    filter_desc: Option<String>,
-    decoder: Option<String>,
-    decoder_options: Option<std::collections::BTreeMap<String, String>>,
-    num_frames: Int,
-) -> PyResult<Py<PyAny>> {
-    // -1 (any negative, as SPDL): every frame.
-    let num_frames = args::int_in("num_frames", &num_frames, i64::MIN, args::MAX_FRAMES as i64)?;
-    let p = packets_state(packets)?.take()?;
-    let config = DecodeConfig { decoder, options: decoder_options.unwrap_or_default().into_iter().collect() };
-    let n = usize::try_from(num_frames).ok();
-    let frames = crate::lifecycle::detach(py, || decode_all(&p, &config, filter_desc.as_deref(), n)).map_err(io_err)?;
-    frames_object(py, frames)
-}
-
-/// Frames (one object, or a list of them: a batch) into one ``spdl_rs.Buffer`` in SPDL's shapes. GIL
-/// released while copying.
-#[pyfunction]
-pub(crate) fn convert_frames(py: Python<'_>, frames: &Bound<'_, PyAny>) -> PyResult<PyBuffer> {
-    let (items, batch): (Vec<Bound<'_, PyAny>>, bool) = if frames_of(frames).is_ok() {
-        (vec![frames.clone()], false)
-    } else if frames.cast::<PyList>().is_ok() || frames.hasattr("__len__")? {
-        (frames.try_iter()?.collect::<PyResult<_>>()?, true)
-    } else {
-        return Err(PyTypeError::new_err("convert_frames takes frames or a sequence of frames"));
-    };
-    let cells = items.iter().map(|o| frames_cell(o)).collect::<PyResult<Vec<_>>>()?;
-    let refs: Vec<&MediaFrames> = cells.iter().map(|(f, _)| f.frames).collect();
-    let buf = crate::lifecycle::detach(py, || convert_frames_rs(&refs, batch, &system_allocator()));
-    // As in SPDL, a conversion (even one that failed) consumes the frames.
-    for (_, consumed) in &cells {
-        consumed.store(true, Ordering::Release);
-    }
-    Ok(PyBuffer::new(buf.map_err(io_err)?))
-}
-
-/// Video frames copied from the bytes of an array of ``shape`` (elements of ``itemsize`` bytes).
-#[pyfunction]
-#[pyo3(signature = (data, shape, itemsize, *, pix_fmt, frame_rate, pts, source=None))]
-#[allow(clippy::too_many_arguments, reason = "SPDL's keywords, one per frame property")]
-pub(crate) fn reference_video_frame(
-    py: Python<'_>,
-    data: &[u8],
-    shape: Vec<usize>,
-    itemsize: usize,
-    pix_fmt: &str,
-    frame_rate: (i32, i32),
-    pts: i64,
-    source: Option<Py<PyAny>>,
-) -> PyResult<Py<PyAny>> {
-    if frame_rate.0 <= 0 || frame_rate.1 <= 0 {
-        return Err(PyValueError::new_err(format!("frame_rate must be positive, got {frame_rate:?}")));
-    }
-    let f = reference_video_frames(data, &shape, itemsize, pix_fmt, frame_rate, pts).map_err(io_err)?;
-    Ok(Py::new(py, PyVideoFrames { source, ..PyVideoFrames::new(f) })?.into_any())
-}
-
-/// An audio frame copied from the bytes of a 2D array of ``shape`` (elements of ``itemsize`` bytes).
-#[pyfunction]
-#[pyo3(signature = (data, shape, itemsize, *, sample_fmt, sample_rate, pts, source=None))]
-#[allow(clippy::too_many_arguments, reason = "SPDL's keywords, one per frame property")]
-pub(crate) fn reference_audio_frame(
-    py: Python<'_>,
-    data: &[u8],
-    shape: Vec<usize>,
-    itemsize: usize,
-    sample_fmt: &str,
-    sample_rate: u32,
-    pts: i64,
-    source: Option<Py<PyAny>>,
-) -> PyResult<Py<PyAny>> {
-    let f = reference_audio_frame_rs(data, &shape, itemsize, sample_fmt, sample_rate, pts).map_err(io_err)?;
-    Ok(Py::new(py, PyAudioFrames { source, ..PyAudioFrames::new(f) })?.into_any())
-}
-
 /// Splits video ``packets`` (not consumed) so that each of the sorted, distinct frame ``indices`` decodes
 /// from the keyframe before it: a list of ``(packets, indices within their decoded frames)``.
 #[pyfunction]
@@ -1208,47 +957,4 @@ pub(crate) fn split_packets_at_indices(
     let p = packets.state.cloned()?;
     let parts = crate::lifecycle::detach(py, || p.split_at_indices(&indices)).map_err(io_err)?;
     Ok(parts.into_iter().map(|(p, i)| (PyVideoPackets::from_packets(p), i)).collect())
-}
-
-/// ``a`` then ``b`` (frames of one video stream) as one ``VideoFrames``, sharing the data.
-#[pyfunction]
-pub(crate) fn concat_video_frames(a: &PyVideoFrames, b: &PyVideoFrames) -> PyResult<PyVideoFrames> {
-    a.live()?;
-    b.live()?;
-    Ok(PyVideoFrames::new(a.frames.concat(&b.frames).map_err(io_err)?))
-}
-
-/// A bitstream filter chain for packets of one codec (``spdl_rs.io.BSF`` wraps it). Thread-safe: calls
-/// run one at a time.
-#[pyclass(name = "MediaBSF", module = "spdl_rs._native.io", frozen)]
-#[derive(Debug)]
-pub struct PyMediaBsf {
-    inner: Mutex<Bsf>,
-    item: String,
-}
-
-#[pymethods]
-impl PyMediaBsf {
-    /// The filter chain ``bsf`` (``"h264_mp4toannexb"``, ...) for packets of ``codec``.
-    #[new]
-    fn new(py: Python<'_>, codec: &Bound<'_, PyAny>, bsf: String) -> PyResult<Self> {
-        let codec = codec_from(codec)?;
-        let item = format!("<{} packets>", codec.name);
-        let b = crate::lifecycle::detach(py, || Bsf::new(&codec, &bsf)).map_err(io_err)?;
-        Ok(Self { inner: Mutex::new(b), item })
-    }
-
-    /// Filters ``packets`` (not consumed), ending the stream when ``flush``: the packets ready, or ``None``.
-    #[pyo3(signature = (packets, *, flush=false))]
-    fn filter(&self, py: Python<'_>, packets: &Bound<'_, PyAny>, flush: bool) -> PyResult<Option<Py<PyAny>>> {
-        let p = packets_state(packets)?.cloned()?;
-        let out = crate::lifecycle::detach(py, || lock(&self.inner).filter(&p, flush)).map_err(io_err)?;
-        out.map(|p| packets_object(py, p)).transpose()
-    }
-
-    /// Ends the stream: the packets still held, or ``None``.
-    fn flush(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
-        let out = crate::lifecycle::detach(py, || lock(&self.inner).flush(&self.item)).map_err(io_err)?;
-        out.map(|p| packets_object(py, p)).transpose()
-    }
 }

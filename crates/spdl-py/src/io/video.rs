@@ -180,12 +180,10 @@ pub(crate) fn load_video(
     frames_result(py, frames, return_info)
 }
 
-/// Reads the packets of the best video stream that the window needs (from the keyframe before ``start``),
-/// GIL released, into a :py:class:`Packets` object to decode with :py:func:`decode_packets`, possibly in
-/// another thread or pipeline stage. Arguments as :py:func:`load_video`.
-#[pyfunction]
-#[pyo3(signature = (src, *, name=None, **options: "Unpack[DemuxArgs]"))]
-pub(crate) fn demux_video(
+/// spdl_rs's form of `spdl_rs.io.demux_video` ([`super::media_api::demux_video`]): the packets of the best
+/// video stream that the `start`/`duration` window of `options` needs (from the keyframe before `start`), GIL
+/// released.
+pub(crate) fn demux_packets(
     py: Python<'_>,
     src: &Bound<'_, PyAny>,
     name: Option<&str>,
@@ -197,11 +195,9 @@ pub(crate) fn demux_video(
     Ok(PyVideoPackets::from_packets(MediaPackets::from_video_packets(packets)))
 }
 
-/// Decodes :py:class:`Packets` into a ``uint8`` :py:class:`spdl_rs.Buffer` ``[N, H, W, C]`` (GIL released); the packets
-/// are consumed. Arguments as :py:func:`load_video`.
-#[pyfunction]
-#[pyo3(signature = (packets, *, return_info=false, **options: "Unpack[DecodeArgs]"))]
-pub(crate) fn decode_packets(
+/// The frame sampler's form of `spdl_rs.io.decode_packets` ([`super::media_decode::decode_packets`]): video
+/// `packets` (consumed) into a `uint8` buffer `[N, H, W, C]`, GIL released.
+pub(crate) fn sample_packets(
     py: Python<'_>,
     packets: &PyVideoPackets,
     return_info: bool,

@@ -513,77 +513,12 @@ def load_video(
     )
 
 
-def demux_video(
-    src: _Src,
-    *,
-    timestamp: tuple[float, float] | None = None,
-    start: float | None = None,
-    duration: float | None = None,
-    limits: dict[str, int] | None = None,
-    name: str | None = None,
-    bsf: str | None = None,
-    **spdl: Unpack[_SpdlKeywords],
-) -> Packets:
-    """Reads the packets of the best video stream that the window needs (from the keyframe before ``start``),
-    GIL released, into a :py:class:`VideoPackets` (``Packets``) object, to decode with :py:func:`decode_packets`,
-    possibly in another thread or pipeline stage. Arguments as :py:func:`load_video`; SPDL's ``bsf`` (a
-    bitstream filter chain, see :py:func:`apply_bsf`) and ``demux_config`` (:py:func:`demux_config`) are
-    taken too."""
-    demux_config = spdl.pop("demux_config", None)
-    _spdl_keywords("demux_video", "start=/duration=", spdl)
-    if timestamp is not None and (start is not None or duration is not None):
-        raise ValueError("give either timestamp=(start, end) or start/duration, not both")
-    if demux_config is not None or timestamp is not None:
-        # SPDL's form: any window, an empty one ((t, t)) included, which holds no packet.
-        window = timestamp if timestamp is not None else None if start is None and duration is None else (
-            start or 0.0, (start or 0.0) + duration if duration is not None else float("inf"))
-        return _media.demux_video(src, timestamp=window, demux_config=demux_config, bsf=bsf, name=name, limits=limits)  # type: ignore[arg-type]
-    packets = _native_fn("demux_video", "ffmpeg")(src, name=name, start=start, duration=duration, limits=limits)
-    if bsf is not None:
-        packets = _media.apply_bsf(packets, bsf)
-    return packets
-
-
-def decode_packets(
-    packets: Any,
-    filter_desc: str | None = _FILTER_DESC_DEFAULT,
-    decode_config: Any = None,
-    *,
-    num_frames: int | None = -1,
-    fps: float | None = None,
-    every_k: int | None = None,
-    width: int | None = None,
-    height: int | None = None,
-    pix_fmt: Literal["rgb24", "gray"] | None = None,
-    filter: Literal["bicubic", "bilinear", "nearest", "area"] | None = None,
-    threads: int | None = None,
-    return_info: bool = False,
-) -> Any:
-    """Decodes packets (consumed; ``.clone()`` them to decode twice), GIL released. Two forms:
-
-    - SPDL's: ``decode_packets(packets, filter_desc, decode_config, *, num_frames=-1)`` returns frames
-      (:py:class:`AudioFrames`, :py:class:`VideoFrames` or :py:class:`ImageFrames`; see
-      :py:func:`spdl_rs.io._media.decode_packets`), to copy into a buffer with :py:func:`convert_frames`.
-    - spdl_rs's frame sampler, used as soon as one of ``fps``, ``every_k``, ``width``, ``height``,
-      ``pix_fmt``, ``filter``, ``threads`` or ``return_info`` is given: video packets straight into one
-      ``uint8`` :py:class:`spdl_rs.Buffer` ``[N, H, W, C]``, only the selected frames converted; there
-      ``num_frames`` is a count spread uniformly over the window. Arguments as :py:func:`load_video`.
-    """
-    sampler = return_info or any(
-        v is not None for v in (fps, every_k, width, height, pix_fmt, filter, threads)
-    )
-    if not sampler:
-        return _media.decode_packets(packets, filter_desc, decode_config, num_frames=-1 if num_frames is None else num_frames)
-    if filter_desc != _FILTER_DESC_DEFAULT or decode_config is not None:
-        raise ValueError(
-            "decode_packets: filter_desc/decode_config (SPDL's form) cannot be combined with the frame "
-            "sampler's keywords (fps, every_k, width, height, pix_fmt, filter, threads, return_info)"
-        )
-    uniform = None if num_frames is None or num_frames < 0 else num_frames
-    return _native_fn("decode_packets", "ffmpeg")(
-        packets, return_info=return_info, fps=fps, every_k=every_k, num_frames=uniform, width=width,
-        height=height, pix_fmt=pix_fmt or "rgb24", filter=filter or "bicubic", threads=1 if threads is None else threads,
-    )
+# SPDL's demux_video/decode_packets, which take spdl_rs's window and frame sampler too: the native functions.
+if HAS_VIDEO:
+    from .._native.io import decode_packets, demux_video
+else:
+    demux_video = without_video("spdl_rs.io.demux_video")
+    decode_packets = without_video("spdl_rs.io.decode_packets")
 
 
 _CLIP_FUNCTIONS = (

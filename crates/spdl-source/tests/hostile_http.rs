@@ -92,6 +92,8 @@ async fn endless_chunks(stream: &mut TcpStream, sent: &Sent) {
     while write(stream, sent, &frame).await {}
 }
 
+/// Answers one request and closes the connection: a complete response says `Connection: close`, so that the
+/// client does not send its next request (a redirect's) on a connection the server is closing.
 async fn serve(mut stream: TcpStream, sent: Arc<Sent>) {
     let Some((path, _range)) = read_head(&mut stream).await else { return };
     let name = path.trim_start_matches("/data/").split('?').next().unwrap_or("").to_owned();
@@ -101,7 +103,12 @@ async fn serve(mut stream: TcpStream, sent: Arc<Sent>) {
             write(&mut stream, sent, b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello").await;
         }
         "500" => {
-            write(&mut stream, sent, b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n").await;
+            write(
+                &mut stream,
+                sent,
+                b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            )
+            .await;
         }
         "reset" => {
             // Close at once with RST: linger 0 (a zero linger does not block the drop).
@@ -145,8 +152,12 @@ async fn serve(mut stream: TcpStream, sent: Arc<Sent>) {
             }
         }
         "redirect" => {
-            write(&mut stream, sent, b"HTTP/1.1 302 Found\r\nLocation: /data/redirect\r\nContent-Length: 0\r\n\r\n")
-                .await;
+            write(
+                &mut stream,
+                sent,
+                b"HTTP/1.1 302 Found\r\nLocation: /data/redirect\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            )
+            .await;
         }
         "huge-header" => {
             let mut head = b"HTTP/1.1 200 OK\r\nX-Junk: ".to_vec();

@@ -6,7 +6,10 @@ use std::fmt::{self, Write as _};
 
 use spdl_source::tar_index::py_repr;
 
-use super::npy::NpyError;
+/// A header that is not a literal this parser reads: the message, worded as Python's own error would be
+/// (`SyntaxError: ...`, `ValueError: ...`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LiteralError(pub(crate) String);
 
 /// The deepest nesting of brackets the parser follows.
 const MAX_DEPTH: usize = 32;
@@ -82,8 +85,8 @@ impl<'a> Parser<'a> {
         Self { text, pos: 0 }
     }
 
-    fn error<T>(&self, what: &str) -> Result<T, NpyError> {
-        Err(NpyError::Syntax(match self.text[self.pos..].chars().next() {
+    fn error<T>(&self, what: &str) -> Result<T, LiteralError> {
+        Err(LiteralError(match self.text[self.pos..].chars().next() {
             Some(c) => format!("SyntaxError: {what}, found {c:?} at offset {}", self.pos),
             None => format!("SyntaxError: {what}, found the end of the header"),
         }))
@@ -100,7 +103,7 @@ impl<'a> Parser<'a> {
     }
 
     /// One literal, and nothing after it but white space.
-    pub(crate) fn document(&mut self) -> Result<Literal, NpyError> {
+    pub(crate) fn document(&mut self) -> Result<Literal, LiteralError> {
         let value = self.value(0)?;
         self.skip_space();
         if self.pos != self.text.len() {
@@ -109,11 +112,11 @@ impl<'a> Parser<'a> {
         Ok(value)
     }
 
-    fn value(&mut self, depth: usize) -> Result<Literal, NpyError> {
+    fn value(&mut self, depth: usize) -> Result<Literal, LiteralError> {
         self.skip_space();
         match self.peek() {
             Some(b'{' | b'[' | b'(') if depth >= MAX_DEPTH => {
-                Err(NpyError::Syntax(format!("RecursionError: nested deeper than {MAX_DEPTH} levels")))
+                Err(LiteralError(format!("RecursionError: nested deeper than {MAX_DEPTH} levels")))
             }
             Some(b'{') => {
                 self.pos += 1;
@@ -166,7 +169,7 @@ impl<'a> Parser<'a> {
     }
 
     /// `true` (and past it) at the closing bracket.
-    fn close(&mut self, bracket: u8) -> Result<bool, NpyError> {
+    fn close(&mut self, bracket: u8) -> Result<bool, LiteralError> {
         self.skip_space();
         let closed = self.peek() == Some(bracket);
         if closed {
@@ -176,7 +179,7 @@ impl<'a> Parser<'a> {
     }
 
     /// The items of a list or tuple up to `bracket`, and whether a comma followed the last.
-    fn items(&mut self, bracket: u8, depth: usize) -> Result<(Vec<Literal>, bool), NpyError> {
+    fn items(&mut self, bracket: u8, depth: usize) -> Result<(Vec<Literal>, bool), LiteralError> {
         let mut items = Vec::new();
         let mut comma = false;
         loop {
@@ -201,7 +204,7 @@ impl<'a> Parser<'a> {
         comma
     }
 
-    fn number(&mut self) -> Result<Literal, NpyError> {
+    fn number(&mut self) -> Result<Literal, LiteralError> {
         let start = self.pos;
         if matches!(self.peek(), Some(b'-' | b'+')) {
             self.pos += 1;
@@ -219,7 +222,7 @@ impl<'a> Parser<'a> {
         if !digits.is_empty() && digits.bytes().all(|c| c.is_ascii_digit()) {
             return match text.parse::<i128>() {
                 Ok(i) => Ok(Literal::Int(i)),
-                Err(_) => Err(NpyError::Syntax(format!("ValueError: integer {text:.40} is too large"))),
+                Err(_) => Err(LiteralError(format!("ValueError: integer {text:.40} is too large"))),
             };
         }
         if text.replace('_', "").parse::<f64>().is_ok() && digits.bytes().any(|c| c.is_ascii_digit()) {
@@ -229,7 +232,7 @@ impl<'a> Parser<'a> {
         self.error("expected a number")
     }
 
-    fn string(&mut self, quote: u8) -> Result<Literal, NpyError> {
+    fn string(&mut self, quote: u8) -> Result<Literal, LiteralError> {
         self.pos += 1;
         let mut out = String::new();
         let mut chars = self.text[self.pos..].char_indices();
@@ -263,7 +266,7 @@ impl<'a> Parser<'a> {
                     match decoded {
                         Some(c) => out.push(c),
                         None => {
-                            return Err(NpyError::Syntax(format!(
+                            return Err(LiteralError(format!(
                                 "SyntaxError: a bad escape in a string at offset {}",
                                 self.pos + i
                             )));

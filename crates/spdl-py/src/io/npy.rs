@@ -8,7 +8,13 @@
 
 use std::borrow::Cow;
 
-use super::literal::{Literal, Parser};
+use super::literal::{Literal, LiteralError, Parser};
+
+impl From<LiteralError> for NpyError {
+    fn from(e: LiteralError) -> Self {
+        Self::Syntax(e.0)
+    }
+}
 
 /// Bytes read by range: a Python buffer, or a slice in tests. Every read is bounds-checked by the caller
 /// against [`Region::len`], and again by the implementation.

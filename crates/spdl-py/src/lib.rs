@@ -121,11 +121,11 @@ mod native {
             RingWriter, SharedMemoryRingBuffer, SharedMemorySegmentPool,
         };
         #[pymodule_export]
-        use crate::checkpoint::{CheckpointEpoch, CheckpointTracker};
+        use crate::checkpoint::{CheckpointEpoch, CheckpointInput, CheckpointTracker, Keyed, KeyedAggregator, KeyedOp};
         #[pymodule_export]
         use crate::pgrp::{_network_bytes, _process_group_usage};
         #[pymodule_export]
-        use crate::pipeline::spec::{ThroughStep, check, check_source, op_kind};
+        use crate::pipeline::spec::{ThroughStep, check, check_aggregate, check_regions, check_source, op_kind};
         #[pymodule_export]
         use crate::pipeline::{AsyncBridge, CoreOptions, PipelineCore, PyNativeOp, RegionInputs, Reply, StatsSnapshot};
 

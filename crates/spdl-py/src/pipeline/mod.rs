@@ -4,6 +4,7 @@
 
 mod bridge;
 mod failure_log;
+mod life;
 mod ops;
 pub(crate) mod spec;
 pub(crate) mod tstate;
@@ -44,6 +45,9 @@ const FATAL_STOP_WAIT: Duration = Duration::from_secs(5);
 /// Default capacity of the queues between stages (SPDL's, which is fixed: `_BUFFER_SIZE = 2`), exported as
 /// `_native.pipeline.DEFAULT_STAGE_BUFFER_SIZE`.
 pub(crate) const DEFAULT_STAGE_BUFFER: usize = 2;
+
+/// `PipelineFailure`'s arguments: `(stage, exception)` pairs, the message, the failing stage.
+type Failure = (Vec<(String, Py<PyAny>)>, String, Option<String>);
 
 /// Where the next [`PipelineCore`]'s id comes from (a [`StatsSnapshot`] names the pipeline it was taken on).
 static NEXT_CORE_ID: AtomicU64 = AtomicU64::new(0);
@@ -152,6 +156,10 @@ pub struct PipelineCore {
     abandoned: AtomicBool,
     /// This pipeline's id, kept by the [`StatsSnapshot`]s taken on it.
     id: u64,
+    /// The failure was handed out (`take_failure`) or is not to be.
+    failure_taken: AtomicBool,
+    /// The stats reporter, while it runs (`start_reporter`).
+    reporter: Mutex<Option<life::Reporter>>,
 }
 
 impl std::fmt::Debug for PipelineCore {
@@ -161,6 +169,35 @@ impl std::fmt::Debug for PipelineCore {
 }
 
 impl PipelineCore {
+    /// See the `stop` method.
+    fn stop_engine(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
+        if crate::lifecycle::made_before_fork(self.generation) {
+            return Ok(()); // a forked child's copy: its threads are in the parent, nothing runs here
+        }
+        if let Some(r) = self.reporter.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
+            r.signal(); // no report once stopping (`shutdown` logs the final one)
+        }
+        no_panic("Pipeline.stop", || {
+            let deadline = deadline(timeout_arg(timeout)?);
+            loop {
+                let slice =
+                    deadline.map_or(SIGNAL_SLICE, |d| d.saturating_duration_since(Instant::now()).min(SIGNAL_SLICE));
+                if crate::lifecycle::detach(py, || self.sink.stop_timeout(slice)).is_ok() {
+                    return Ok(());
+                }
+                py.check_signals()?;
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    self.abandoned.store(true, Ordering::Relaxed);
+                    return Err(PyTimeoutError::new_err(format!(
+                        "the pipeline did not stop within {} s: an op is still running (the pipeline is stopped; the \
+                         op's thread is left to finish on its own)",
+                        timeout.unwrap_or_default()
+                    )));
+                }
+            }
+        })
+    }
+
     fn set_error(&self, message: String, stage: Option<String>) {
         let mut e = self.error.lock().unwrap_or_else(PoisonError::into_inner);
         if e.is_none() {
@@ -287,6 +324,8 @@ impl PipelineCore {
             error_stage: Mutex::new(None),
             abandoned: AtomicBool::new(false),
             id: NEXT_CORE_ID.fetch_add(1, Ordering::Relaxed),
+            failure_taken: AtomicBool::new(false),
+            reporter: Mutex::new(None),
         })
     }
 }
@@ -330,28 +369,39 @@ impl PipelineCore {
     /// thread is left to finish on its own).
     #[pyo3(signature = (timeout=None))]
     fn stop(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
-        if crate::lifecycle::made_before_fork(self.generation) {
-            return Ok(()); // a forked child's copy: its threads are in the parent, nothing runs here
-        }
-        no_panic("Pipeline.stop", || {
-            let deadline = deadline(timeout_arg(timeout)?);
-            loop {
-                let slice =
-                    deadline.map_or(SIGNAL_SLICE, |d| d.saturating_duration_since(Instant::now()).min(SIGNAL_SLICE));
-                if crate::lifecycle::detach(py, || self.sink.stop_timeout(slice)).is_ok() {
-                    return Ok(());
-                }
-                py.check_signals()?;
-                if deadline.is_some_and(|d| Instant::now() >= d) {
-                    self.abandoned.store(true, Ordering::Relaxed);
-                    return Err(PyTimeoutError::new_err(format!(
-                        "the pipeline did not stop within {} s: an op is still running (the pipeline is stopped; the \
-                         op's thread is left to finish on its own)",
-                        timeout.unwrap_or_default()
-                    )));
-                }
-            }
-        })
+        self.stop_engine(py, timeout)
+    }
+
+    /// Stops everything a pipeline started, within `timeout` seconds in all (`None`: no limit): tells the
+    /// `resources` (`.to()` regions, custom merges: `signal_stop()`, `close()`) to stop, stops the engine,
+    /// then, even when that timed out or Ctrl-C came, exits the stage hooks (`extensions.finish`, whose
+    /// failure is logged), logs the final stats, stops the `event_loop` (`stop(seconds left) -> bool`) and
+    /// the stats reporter, and closes the resources (a failure to close one is logged).
+    ///
+    /// Raises:
+    ///     TimeoutError: An op (or an async op blocking the event loop) is still running at the deadline;
+    ///         everything is stopped all the same (what runs is left to finish on its own thread).
+    #[pyo3(signature = (timeout=None, *, event_loop=None, resources=Vec::new(), extensions=None))]
+    fn shutdown(
+        slf: &Bound<'_, Self>,
+        timeout: Option<Bound<'_, PyAny>>,
+        event_loop: Option<Bound<'_, PyAny>>,
+        resources: Vec<Bound<'_, PyAny>>,
+        extensions: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        Self::shutdown_all(slf, timeout.as_ref(), event_loop.as_ref(), &resources, extensions.as_ref())
+    }
+
+    /// Starts a thread that logs the stats table (through `logging`, logger `spdl_rs.pipeline`) every
+    /// `interval` seconds, and calls `extensions.report_native_interval(core)` after each; `shutdown`
+    /// stops it and logs the final table.
+    #[pyo3(signature = (interval, extensions=None))]
+    fn start_reporter(slf: &Bound<'_, Self>, interval: f64, extensions: Option<Py<PyAny>>) -> PyResult<()> {
+        // An interval too long for a `Duration` (inf) reports only at the end.
+        let interval = Duration::try_from_secs_f64(interval).unwrap_or(Duration::from_secs(1 << 32));
+        let reporter = life::Reporter::start(slf, interval, extensions)?;
+        *slf.get().reporter.lock().unwrap_or_else(PoisonError::into_inner) = Some(reporter);
+        Ok(())
     }
 
     /// The next item: `(0, item)`, `(1, epoch)` at the end of an epoch of a continuous source, or
@@ -382,6 +432,29 @@ impl PipelineCore {
     /// first; each is returned once.
     fn take_exceptions(&self) -> Vec<(String, Py<PyAny>)> {
         self.failures.take().into_iter().map(|(s, e)| (s, e.into_any())).collect()
+    }
+
+    /// Why the pipeline failed, once: `(exceptions, message, stage)`, the arguments of `PipelineFailure`
+    /// (SPDL's words, then the budget or the stage; the exceptions of the failing stage if it has any, else
+    /// all kept), or `None` (no failure, or handed out already). `discard`: it is never to be handed out (a
+    /// fatal exception was raised instead).
+    #[pyo3(signature = (*, discard=false))]
+    fn take_failure(&self, discard: bool) -> Option<Failure> {
+        if discard {
+            self.failure_taken.store(true, Ordering::Relaxed);
+            return None;
+        }
+        let (message, stage) = self.error()?;
+        if self.failure_taken.swap(true, Ordering::Relaxed) {
+            return None;
+        }
+        let mut excs = self.take_exceptions();
+        if let Some(stage) = &stage
+            && excs.iter().any(|(s, _)| s == stage)
+        {
+            excs.retain(|(s, _)| s == stage);
+        }
+        Some((excs, format!("pipeline stages failed: {message}"), stage))
     }
 
     /// A stats snapshot: one dict per stage (source first, sink last).
@@ -623,6 +696,9 @@ impl Drop for PipelineCore {
             // A forked child's copy: its threads, locks and runtime belong to the parent. Tearing it down here
             // would wait for threads that do not exist; it is left as it is (`sink` is never dropped).
             return;
+        }
+        if let Some(r) = self.reporter.get_mut().unwrap_or_else(PoisonError::into_inner).as_ref() {
+            r.signal(); // it holds the pipeline weakly: it ends on its own
         }
         if crate::lifecycle::exiting() {
             // The interpreter exits: tell the threads to stop without waiting (an engine thread that needs the

@@ -327,9 +327,6 @@ fn source_with<'py>(defs: &Defs<'py>, cfg: &Bound<'py, PyAny>) -> PyResult<Sourc
         let mut inputs = Vec::new();
         for c in attr(cfg, "pipeline_configs")?.try_iter()? {
             let c = c?;
-            if !defs.is(&c, "PipelineConfig")? {
-                return Err(PyTypeError::new_err(format!("Merge takes PipelineConfig inputs, got {}", type_name(&c))));
-            }
             inputs.push((source_with(defs, &attr(&c, "src")?)?, steps_with(defs, &attr(&c, "pipes")?)?));
         }
         return Ok(Source::Merge { inputs });
@@ -452,17 +449,85 @@ fn aggregate<'py>(defs: &Defs<'py>, op: &Bound<'py, PyAny>, drop_last: bool) -> 
     )))
 }
 
-/// Checks a step config as the build reads it (or, `aggregate_op`, an aggregation's `op`), raising what the
-/// build would. The Python builder calls this when a stage is added, so that
-/// a bad value fails there, with the build's message.
+/// Checks a step config as the build reads it, raising what the build would. The Python builder calls this
+/// when a stage is added, so that a bad value fails there, with the build's message.
 #[pyfunction]
-#[pyo3(signature = (config, *, aggregate_op=false))]
-pub fn check(config: &Bound<'_, PyAny>, aggregate_op: bool) -> PyResult<()> {
-    let defs = Defs::new(config.py())?;
-    if aggregate_op {
-        return aggregate(&defs, config, false).map(drop);
+pub fn check(config: &Bound<'_, PyAny>) -> PyResult<()> {
+    step_with(&Defs::new(config.py())?, config).map(drop)
+}
+
+/// Checks an aggregation's `op` (a batch size or an aggregator) as the build reads it (see [`check`]).
+#[pyfunction]
+pub fn check_aggregate(op: &Bound<'_, PyAny>) -> PyResult<()> {
+    aggregate(&Defs::new(op.py())?, op, false).map(drop)
+}
+
+/// Whether `cfg` is (or holds, in a `path_variants` path) a stage with `output_order="input"`.
+fn has_ordered_pipe<'py>(defs: &Defs<'py>, cfg: &Bound<'py, PyAny>) -> PyResult<bool> {
+    if defs.is(cfg, "PipeConfig")? {
+        return Ok(attr(cfg, "output_order")?.extract::<String>().is_ok_and(|o| o == "input"));
     }
-    step_with(&defs, config).map(drop)
+    if defs.is(cfg, "PathVariantsConfig")? {
+        for path in attr(cfg, "paths")?.try_iter()? {
+            for step in path?.try_iter()? {
+                if has_ordered_pipe(defs, &step?)? {
+                    return Ok(true);
+                }
+            }
+        }
+    }
+    Ok(false)
+}
+
+/// SPDL's checks of the `.to()` markers in a pipeline's steps: no empty region, no `output_order="input"`
+/// stage inside one, every region closed before the sink, a positive `buffer_size`, and (at the marker)
+/// subinterpreters available for an `InterpreterPoolExecutorConfig` target.
+#[pyfunction]
+pub fn check_regions(pipes: &Bound<'_, PyAny>) -> PyResult<()> {
+    let py = pipes.py();
+    let defs = Defs::new(py)?;
+    let empty = |closing: &str| {
+        PyValueError::new_err(format!(
+            "An empty `to(...)` region has no stages. Add stages {closing}, or remove the redundant marker."
+        ))
+    };
+    let (mut in_region, mut has_stage) = (false, false);
+    for p in pipes.try_iter()? {
+        let p = p?;
+        if defs.is(&p, "PlacementConfig")? {
+            if in_region && !has_stage {
+                return Err(empty("before the next `.to(...)`"));
+            }
+            let target = attr(&p, "target")?;
+            in_region = !defs.is(&target, "_MainProcess")?;
+            has_stage = false;
+            let size = attr(&p, "buffer_size")?;
+            if size.is_instance_of::<pyo3::types::PyBool>() || !size.is_instance_of::<pyo3::types::PyInt>() || size.lt(1)? {
+                return Err(PyValueError::new_err(format!("`buffer_size` must be a positive integer. Got: {size}.")));
+            }
+            if defs.is(&target, "InterpreterPoolExecutorConfig")? {
+                py.import(intern!(py, "spdl_rs.pipeline._region"))?.call_method0("check_interpreters_available")?;
+            }
+        } else if in_region {
+            has_stage = true;
+            if has_ordered_pipe(&defs, &p)? {
+                return Err(PyValueError::new_err(
+                    "A stage with `output_order='input'` cannot run inside a `to()` region: input order cannot be \
+                     preserved across the region's independent workers.",
+                ));
+            }
+        }
+    }
+    if in_region && !has_stage {
+        return Err(empty("before closing it"));
+    }
+    if in_region {
+        return Err(PyValueError::new_err(
+            "A `to()` execution region must be closed with `to(MAIN_PROCESS)` before `add_sink()`. The sink always \
+             runs in the main process.",
+        ));
+    }
+    Ok(())
 }
 
 /// `source` checked as a pipeline's source (see [`check_iterable`]).

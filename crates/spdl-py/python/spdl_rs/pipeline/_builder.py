@@ -37,51 +37,6 @@ T = TypeVar("T")
 U = TypeVar("U")
 
 
-def _has_ordered_pipe(cfg: Any) -> bool:
-
-    if isinstance(cfg, defs.PipeConfig):
-        return cfg.output_order == "input"
-    if isinstance(cfg, defs.PathVariantsConfig):
-        return any(_has_ordered_pipe(s) for path in cfg.paths for s in path)
-    return False
-
-
-def _validate_regions(pipes: Sequence[Any]) -> None:
-    """SPDL's checks of the ``.to()`` markers (made by ``get_config``/``build``): no empty region, no
-    ``output_order="input"`` stage inside one, every region closed before the sink, subinterpreters on 3.14+."""
-
-    in_region = False
-    has_stage = False
-    for p in pipes:
-        if isinstance(p, defs.PlacementConfig):
-            if in_region and not has_stage:
-                raise ValueError(
-                    "An empty `to(...)` region has no stages. Add stages before the next `.to(...)`, or remove the "
-                    "redundant marker."
-                )
-            in_region = not isinstance(p.target, defs._MainProcess)
-            has_stage = False
-            _check_buffer_size(p.buffer_size)
-            if isinstance(p.target, defs.InterpreterPoolExecutorConfig):
-                _region.check_interpreters_available()
-        elif in_region:
-            has_stage = True
-            if _has_ordered_pipe(p):
-                raise ValueError(
-                    "A stage with `output_order='input'` cannot run inside a `to()` region: input order cannot be "
-                    "preserved across the region's independent workers."
-                )
-    if in_region and not has_stage:
-        raise ValueError(
-            "An empty `to(...)` region has no stages. Add stages before closing it, or remove the redundant marker."
-        )
-    if in_region:
-        raise ValueError(
-            "A `to()` execution region must be closed with `to(MAIN_PROCESS)` before `add_sink()`. The sink always "
-            "runs in the main process."
-        )
-
-
 def _config_of(src: Any, pipes: Sequence[Any], buffer_size: int) -> Any:
     """The ``PipelineConfig`` of a builder's parts (what SPDL's ``build`` hands the build callback)."""
 
@@ -227,7 +182,7 @@ class PipelineBuilder(Generic[T, U]):
                 is discarded and ``flush`` is not called at the end of the input.
         """
 
-        _native.pipeline.check(num_items, aggregate_op=True)
+        _native.pipeline.check_aggregate(num_items)
         op = defs.Collate(num_items) if isinstance(num_items, int) and not isinstance(num_items, bool) else num_items
         self._pipes.append(
             defs.AggregateConfig(
@@ -335,7 +290,7 @@ class PipelineBuilder(Generic[T, U]):
             raise RuntimeError("Source is not set. Did you call `add_source`?")
         if self._sink is None:
             raise RuntimeError("Sink is not set. Did you call `add_sink`?")
-        _validate_regions(self._pipes)
+        _native.pipeline.check_regions(self._pipes)
         # SinkConfig needs a positive size; 0 (a large buffer) is spdl_rs's own and kept as such.
         sink = defs.SinkConfig(self._sink) if self._sink > 0 else _UnboundedSink()
         return defs.PipelineConfig(src=self._src, pipes=list(self._pipes), sink=sink)
@@ -397,7 +352,7 @@ class PipelineBuilder(Generic[T, U]):
         del use_thread_output_queue
         if self._src is None:
             raise RuntimeError("Source is not set.")
-        _validate_regions(self._pipes)
+        _native.pipeline.check_regions(self._pipes)
         sink_size = 3 if self._sink is None else self._sink
         return _build_with_defaults(
             _config_of(self._src, self._pipes, sink_size),

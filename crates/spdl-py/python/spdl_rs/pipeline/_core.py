@@ -89,7 +89,7 @@ def _pipe_config(cfg: Any, hooks: list[Any] | None = None, ext: Extensions | Non
         kind, fn = _in_executor(kind, fn, cfg.executor)
     if hooks and ext is not None:
         kind, fn = ext.hooked_op(kind, fn, hooks)
-    if fn is not cfg.op or cfg.executor is not None:
+    if fn is not cfg.op:
         cfg = dataclasses.replace(cfg, op=fn, executor=None)
     return cfg, kind in ("async", "asyncgen")
 
@@ -128,8 +128,11 @@ class _Conversion:
 
 
 def _source_continuity(src: Any) -> set[bool]:
-
+    """The ``continuous`` settings of the sources (a merge's inputs checked to be ``PipelineConfig``-s)."""
     if isinstance(src, defs.MergeConfig):
+        for cfg in src.pipeline_configs:
+            if not isinstance(cfg, defs.PipelineConfig):
+                raise TypeError(f"Merge takes PipelineConfig inputs, got {type(cfg).__name__}")
         return set().union(*(_source_continuity(c.src) for c in src.pipeline_configs))
     return {bool(getattr(src, "continuous", False))}
 
@@ -138,7 +141,6 @@ def _convert_source(src: Any, conv: _Conversion) -> Any:
     """The source config as the engine runs it: a custom merge becomes a ``SourceConfig`` of its output; a
     merge's inputs get their stages' hooks and queues."""
     if isinstance(src, defs.SourceConfig):
-        _native.pipeline.check_source(src.source, src.continuous)
         conv.needs_loop |= hasattr(src.source, "__aiter__")
         if conv.ext is not None:
             stage = conv.ext.add_stage(conv.ext.stage_info("src"), "source", hooked=False)
@@ -151,9 +153,6 @@ def _convert_source(src: Any, conv: _Conversion) -> Any:
                 "Mixed continuous mode is not supported. All sources in a pipeline (including merged "
                 "sub-pipelines) must have the same continuous setting."
             )
-        for cfg in src.pipeline_configs:
-            if not isinstance(cfg, defs.PipelineConfig):
-                raise TypeError(f"Merge takes PipelineConfig inputs, got {type(cfg).__name__}")
         if src.op is None:
             # As SPDL numbers them: the merge first, then the merged pipelines' stages. The merge gets the
             # factory's hooks for their stage hooks (SPDL's merge runs no task hooks).
@@ -211,29 +210,24 @@ def _convert_step(cfg: Any, conv: _Conversion) -> list[Any]:
             conv.needs_loop = True
         return [cfg, *_relay_steps(stage, _STAGE_BUFFER_SIZE, conv)]
     if isinstance(cfg, defs.PathVariantsConfig):
-        kind, _ = _op_kind(cfg.router)
-        if kind not in ("sync", "async"):
-            raise TypeError(f"a path_variants router must be a function or an async function, got a {kind} op")
-        conv.needs_loop |= kind == "async"
-        # The router and the merge of the paths get the factory's hooks for their stage hooks only (SPDL runs
-        # no task hooks around routing and merging).
-        router_stage = None
-        if ext is not None:
-            router_stage = ext.add_stage(ext.stage_info(cfg.name or "path_variants_router"), None, hooked=True)
-        paths = []
         for i, path in enumerate(cfg.paths):
             for j, stage in enumerate(path):
                 if isinstance(stage, defs.PlacementConfig):
                     raise ValueError(
                         f"Path {i}, position {j}: a to() placement marker is not allowed inside PathVariants paths."
                     )
-            paths.append(tuple(s for stage in path for s in _convert_step(stage, conv)))
+        _native.pipeline.check(cfg)
+        conv.needs_loop |= _op_kind(cfg.router)[0] == "async"
+        # The router and the merge of the paths get the factory's hooks for their stage hooks only (SPDL runs
+        # no task hooks around routing and merging).
+        router_stage = None
+        if ext is not None:
+            router_stage = ext.add_stage(ext.stage_info(cfg.name or "path_variants_router"), None, hooked=True)
+        paths = [tuple(s for stage in path for s in _convert_step(stage, conv)) for path in cfg.paths]
         merge_stage = None
         if router_stage is not None and ext is not None:
             merge_stage = ext.add_stage(ext.stage_info("path_variants_merge"), None, hooked=True)
-        step = dataclasses.replace(cfg, paths=tuple(paths))
-        _native.pipeline.check(step)
-        return [step, *_relay_steps(merge_stage, _STAGE_BUFFER_SIZE, conv)]
+        return [dataclasses.replace(cfg, paths=tuple(paths)), *_relay_steps(merge_stage, _STAGE_BUFFER_SIZE, conv)]
     raise TypeError(
         f"a {type(cfg).__name__} step is not supported (Pipe, Aggregate, Disaggregate, PathVariants and "
         "PlacementConfig markers are)"

@@ -5,16 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import queue
 import threading
-import time
 import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
 from .. import _native
-from . import _checkpoint
 from ._failure import PipelineFailure
 from ._stats import StageStats, from_raw
 
@@ -165,96 +162,9 @@ class _EventLoop:
         return not self._thread.is_alive()
 
 
-class _Reporter:
-    """Logs the stats table through ``logging`` every ``interval`` seconds (a daemon thread)."""
-
-    def __init__(self, core: _native.pipeline.PipelineCore, interval: float, extensions: Any = None) -> None:
-        # Weak: the reporter's thread must not keep the pipeline (and the objects its ops refer to) alive.
-        self._core = weakref.ref(core)
-        self._interval = interval
-        self._ext = extensions
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="spdl_rs-stats", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._done.wait(self._interval):
-            core = self._core()
-            if core is None:
-                return
-            _LG.info("Pipeline stats:\n%s", core.stats_table())
-            if self._ext is not None:
-                # The default TaskStatsHook's and StatsQueue's interval reports, in SPDL's words.
-                self._ext.report_native_interval(core)
-            del core
-
-    def stop(self) -> None:
-        if self._thread.is_alive():
-            self._done.set()
-            if threading.current_thread() is self._thread:
-                return
-            self._thread.join()
-            core = self._core()
-            if core is not None:
-                _LG.info("Pipeline stats (final):\n%s", core.stats_table())
-
-
-def _shutdown(
-    core: _native.pipeline.PipelineCore,
-    loop: _EventLoop | None,
-    reporter: _Reporter | None,
-    timeout: float | None,
-    resources: Sequence[Any] = (),
-    extensions: Any = None,
-) -> None:
-    """Stops everything a pipeline started, within ``timeout`` seconds in all (``None``: no limit).
-
-    Raises ``TimeoutError`` if an op is still running at the deadline; everything is stopped all the same
-    (the op's thread is left to finish on its own). Used by ``stop`` and by the finalizer (GC, interpreter
-    exit), so it must not refer to the ``Pipeline`` itself."""
-    deadline = None if timeout is None or timeout != timeout or timeout > 1e9 else time.monotonic() + timeout
-    stuck: list[str] = []
-    # `.to()` regions and custom merges: told to stop first (so that nothing of theirs the engine waits for
-    # keeps waiting), closed (worker pools shut down, threads joined) once the engine has stopped.
-    for r in resources:
-        r.signal_stop()
-    try:
-        core.stop(timeout)
-    except TimeoutError:
-        stuck.append("an op on the pipeline's threads")
-    finally:
-        # The event loop and the reporter are stopped even when the engine timed out or Ctrl-C came.
-        if extensions is not None:
-            # Stage hooks exit and background tasks stop on the loop, before it stops.
-            try:
-                extensions.finish(core.error(), stopped=True)
-            except Exception:  # noqa: BLE001 (a hook's failure must not keep the pipeline running)
-                _LG.warning("Failed to finish the pipeline's stage hooks", exc_info=True)
-            extensions.report_native_stats(core)
-            extensions.close()
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        if loop is not None and not loop.stop(left):
-            stuck.append("an async op blocking the pipeline's event loop")
-        if reporter is not None:
-            reporter.stop()
-        for r in resources:
-            try:
-                r.close()
-            except Exception:  # noqa: BLE001 (one resource's failure must not keep the others open)
-                _LG.warning("Failed to shut down %r", r, exc_info=True)
-    if stuck:
-        raise TimeoutError(
-            f"the pipeline did not stop within {timeout} s: {' and '.join(stuck)} still running (the pipeline "
-            "is stopped; what is still running is left to finish on its own thread)"
-        )
-
-
 def _finalize(
     core_ref: weakref.ref[_native.pipeline.PipelineCore],
     loop: _EventLoop | None,
-    reporter: _Reporter | None,
     resources: Sequence[Any] = (),
     extensions: Any = None,
 ) -> None:
@@ -263,12 +173,12 @@ def _finalize(
     It holds the engine core only weakly: a strong reference from the finalizer registry would keep the
     pipeline's ops alive, and with them an owner that the ops refer to (a bound method of the object that
     owns the pipeline), so that the cycle could never be collected. When the core is gone already (collected
-    with its cycle), its own destructor has stopped its threads; what is left here is the event loop, the
-    reporter and the resources."""
+    with its cycle), its own destructor has stopped its threads (and its stats reporter); what is left here is
+    the event loop and the resources."""
     core = core_ref()
     try:
         if core is not None:
-            _shutdown(core, loop, reporter, _FINALIZE_TIMEOUT, resources, extensions)
+            core.shutdown(_FINALIZE_TIMEOUT, event_loop=loop, resources=resources, extensions=extensions)
             return
         for r in resources:
             r.signal_stop()
@@ -277,8 +187,6 @@ def _finalize(
                 extensions.close()
         if loop is not None:
             loop.stop(_FINALIZE_TIMEOUT)
-        if reporter is not None:
-            reporter.stop()
         for r in resources:
             with contextlib.suppress(Exception):
                 r.close()
@@ -304,14 +212,8 @@ def _stop_all_at_shutdown() -> None:
             _LG.warning("%d pipeline op(s) were still running Python code at interpreter exit", left)
 
 
-def _forget_parent_pipelines() -> None:
-    """``os.register_at_fork(after_in_child=...)``: a forked child (a process pool's worker, say) inherits the
-    parent's pipeline objects but none of their engine threads, whose locks may have been held at the fork.
-    The child's shutdown hook must not stop them: that could wait forever on such a lock."""
-    _LIVE_CORES.clear()
-
-
-os.register_at_fork(after_in_child=_forget_parent_pipelines)
+# A forked child (a process pool's worker, say) inherits the parent's pipeline objects but none of their
+# engine threads: their `stop` does nothing there (the native core knows the fork generation it was made in).
 with contextlib.suppress(RuntimeError):  # imported while the interpreter shuts down: nothing to register
     threading._register_atexit(_stop_all_at_shutdown)  # type: ignore[attr-defined]
 
@@ -344,17 +246,15 @@ class Pipeline(Generic[T]):
         self._ext = extensions
         # The checkpoint tracker (_checkpoint.Tracker), or why the pipeline cannot be checkpointed.
         self._checkpoint = checkpoint
+        self._unwrap = checkpoint.unwrap if isinstance(checkpoint, _native.pipeline.CheckpointTracker) else None
         self._loop = event_loop
-        self._reporter = _Reporter(core, report_stats_interval, extensions) if report_stats_interval > 0 else None
+        self._report_interval = report_stats_interval
         self._lock = threading.Lock()
         self._started = False
         self._stopped = False
-        self._failure_raised = False
         self._resources = tuple(resources)
         _LIVE_CORES.add(core)
-        self._finalizer = weakref.finalize(
-            self, _finalize, weakref.ref(core), event_loop, self._reporter, self._resources, extensions
-        )
+        self._finalizer = weakref.finalize(self, _finalize, weakref.ref(core), event_loop, self._resources, extensions)
 
     def __repr__(self) -> str:
         state = "stopped" if self._stopped else "running" if self._started else "ready"
@@ -384,12 +284,12 @@ class Pipeline(Generic[T]):
                 # A stage hook failed: the pipeline fails before its first item, as SPDL's does.
                 self._stopped = True
                 self._finalizer.detach()
-                _shutdown(self._core, self._loop, self._reporter, _FINALIZE_TIMEOUT, self._resources)
+                self._core.shutdown(_FINALIZE_TIMEOUT, event_loop=self._loop, resources=self._resources)
                 self._ext.close()
                 raise PipelineFailure([("stage_hook", e)], "pipeline stages failed") from e
         self._core.start()
-        if self._reporter is not None:
-            self._reporter.start()
+        if self._report_interval > 0:
+            self._core.start_reporter(self._report_interval, self._ext)
 
     def stop(self, *, timeout: float | None = None) -> None:
         """Stops the pipeline: cancels pending work, waits for running ops to return, and joins every thread.
@@ -411,22 +311,16 @@ class Pipeline(Generic[T]):
             if not self._stopped:
                 self._stopped = True
                 self._finalizer.detach()
-                _shutdown(self._core, self._loop, self._reporter, timeout, self._resources, self._ext)
+                self._shutdown(timeout)
         self._raise_failure()
 
+    def _shutdown(self, timeout: float | None) -> None:
+        self._core.shutdown(timeout, event_loop=self._loop, resources=self._resources, extensions=self._ext)
+
     def _raise_failure(self) -> None:
-        err = self._core.error()
-        if err is None or self._failure_raised:
-            return
-        self._failure_raised = True
-        message, stage = err
-        # SPDL's words first, then which budget or stage and the first causes.
-        message = f"pipeline stages failed: {message}"
-        excs = self._core.take_exceptions()
-        if stage is not None:
-            of_stage = [(s, e) for s, e in excs if s == stage]
-            excs = of_stage or excs
-        raise PipelineFailure(excs, message, stage)
+        failure = self._core.take_failure()
+        if failure is not None:
+            raise PipelineFailure(*failure)
 
     @contextlib.contextmanager
     def auto_stop(self, *, timeout: float | None = None) -> Iterator[None]:
@@ -466,7 +360,7 @@ class Pipeline(Generic[T]):
                 self._stop_after_fatal()
             raise
         if kind == 0:
-            return _checkpoint.unwrap(self._checkpoint, value)
+            return value if self._unwrap is None else self._unwrap(value)
         if kind == 1:
             raise EOFError(f"end of epoch {value}")
         if self._ext is not None:
@@ -497,13 +391,13 @@ class Pipeline(Generic[T]):
         """Stops everything after a fatal exception (bounded; joins the threads that end in time). The
         fatal exception is what the consumer sees: a later :py:meth:`stop` raises no ``PipelineFailure``."""
         with self._lock:
-            self._failure_raised = True
+            self._core.take_failure(discard=True)
             if self._stopped:
                 return
             self._stopped = True
             self._finalizer.detach()
             try:
-                _shutdown(self._core, self._loop, self._reporter, _FATAL_STOP_TIMEOUT, self._resources, self._ext)
+                self._shutdown(_FATAL_STOP_TIMEOUT)
             except Exception:  # noqa: BLE001 (the fatal exception is raised all the same)
                 _LG.warning("The pipeline did not stop cleanly after a fatal exception", exc_info=True)
 
@@ -522,9 +416,7 @@ class Pipeline(Generic[T]):
                 ``state_dict``/``load_state_dict``, or a step cannot carry item keys (a native op, a
                 ``path_variants``, a ``to()`` region, a custom merge), or a source failed to report its state.
         """
-        if self._checkpoint is None:
-            raise RuntimeError("this pipeline cannot be checkpointed: it was not built by spdl_rs's builder")
-        return self._checkpoint.state_dict()
+        return self._tracker().state_dict()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Resumes from a :py:meth:`state_dict` of a pipeline of the same shape (call before it starts).
@@ -533,11 +425,15 @@ class Pipeline(Generic[T]):
             RuntimeError: The pipeline cannot be checkpointed, or it has started.
             ValueError: ``state_dict`` is not a pipeline state, or has another number of sources.
         """
-        if self._checkpoint is None:
-            raise RuntimeError("this pipeline cannot be checkpointed: it was not built by spdl_rs's builder")
-        if self._started:
+        if self._checkpoint is not None and self._started:
             raise RuntimeError("load_state_dict must be called before the pipeline starts")
-        self._checkpoint.load_state_dict(state_dict)
+        self._tracker().load_state_dict(state_dict)
+
+    def _tracker(self) -> Any:
+        if self._unwrap is None:
+            why = self._checkpoint or "it was not built by spdl_rs's builder"
+            raise RuntimeError(f"this pipeline cannot be checkpointed: {why}")
+        return self._checkpoint
 
     def get_iterator(self, *, timeout: float | None = None) -> PipelineIterator[T]:
         """An iterator over the items, up to the end (or to the end of the current epoch of a continuous

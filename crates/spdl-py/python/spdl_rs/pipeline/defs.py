@@ -201,7 +201,7 @@ def Aggregate(input: int | Aggregator, /, *, drop_last: bool = False) -> Aggrega
     """Batches of ``input`` items (the last one of each epoch shorter unless ``drop_last``), or a custom
     :py:class:`Aggregator`."""
     op = Collate(input) if isinstance(input, int) and not isinstance(input, bool) else input
-    _native.pipeline.check(op, aggregate_op=True)
+    _native.pipeline.check_aggregate(op)
     return AggregateConfig(name=f"aggregate(op={op!r}, drop_last={drop_last})", op=op, drop_last=drop_last)
 
 

@@ -55,11 +55,9 @@ impl CheckpointSource for PySource {
     type Epoch = PyEpoch;
 
     fn state(&self) -> Result<serde_json::Value, BoxError> {
-        Python::attach(|py| -> PyResult<String> {
-            encode(&self.source.bind(py).call_method0("state_dict")?)
-        })
-        .map(serde_json::Value::String)
-        .map_err(Into::into)
+        Python::attach(|py| -> PyResult<String> { encode(&self.source.bind(py).call_method0("state_dict")?) })
+            .map(serde_json::Value::String)
+            .map_err(Into::into)
     }
 
     fn load_state(&mut self, state: &serde_json::Value) -> Result<(), BoxError> {
@@ -303,7 +301,12 @@ impl CheckpointTracker {
         let batch = batch.get();
         let values = batch.value.bind(py).try_iter()?.collect::<PyResult<Vec<_>>>()?;
         if batch.keys.len() == values.len() {
-            return Ok(batch.keys.iter().zip(values).map(|(k, v)| Keyed { keys: vec![*k], value: v.unbind() }).collect());
+            return Ok(batch
+                .keys
+                .iter()
+                .zip(values)
+                .map(|(k, v)| Keyed { keys: vec![*k], value: v.unbind() })
+                .collect());
         }
         if values.is_empty() {
             self.record_delivered(py, &batch.keys);

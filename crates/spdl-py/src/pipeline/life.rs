@@ -50,9 +50,8 @@ impl Reporter {
                 loop {
                     let (lock, cv) = &*flag;
                     let guard = lock.lock().unwrap_or_else(PoisonError::into_inner);
-                    let (guard, _) = cv
-                        .wait_timeout_while(guard, interval, |done| !*done)
-                        .unwrap_or_else(PoisonError::into_inner);
+                    let (guard, _) =
+                        cv.wait_timeout_while(guard, interval, |done| !*done).unwrap_or_else(PoisonError::into_inner);
                     if *guard {
                         return;
                     }
@@ -128,9 +127,8 @@ impl PipelineCore {
         let core = slf.get();
         let shown = timeout.map_or_else(|| Ok("None".to_owned()), |t| t.str().map(|s| s.to_string()))?;
         let timeout = timeout.map(|t| t.extract::<f64>()).transpose()?;
-        let deadline = timeout
-            .filter(|t| !t.is_nan() && *t <= 1e9)
-            .map(|t| Instant::now() + Duration::from_secs_f64(t.max(0.0)));
+        let deadline =
+            timeout.filter(|t| !t.is_nan() && *t <= 1e9).map(|t| Instant::now() + Duration::from_secs_f64(t.max(0.0)));
         let mut stuck: Vec<&str> = Vec::new();
         for r in resources {
             r.call_method0(intern!(py, "signal_stop"))?;

@@ -502,7 +502,10 @@ pub fn check_regions(pipes: &Bound<'_, PyAny>) -> PyResult<()> {
             in_region = !defs.is(&target, "_MainProcess")?;
             has_stage = false;
             let size = attr(&p, "buffer_size")?;
-            if size.is_instance_of::<pyo3::types::PyBool>() || !size.is_instance_of::<pyo3::types::PyInt>() || size.lt(1)? {
+            if size.is_instance_of::<pyo3::types::PyBool>()
+                || !size.is_instance_of::<pyo3::types::PyInt>()
+                || size.lt(1)?
+            {
                 return Err(PyValueError::new_err(format!("`buffer_size` must be a positive integer. Got: {size}.")));
             }
             if defs.is(&target, "InterpreterPoolExecutorConfig")? {

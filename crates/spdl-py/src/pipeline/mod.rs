@@ -131,7 +131,8 @@ impl Sink {
 }
 
 /// A built pipeline, driven by the Python `spdl_rs.pipeline.Pipeline` (which adds the Python-facing
-/// behaviour: `auto_stop`, iterators, `PipelineFailure`, stats logging).
+/// behaviour: `auto_stop`, iterators, `PipelineFailure`); its stats reporter and the order of a shutdown are
+/// here (`life.rs`).
 ///
 /// Lifecycle (see `crate::lifecycle`): made in one process, it refuses to run in a forked child and is leaked
 /// there rather than torn down (its threads stayed in the parent); while the interpreter exits, dropping it
@@ -304,7 +305,7 @@ impl PipelineCore {
             queue_capacity: stage_buffer_size,
             batch_queue_capacity: stage_buffer_size,
             failure_budget,
-            // Stats are reported by the Python layer (through `logging`), not by the engine's hook.
+            // Stats are reported through Python's `logging` (`start_reporter`), not by the engine's hook.
             report_interval: None,
             autotune,
             max_memory_bytes,

@@ -203,12 +203,12 @@ mod native {
     /// `spdl_rs._native.ray`: the Ray Data decoders `spdl_rs.ray` re-exports.
     #[pymodule(gil_used = false)]
     mod ray {
-        #[cfg(feature = "io")]
-        #[pymodule_export]
-        use crate::io::ray::ImageBatchDecoder;
         #[cfg(feature = "ffmpeg")]
         #[pymodule_export]
         use crate::io::ray::VideoClipDecoder;
+        #[cfg(feature = "io")]
+        #[pymodule_export]
+        use crate::io::ray::{ImageBatchDecoder, RayDataSource, RayEpoch, import_ray};
     }
 
     /// `spdl_rs._native.source`: what `spdl_rs.source` wraps.

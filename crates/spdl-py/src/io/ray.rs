@@ -605,3 +605,368 @@ impl VideoClipDecoder {
         cols.output(batch, out, failures)
     }
 }
+
+/// The message of the `ImportError` raised where Ray Data is missing.
+fn ray_missing(cause: &PyErr, py: Python<'_>) -> PyErr {
+    let err = pyo3::exceptions::PyImportError::new_err(format!(
+        "spdl_rs.ray needs Ray Data, which is not importable here ({}); install it with \
+         `pip install \"ray[data]\"` (Ray publishes no wheels for free-threaded CPython)",
+        cause.value(py)
+    ));
+    err.set_cause(py, Some(cause.clone_ref(py)));
+    err
+}
+
+/// The ``ray`` module, imported on first use.
+///
+/// Raises:
+///     ImportError: Ray (with Ray Data: ``pip install "ray[data]"``) is not installed in this interpreter.
+#[pyfunction]
+pub(crate) fn import_ray(py: Python<'_>) -> PyResult<Bound<'_, PyModule>> {
+    let ray = py.import("ray").map_err(|e| ray_missing(&e, py))?;
+    py.import("ray.data").map_err(|e| ray_missing(&e, py))?;
+    Ok(ray)
+}
+
+/// What `load_state_dict` does with a state taken in the middle of an epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MidEpoch {
+    Error,
+    Skip,
+    Restart,
+}
+
+/// Where a [`RayDataSource`] stands.
+#[derive(Debug, Default)]
+struct Position {
+    /// Epochs finished.
+    epoch: u64,
+    /// Items (batches or rows) yielded in the current epoch.
+    position: u64,
+    /// Items to drop at the start of the next epoch (a restored `"skip"` state).
+    skip: u64,
+    /// The iteration that owns the position; older ones end at their next item.
+    generation: u64,
+}
+
+/// A Ray Data iterator as the source of an spdl_rs pipeline: each iteration of this object is one epoch of
+/// ``iterator.iter_batches(...)`` (or ``iter_rows()``), read lazily.
+///
+/// ``iterator`` is a ``ray.data.DataIterator`` (``Dataset.iterator()``, one of ``Dataset.streaming_split(n)``,
+/// or ``ray.train.get_dataset_shard(name)``) or a ``Dataset``. Back-pressure is kept end to end: the pipeline
+/// pulls a batch only when its queue has room, Ray prefetches at most ``prefetch_batches`` ahead of that, and
+/// Ray's streaming executor stops producing when its output is not consumed.
+///
+/// .. code-block:: python
+///
+///     shards = ds.streaming_split(world_size, equal=True)
+///     source = RayDataSource(shards[rank], batch_size=32)
+///     pipeline = (PipelineBuilder().add_source(source)
+///                 .pipe(collate).pipe(to_cuda).add_sink(2).build(num_threads=2))
+///
+/// Checkpoints (:py:meth:`state_dict`): Ray's iterators cannot be resumed in the middle of an epoch, so a
+/// position is exact only at an epoch boundary. A mid-epoch state is refused by :py:meth:`load_state_dict`
+/// unless ``mid_epoch`` says what to do instead (see docs/scale-out.md).
+///
+/// Args:
+///     iterator: A ``ray.data.DataIterator`` or ``ray.data.Dataset``.
+///     batch_size: Rows per batch (``None``: Ray's blocks as they come); ignored with ``rows``.
+///     batch_format: ``"numpy"`` (a dict of arrays), ``"pandas"``, ``"pyarrow"`` or ``"default"``.
+///     rows: Yield rows (``iter_rows()``) instead of batches.
+///     drop_last: Drop each epoch's last, incomplete batch.
+///     prefetch_batches: Batches Ray reads ahead of the pipeline.
+///     local_shuffle_buffer_size, local_shuffle_seed: Ray's local shuffle of ``iter_batches``.
+///     mid_epoch: What :py:meth:`load_state_dict` does with a state taken in the middle of an epoch:
+///         ``"error"`` (a ``ValueError``), ``"skip"`` (re-read the epoch and drop what was already yielded:
+///         exact only when the dataset's order is deterministic, see docs/scale-out.md) or ``"restart"``
+///         (re-read the epoch from its start: the rows already yielded come again).
+#[pyclass(module = "spdl_rs._native.ray", frozen)]
+pub(crate) struct RayDataSource {
+    iterator: Py<PyAny>,
+    rows: bool,
+    /// `iter_batches`' keyword arguments.
+    kwargs: Py<PyDict>,
+    mid_epoch: MidEpoch,
+    state: std::sync::Mutex<Position>,
+}
+
+impl RayDataSource {
+    fn state(&self) -> std::sync::MutexGuard<'_, Position> {
+        // A panic while the lock was held cannot leave the counters half-written: take them as they are.
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[pymethods]
+impl RayDataSource {
+    #[new]
+    #[pyo3(signature = (
+        iterator, *, batch_size=Some(256), batch_format="numpy".to_owned(), rows=false, drop_last=false,
+        prefetch_batches=1, local_shuffle_buffer_size=None, local_shuffle_seed=None, mid_epoch="error".to_owned(),
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        iterator: Bound<'_, PyAny>,
+        batch_size: Option<i64>,
+        batch_format: String,
+        rows: bool,
+        drop_last: bool,
+        prefetch_batches: i64,
+        local_shuffle_buffer_size: Option<Py<PyAny>>,
+        local_shuffle_seed: Option<Py<PyAny>>,
+        mid_epoch: String,
+    ) -> PyResult<Self> {
+        import_ray(py)?;
+        if !(iterator.hasattr("iter_batches")? && iterator.hasattr("iter_rows")?) {
+            return Err(PyTypeError::new_err(format!(
+                "RayDataSource takes a ray.data.DataIterator or ray.data.Dataset, got {}",
+                iterator.get_type().name()?
+            )));
+        }
+        if let Some(b) = batch_size.filter(|&b| b < 1) {
+            return Err(PyValueError::new_err(format!("batch_size must be a positive integer, got {b}")));
+        }
+        if prefetch_batches < 0 {
+            return Err(PyValueError::new_err(format!(
+                "prefetch_batches must be a non-negative integer, got {prefetch_batches}"
+            )));
+        }
+        let mid_epoch = match mid_epoch.as_str() {
+            "error" => MidEpoch::Error,
+            "skip" => MidEpoch::Skip,
+            "restart" => MidEpoch::Restart,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "mid_epoch must be one of ['error', 'skip', 'restart'], got {other:?}"
+                )));
+            }
+        };
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("batch_size", batch_size)?;
+        kwargs.set_item("batch_format", batch_format)?;
+        kwargs.set_item("drop_last", drop_last)?;
+        kwargs.set_item("prefetch_batches", prefetch_batches)?;
+        kwargs.set_item("local_shuffle_buffer_size", local_shuffle_buffer_size)?;
+        kwargs.set_item("local_shuffle_seed", local_shuffle_seed)?;
+        Ok(Self {
+            iterator: iterator.unbind(),
+            rows,
+            kwargs: kwargs.unbind(),
+            mid_epoch,
+            state: std::sync::Mutex::new(Position::default()),
+        })
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let unit = match self.rows {
+            true => "rows".to_owned(),
+            false => format!(
+                "batches of {}",
+                self.kwargs.bind(py).get_item("batch_size")?.map_or_else(String::new, |b| b.to_string())
+            ),
+        };
+        let s = self.state();
+        Ok(format!("RayDataSource({unit}, epoch={}, position={})", s.epoch, s.position))
+    }
+
+    /// Epochs finished so far (the number of the epoch an iteration reads next, or reads now).
+    #[getter]
+    fn epoch(&self) -> u64 {
+        self.state().epoch
+    }
+
+    /// Items (batches, or rows with ``rows=True``) yielded in the current epoch.
+    #[getter]
+    fn position(&self) -> u64 {
+        self.state().position
+    }
+
+    /// Whether an epoch is enumerated again in the same order: what a whole-pipeline checkpoint needs to
+    /// resume mid-epoch by skipping delivered positions. True only with ``mid_epoch="skip"`` (the user vouches
+    /// for a deterministic order); otherwise a pipeline's ``state_dict()`` in the middle of an epoch is refused.
+    #[getter]
+    fn deterministic_epoch_order(&self) -> bool {
+        self.mid_epoch == MidEpoch::Skip
+    }
+
+    /// One epoch of the iterator's items, from where a restored state says (see :py:meth:`load_state_dict`).
+    ///
+    /// A new iteration supersedes one left unfinished (a pipeline stopped mid-epoch): the old one ends at its
+    /// next item, and the new one reads the epoch again from its start (the epoch counts once it is read to
+    /// its end). The epoch starts at the first ``next()``.
+    fn __iter__(slf: Bound<'_, Self>) -> RayEpoch {
+        RayEpoch { source: slf.unbind(), run: None }
+    }
+
+    /// The source's position: ``{"epoch": epochs finished, "position": items yielded in the current epoch}``.
+    ///
+    /// It is the position of what this source handed the pipeline; a pipeline checkpoint maps it to what was
+    /// delivered. Exact to restore at an epoch boundary (``position == 0``) only.
+    fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        let s = self.state();
+        d.set_item("epoch", s.epoch)?;
+        d.set_item("position", s.position)?;
+        Ok(d)
+    }
+
+    /// Restores a position from :py:meth:`state_dict`; the next iteration starts there.
+    ///
+    /// An iteration in progress ends at its next item.
+    ///
+    /// Raises:
+    ///     ValueError: The state is malformed, or taken in the middle of an epoch with ``mid_epoch="error"``
+    ///         (Ray's iterators cannot resume mid-epoch).
+    fn load_state_dict(&self, state: &Bound<'_, PyAny>) -> PyResult<()> {
+        let malformed = || {
+            let shown = state.repr().map_or_else(|_| "?".to_owned(), |r| r.to_string());
+            PyValueError::new_err(format!(
+                "RayDataSource: not a state of this source (expected 'epoch' and 'position'), got {shown}"
+            ))
+        };
+        let field = |name: &str| -> PyResult<u64> {
+            let value = state.get_item(name).map_err(|_| malformed())?;
+            match value.is_instance_of::<pyo3::types::PyBool>() {
+                false => value.extract::<u64>().ok(),
+                true => None,
+            }
+            .ok_or_else(|| {
+                let shown = value.repr().map_or_else(|_| "?".to_owned(), |r| r.to_string());
+                PyValueError::new_err(format!(
+                    "RayDataSource: state '{name}' must be a non-negative integer, got {shown}"
+                ))
+            })
+        };
+        let (epoch, position) = (field("epoch")?, field("position")?);
+        if position > 0 && self.mid_epoch == MidEpoch::Error {
+            return Err(PyValueError::new_err(format!(
+                "RayDataSource: the state is in the middle of epoch {epoch} (after {position} items) and Ray's \
+                 DataIterator cannot resume mid-epoch; checkpoint at an epoch boundary, or build the source with \
+                 mid_epoch='skip' (exact only for a deterministic order) or mid_epoch='restart' (the epoch's first \
+                 items come again)"
+            )));
+        }
+        let mut s = self.state();
+        s.generation += 1;
+        s.epoch = epoch;
+        s.position = 0;
+        s.skip = if self.mid_epoch == MidEpoch::Skip { position } else { 0 };
+        Ok(())
+    }
+}
+
+/// One iteration of a [`RayDataSource`]: the Ray iterator of the epoch, opened at the first `next()`.
+#[derive(Debug)]
+struct EpochRun {
+    items: Py<PyAny>,
+    generation: u64,
+    /// `false` once the iteration has ended (exhausted, superseded or closed).
+    open: bool,
+}
+
+/// An iteration of :py:class:`RayDataSource` (one epoch). Not frozen: a second thread calling ``next()``
+/// while one is in progress gets PyO3's "already borrowed" error, not a lock held across a Python call.
+#[pyclass(module = "spdl_rs._native.ray")]
+pub(crate) struct RayEpoch {
+    source: Py<RayDataSource>,
+    run: Option<EpochRun>,
+}
+
+impl RayEpoch {
+    /// Opens the epoch: claims the source's position and skips what a restored state says.
+    fn open(&self, py: Python<'_>) -> PyResult<EpochRun> {
+        let source = self.source.get();
+        let (generation, skip, epoch) = {
+            let mut s = source.state();
+            s.generation += 1;
+            s.position = 0;
+            (s.generation, std::mem::take(&mut s.skip), s.epoch)
+        };
+        let iterator = source.iterator.bind(py);
+        let items = match source.rows {
+            true => iterator.call_method0("iter_rows")?,
+            false => iterator.call_method("iter_batches", (), Some(source.kwargs.bind(py)))?,
+        }
+        .try_iter()?;
+        let mut items = items;
+        let run = EpochRun { items: items.clone().into_any().unbind(), generation, open: true };
+        for done in 0..skip {
+            if items.next().transpose()?.is_none() {
+                close(py, &run.items);
+                return Err(PyValueError::new_err(format!(
+                    "RayDataSource: the restored state skips {skip} items of epoch {epoch}, but the epoch has \
+                     only {done} (the dataset changed since the checkpoint)"
+                )));
+            }
+        }
+        let mut s = source.state();
+        if s.generation == generation {
+            s.position = skip;
+        }
+        Ok(run)
+    }
+}
+
+/// Closes a Ray iterator where it can be closed (a generator).
+fn close(py: Python<'_>, items: &Py<PyAny>) {
+    let items = items.bind(py);
+    if let Ok(close) = items.getattr("close")
+        && let Err(e) = close.call0()
+    {
+        e.write_unraisable(py, Some(items));
+    }
+}
+
+#[pymethods]
+impl RayEpoch {
+    fn __iter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    fn __next__(&mut self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        if self.run.is_none() {
+            self.run = Some(self.open(py)?);
+        }
+        let Some(run) = self.run.as_mut().filter(|r| r.open) else { return Ok(None) };
+        let source = self.source.get();
+        let item = run.items.bind(py).call_method0("__next__");
+        let item = match item {
+            Ok(item) => item,
+            Err(e) if e.is_instance_of::<pyo3::exceptions::PyStopIteration>(py) => {
+                run.open = false;
+                let mut s = source.state();
+                if s.generation == run.generation {
+                    s.epoch += 1;
+                    s.position = 0;
+                }
+                drop(s);
+                close(py, &run.items);
+                return Ok(None);
+            }
+            Err(e) => {
+                run.open = false;
+                close(py, &run.items);
+                return Err(e);
+            }
+        };
+        let mut s = source.state();
+        if s.generation != run.generation {
+            // Superseded by a newer iteration or a restored state.
+            drop(s);
+            run.open = false;
+            close(py, &run.items);
+            return Ok(None);
+        }
+        s.position += 1;
+        Ok(Some(item.unbind()))
+    }
+
+    /// Ends the iteration and closes Ray's iterator (as a generator's ``close()``).
+    fn close(&mut self, py: Python<'_>) {
+        if let Some(run) = self.run.as_mut().filter(|r| r.open) {
+            run.open = false;
+            close(py, &run.items);
+        }
+    }
+}

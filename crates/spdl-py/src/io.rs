@@ -23,6 +23,7 @@ pub(crate) mod media_decode;
 #[cfg(feature = "ffmpeg")]
 pub(crate) mod mux;
 pub(crate) mod npy;
+pub(crate) mod ray;
 pub(crate) mod tar;
 #[cfg(feature = "ffmpeg")]
 pub(crate) mod video;

@@ -200,6 +200,17 @@ mod native {
         };
     }
 
+    /// `spdl_rs._native.ray`: the Ray Data decoders `spdl_rs.ray` re-exports.
+    #[pymodule(gil_used = false)]
+    mod ray {
+        #[cfg(feature = "ffmpeg")]
+        #[pymodule_export]
+        use crate::io::ray::VideoClipDecoder;
+        #[cfg(feature = "io")]
+        #[pymodule_export]
+        use crate::io::ray::{ImageBatchDecoder, RayDataSource, RayEpoch, import_ray};
+    }
+
     /// `spdl_rs._native.source`: what `spdl_rs.source` wraps.
     #[pymodule(gil_used = false)]
     mod source {
@@ -233,7 +244,7 @@ mod native {
         crate::args::add_limits(m)?;
         let modules = m.py().import("sys")?.getattr("modules")?;
         let parent = m.name()?;
-        for sub in ["pipeline", "io", "source", "loader"] {
+        for sub in ["pipeline", "io", "ray", "source", "loader"] {
             let module = m.getattr(sub)?;
             let full = format!("{parent}.{sub}");
             module.setattr("__name__", &full)?;

@@ -53,7 +53,7 @@ keyword_options! {
 
 /// The spdl-io form of [`ClipArgs`], checked once.
 #[derive(Debug, Clone, Copy)]
-struct ClipSpec {
+pub(super) struct ClipSpec {
     step: ClipStep,
     by_time: bool,
     past_end: PastEnd,
@@ -61,7 +61,7 @@ struct ClipSpec {
 }
 
 impl ClipArgs {
-    fn spec(&self, py: Python<'_>) -> PyResult<ClipSpec> {
+    pub(super) fn spec(&self, py: Python<'_>) -> PyResult<ClipSpec> {
         let step = match (self.fps, self.stride) {
             (Some(f), 1) => ClipStep::Fps(f),
             (Some(_), _) => return Err(PyValueError::new_err("give fps or stride, not both")),
@@ -97,7 +97,7 @@ impl ClipArgs {
 
 /// Where clips start: given, or drawn by a sampler from each video.
 #[derive(Debug, Clone)]
-enum Starts {
+pub(super) enum Starts {
     Given(ClipStarts),
     Sampled(ClipSampler),
 }
@@ -137,7 +137,7 @@ fn starts_from(obj: &Bound<'_, PyAny>, by_time: bool) -> PyResult<ClipStarts> {
 }
 
 /// The sampler named `name`.
-fn sampler(name: &str, num_clips: Option<usize>, seed: u64, fps: Option<f64>) -> PyResult<ClipSampler> {
+pub(super) fn sampler(name: &str, num_clips: Option<usize>, seed: u64, fps: Option<f64>) -> PyResult<ClipSampler> {
     let clips = |num_clips: Option<usize>| num_clips.ok_or_else(|| missing(name, "num_clips"));
     Ok(match name {
         "random_indices" => ClipSampler::RandomIndices { num_clips: clips(num_clips)?, seed },
@@ -180,7 +180,7 @@ fn plan_one(src: &Src, starts: &Starts, num_frames: usize, spec: &ClipSpec) -> s
 }
 
 /// Demuxes, plans and decodes one video.
-fn load_one(src: &Src, starts: &Starts, num_frames: usize, spec: &ClipSpec) -> spdl_io::Result<Clips> {
+pub(super) fn load_one(src: &Src, starts: &Starts, num_frames: usize, spec: &ClipSpec) -> spdl_io::Result<Clips> {
     let alloc = system_allocator();
     match starts {
         Starts::Given(s) => {

@@ -637,14 +637,18 @@ class _ParentLink:
 
     def wait_for_init(self) -> None:
         msg = self.recv("The {wtype} did not initialize after {elapsed:.2f} seconds.")
-        if msg is None:
+        if msg is None or msg[0] == _Status.INITIALIZATION_SUCCEEDED:
             return
-        status, payload = msg
-        if status == _Status.INITIALIZATION_SUCCEEDED:
-            return
-        if status == _Status.INITIALIZATION_FAILED:
-            raise RuntimeError(f"The {self.wtype} quit. {payload}")
+        if msg[0] == _Status.INITIALIZATION_FAILED:
+            raise RuntimeError(f"The {self.wtype} quit. {msg[1]}")
         raise RuntimeError(f"[INTERNAL ERROR] The {self.wtype} is in an unexpected state: {msg}")
+
+    def _next(self) -> tuple[int, Any] | None:
+        """The next message of an iteration; raises for a failed iterator."""
+        msg = self.recv("The {wtype} did not produce any data for {elapsed:.2f} seconds.")
+        if msg is not None and msg[0] == _Status.ITERATOR_FAILED:
+            raise RuntimeError(f"The {self.wtype} quit. {msg[1]}")
+        return msg
 
     def enter_iteration_mode(self, cmd_q: Any, discard: Callable[[Any], None] | None) -> bool:
         """Asks the worker for a new iteration and skips what is left of an abandoned one.
@@ -653,46 +657,31 @@ class _ParentLink:
         """
         cmd_q.put(int(_Cmd.STOP_ITERATION))
         cmd_q.put(int(_Cmd.START_ITERATION))
-        while True:
-            msg = self.recv("The {wtype} did not produce any data for {elapsed:.2f} seconds.")
-            if msg is None:
-                return False
+        while (msg := self._next()) is not None:
             status, payload = msg
             if status == _Status.ITERATION_STARTED:
                 return True
-            if status == _Status.ITERATION_FINISHED:
-                continue
             if status == _Status.ITERATOR_SUCCESS:
                 if discard is not None:
                     discard(payload)
-                continue
-            if status == _Status.UNEXPECTED_CMD_RECEIVED:
+            elif status == _Status.UNEXPECTED_CMD_RECEIVED:
                 raise RuntimeError(
                     f"The {self.wtype} was not in the stand-by mode. Please make sure that the previous iterator "
                     f"was exhausted before iterating again. {payload}"
                 )
-            if status == _Status.ITERATOR_FAILED:
-                raise RuntimeError(f"The {self.wtype} quit. {payload}")
-            raise RuntimeError(f"The {self.wtype} is in an unexpected state. {msg}")
+            elif status != _Status.ITERATION_FINISHED:
+                raise RuntimeError(f"The {self.wtype} is in an unexpected state. {msg}")
+        return False
 
     def iterate_results(self) -> Iterator[Any]:
         """The payloads of one iteration, up to ``ITERATION_FINISHED``."""
-        while True:
-            msg = self.recv("The {wtype} did not produce any data for {elapsed:.2f} seconds.")
-            if msg is None:
-                return
-            status, payload = msg
-            if status == _Status.ITERATOR_SUCCESS:
-                yield payload
-            elif status == _Status.ITERATION_FINISHED:
-                return
-            elif status == _Status.ITERATOR_FAILED:
-                raise RuntimeError(f"The {self.wtype} quit. {payload}")
-            elif status == _Status.UNEXPECTED_CMD_RECEIVED:
-                raise RuntimeError(f"[INTERNAL ERROR] The {self.wtype} received unexpected command: {payload}")
-            else:
-                raise RuntimeError(f"[INTERNAL ERROR] Unexpected return value: {msg}")
-
+        while (msg := self._next()) is not None and msg[0] == _Status.ITERATOR_SUCCESS:
+            yield msg[1]
+        if msg is None or msg[0] == _Status.ITERATION_FINISHED:
+            return
+        if msg[0] == _Status.UNEXPECTED_CMD_RECEIVED:
+            raise RuntimeError(f"[INTERNAL ERROR] The {self.wtype} received unexpected command: {msg[1]}")
+        raise RuntimeError(f"[INTERNAL ERROR] Unexpected return value: {msg}")
 
 
 def _drain(q: Any) -> None:

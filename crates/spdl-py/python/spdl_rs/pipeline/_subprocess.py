@@ -138,7 +138,7 @@ class _WorkerIterable(Iterable[T]):
         else:
             self._finalizer = weakref.finalize(self, handle.terminate)
         self._gone = "worker process" if handle.worker.interp is None else "subinterpreter"
-        self._arena = None if handle.arena is None else _Arena(handle.arena)
+        self._arena: Any = None if handle.arena is None else _Arena(handle.arena)
 
     def __iter__(self) -> Iterator[T]:
         if (h := self._handle) is None:

@@ -47,6 +47,7 @@ from ._run_protocol import (
     _Aborted,
     _close_queue,
     _describe,
+    _drain,
     _dumps,
     _get,
     _interp_worker_main,
@@ -324,13 +325,15 @@ class _Pool:
 
     def put(self, i: int, msg: tuple[int, Any], abort: threading.Event) -> bool:
         """Puts ``msg`` on worker ``i``'s queue; ``False`` if ``abort`` was set first."""
-        while not abort.is_set():
-            try:
-                self.in_qs[i].put(msg, timeout=_POLL)
-                return True
-            except queue.Full:
-                self.check_alive()
-        return False
+        def gone() -> bool:
+            self.check_alive()
+            return abort.is_set()
+
+        try:
+            _put(self.in_qs[i], msg, gone)
+        except _Aborted:
+            return False
+        return True
 
     def shutdown(self) -> None:
         with self.lock:
@@ -340,11 +343,7 @@ class _Pool:
         for q in self.in_qs:
             # Nothing more is sent: what a worker has not taken yet is dropped, so that the shutdown message
             # fits (a subinterpreter worker cannot be terminated, it must read it).
-            try:
-                while True:
-                    q.get_nowait()
-            except Exception:  # noqa: BLE001 (empty)
-                pass
+            _drain(q)
             try:
                 q.put_nowait((_IN_SHUTDOWN, None))
             except Exception:  # noqa: BLE001 (full again, or closed: a process worker is terminated instead)

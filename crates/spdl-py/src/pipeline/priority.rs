@@ -110,11 +110,13 @@ impl PriorityScheduler {
                 this.finish();
                 continue;
             }
-            let args: Vec<Bound<'_, PyAny>> = std::iter::once(w.call.bind(py).clone()).chain(w.args.bind(py).iter()).collect();
+            let args: Vec<Bound<'_, PyAny>> =
+                std::iter::once(w.call.bind(py).clone()).chain(w.args.bind(py).iter()).collect();
             let args = PyTuple::new(py, args)?;
             match this.pool.bind(py).call_method("submit", args, w.kwargs.as_ref().map(|k| k.bind(py))) {
                 Ok(inner) => {
-                    let callback = py.import("functools")?.getattr("partial")?.call1((slf.getattr("_finished")?, future))?;
+                    let callback =
+                        py.import("functools")?.getattr("partial")?.call1((slf.getattr("_finished")?, future))?;
                     inner.call_method1("add_done_callback", (callback,))?;
                 }
                 // A broken pool fails this call, not the dispatcher.

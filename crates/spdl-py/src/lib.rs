@@ -127,7 +127,10 @@ mod native {
         #[pymodule_export]
         use crate::pipeline::spec::{ThroughStep, check, check_aggregate, check_regions, check_source, op_kind};
         #[pymodule_export]
-        use crate::pipeline::{AsyncBridge, CoreOptions, PipelineCore, PyNativeOp, RegionInputs, Reply, StatsSnapshot};
+        use crate::pipeline::{
+            AsyncBridge, CacheIterator, CoreOptions, PipelineCore, PriorityScheduler, PyNativeOp, RegionInputs, Reply,
+            StatsSnapshot, cache_iterator,
+        };
 
         /// The capacity of each queue between two stages unless the pipeline is built with another
         /// `stage_buffer_size` (declared once, here; the Python builder's default).

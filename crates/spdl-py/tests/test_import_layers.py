@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent / "python" / PACKAGE
 ALLOWED_FUNCTION_IMPORTS: dict[tuple[str, str], str] = {}
 
 # Loaded by file path in subinterpreters, where spdl_rs's native module cannot be loaded: no spdl_rs import.
-STANDALONE = {f"{PACKAGE}.pipeline._run_protocol", f"{PACKAGE}.pipeline._region_protocol"}
+STANDALONE = {f"{PACKAGE}.pipeline._run_protocol"}
 
 
 def _module_name(path: Path) -> str:

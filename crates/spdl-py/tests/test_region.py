@@ -327,15 +327,15 @@ def test_subinterpreter_workers_run_the_stages_in_python(monkeypatch, watchdog):
         def make_queue(self, maxsize):
             return queue.Queue(maxsize)
 
-        def spawn(self, target, args):
+        def spawn(self, args):
             worker = threading.Thread(
                 target=_region._interp_worker_main, args=self.worker_args(args), name="spdl_rs-test-interp", daemon=True
             )
             worker.start()
-            return (None, worker)
+            return _region._Worker(worker)
 
-        def stop(self, w):
-            w[1].join(10)
+        def stop(self, w, out_q):
+            w.runner.join(10)
 
     monkeypatch.setattr(_region, "_InterpreterBackend", ThreadBackend)
     monkeypatch.setattr(_region, "check_interpreters_available", lambda: None)

@@ -189,7 +189,7 @@ def test_a_killed_worker_is_reported():
 
 def test_a_stalled_worker_times_out_and_is_terminated():
     src = iterate_in_subprocess(stalls, timeout=0.5)
-    proc = src._handle.process
+    proc = src._handle.worker.runner
     with pytest.raises(RuntimeError, match=r"The worker subprocess did not produce any data for \d+\.\d+ seconds"):
         list(src)
     assert proc.exitcode is not None
@@ -252,7 +252,7 @@ def test_an_unpicklable_factory_fails_to_start_with_spawn():
 
 def test_daemon_and_forkserver():
     src = iterate_in_subprocess(numbers, daemon=True, mp_context="forkserver", timeout=30)
-    assert src._handle.process.daemon
+    assert src._handle.worker.runner.daemon
     time.sleep(0.5)  # an idle worker whose parent is the fork server stays (it watches that parent)
     assert list(src) == [0, 1, 2, 3, 4]
 

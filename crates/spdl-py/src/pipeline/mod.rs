@@ -3,9 +3,11 @@
 //! (start, stop, get_item, stats). Waiting for items, stopping and joining run with the GIL released.
 
 mod bridge;
+mod cache;
 mod failure_log;
 mod life;
 mod ops;
+mod priority;
 pub(crate) mod spec;
 pub(crate) mod tstate;
 mod wiring;
@@ -24,8 +26,10 @@ use spdl_exec::autotune::Window;
 use spdl_exec::{BuildOptions, FailureBudget, Item, Pipeline, PipelineBuilder, PipelineError, PipelineStats, state};
 
 pub use bridge::{AsyncBridge, Reply};
+pub use cache::{CacheIterator, cache_iterator};
 use failure_log::FailureLog;
 pub use ops::{NativeOp, PyNativeOp};
+pub use priority::PriorityScheduler;
 use wiring::Chain;
 pub use wiring::RegionInputs;
 

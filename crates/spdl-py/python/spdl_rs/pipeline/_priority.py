@@ -17,15 +17,15 @@ one owner share one rebuilt owner.
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import os
 import sys
-import threading
 import weakref
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any
+
+from .._native.pipeline import PriorityScheduler
 
 __all__ = [
     "PriorityExecutorEntrypoint",
@@ -50,21 +50,26 @@ def _new_owner_id() -> tuple[int, int]:
 
 
 class _PriorityExecutorBase:
-    """The priority heap in front of a stdlib pool of ``_pool_executor_class``."""
+    """The priority heap (:py:class:`spdl_rs._native.pipeline.PriorityScheduler`) in front of a stdlib pool of
+    ``_pool_executor_class``."""
 
     _pool_executor_class: type[Executor]
+
+    def __init__(
+        self,
+        max_workers: int | None = None,
+        thread_name_prefix: str = "",
+        initializer: Callable[..., object] | None = None,
+        initargs: tuple[Any, ...] = (),
+    ) -> None:
+        kwargs = {"thread_name_prefix": thread_name_prefix, "initializer": initializer, "initargs": initargs}
+        self._setup({"max_workers": max_workers, **kwargs}, None, 0)
 
     def _setup(self, kwargs: dict[str, Any], owner_id: tuple[int, int] | None, counter: int) -> None:
         self._kwargs = kwargs
         pool: Any = self._pool_executor_class(**kwargs)
         self._pool = pool
-        self._slots: int = max(1, int(pool._max_workers))
-        self._heap: list[tuple[tuple[int, int], int, Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = []
-        self._seq = itertools.count()
-        self._cond = threading.Condition()
-        self._running = 0
-        self._shutdown = False
-        self._pool_closed = False
+        self._scheduler = PriorityScheduler(pool, max(1, int(pool._max_workers)))
         self._priority_counter: int = counter
         self._id: tuple[int, int] = owner_id if owner_id is not None else _new_owner_id()
         # A forked child inherits copies of the owners, whose pools' threads did not survive the fork: an owner
@@ -88,73 +93,11 @@ class _PriorityExecutorBase:
             return PriorityExecutorEntrypoint(self, self._priority_counter)
         return PriorityExecutorEntrypoint(self, -priority)
 
-    def _submit_with_priority(
-        self, priority: tuple[int, int], fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> Future[Any]:
-        f: Future[Any] = Future()
-        with self._cond:
-            if self._shutdown:
-                raise RuntimeError("cannot schedule new futures after shutdown")
-            heapq.heappush(self._heap, (priority, next(self._seq), f, fn, args, kwargs))
-        self._dispatch()
-        return f
-
-    def _dispatch(self) -> None:
-        """Hands the most urgent waiting calls to the pool while it has an idle worker."""
-        while True:
-            with self._cond:
-                if self._running >= self._slots or not self._heap:
-                    self._maybe_close_pool_locked()
-                    return
-                _, _, f, fn, args, kwargs = heapq.heappop(self._heap)
-                if not f.set_running_or_notify_cancel():
-                    continue
-                self._running += 1
-            try:
-                inner = self._pool.submit(fn, *args, **kwargs)
-            except BaseException as e:  # noqa: BLE001 (a broken pool fails this call, not the dispatcher)
-                with self._cond:
-                    self._running -= 1
-                    self._cond.notify_all()
-                f.set_exception(e)
-                continue
-            inner.add_done_callback(lambda done, f=f: self._finished(f, done))
-
-    def _finished(self, f: Future[Any], done: Future[Any]) -> None:
-        with self._cond:
-            self._running -= 1
-            self._cond.notify_all()
-        if done.cancelled():
-            f.set_exception(RuntimeError("the call was cancelled by the pool's shutdown"))
-        elif (exc := done.exception()) is not None:
-            f.set_exception(exc)
-        else:
-            f.set_result(done.result())
-        self._dispatch()
-
-    def _maybe_close_pool_locked(self) -> None:
-        if self._shutdown and not self._heap and self._running == 0 and not self._pool_closed:
-            self._pool_closed = True
-            self._pool.shutdown(wait=False)
-
     def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
         """Accepts no more calls; runs (or, with ``cancel_futures``, cancels) the waiting ones; with ``wait``,
         returns once every call is done and the pool's workers have exited. Without ``wait``, the pool is shut
         down when its last call ends."""
-        with self._cond:
-            self._shutdown = True
-            if cancel_futures:
-                for entry in self._heap:
-                    entry[2].cancel()
-                self._heap.clear()
-            if wait:
-                while self._heap or self._running:
-                    self._cond.wait(0.1)
-            drained = not self._heap and not self._running
-            if drained:
-                self._pool_closed = True
-        if drained:
-            self._pool.shutdown(wait=wait, cancel_futures=cancel_futures)
+        self._scheduler.shutdown(wait, cancel_futures)
         _OWNERS.pop(self._id, None)
 
     def __enter__(self) -> Any:
@@ -181,24 +124,6 @@ class PriorityThreadPoolExecutor(_PriorityExecutorBase):
 
     _pool_executor_class: type[Executor] = ThreadPoolExecutor
 
-    def __init__(
-        self,
-        max_workers: int | None = None,
-        thread_name_prefix: str = "",
-        initializer: Callable[..., object] | None = None,
-        initargs: tuple[Any, ...] = (),
-    ) -> None:
-        self._setup(
-            {
-                "max_workers": max_workers,
-                "thread_name_prefix": thread_name_prefix,
-                "initializer": initializer,
-                "initargs": initargs,
-            },
-            None,
-            0,
-        )
-
 
 class PriorityProcessPoolExecutor(_PriorityExecutorBase):
     """A process pool whose waiting calls are dispatched in priority order; make one executor per stage with
@@ -218,24 +143,6 @@ if sys.version_info >= (3, 14):
         per stage with :py:meth:`get_executor`."""
 
         _pool_executor_class: type[Executor] = InterpreterPoolExecutor
-
-        def __init__(
-            self,
-            max_workers: int | None = None,
-            thread_name_prefix: str = "",
-            initializer: Callable[..., object] | None = None,
-            initargs: tuple[Any, ...] = (),
-        ) -> None:
-            self._setup(
-                {
-                    "max_workers": max_workers,
-                    "thread_name_prefix": thread_name_prefix,
-                    "initializer": initializer,
-                    "initargs": initargs,
-                },
-                None,
-                0,
-            )
 
 else:
 
@@ -281,7 +188,7 @@ class PriorityExecutorEntrypoint(Executor):
         """Submits ``fn(*args, **kwargs)`` with this stage's priority (FIFO among its own calls)."""
         priority = (self._priority, self._counter)
         self._counter += 1
-        return self._owner._submit_with_priority(priority, fn, args, kwargs)
+        return self._owner._scheduler.submit(priority, fn, args, kwargs)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name in ("_owner_ref", "_owner_id", "_owner_class", "_owner_kwargs"):

@@ -27,37 +27,41 @@ import logging
 import os
 import pickle
 import queue
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .. import _native
-from . import _region_protocol, defs
+from . import defs
 from ._core import _STAGE_BUFFER_SIZE, _build, _Conversion, _convert_steps
 from ._op import _op_kind
-from ._region_protocol import (
+from ._run_protocol import (
     _IN_END,
     _IN_ITEMS,
     _IN_SHUTDOWN,
-    _INTERP_LOADER,
     _OUT_DONE,
     _OUT_ERROR,
     _OUT_ITEMS,
     _POLL,
+    _Aborted,
+    _close_queue,
     _describe,
+    _drain,
+    _dumps,
     _get,
     _interp_worker_main,
+    _interpreters_unavailable,
+    _parent_watch,
     _put,
+    _start_interp,
+    _Worker,
 )
 
 __all__ = ["Region", "check_interpreters_available", "region_step", "strip_executor"]
 
 _LG = logging.getLogger("spdl_rs.pipeline")
 
-#: How long a stopping worker process is given before it is terminated, then killed.
-_JOIN_TIMEOUT = 2.0
 #: How long a pool being shut down waits for its workers to exit before terminating them.
 _GRACE = 0.5
 #: The nested pipeline's sink: small, the worker sends its outputs on at once.
@@ -66,17 +70,8 @@ _WORKER_SINK = 3
 
 def check_interpreters_available() -> None:
     """Raises ``RuntimeError`` unless subinterpreters (``concurrent.interpreters``, CPython 3.14+) exist."""
-    if sys.version_info < (3, 14):
-        raise RuntimeError(
-            "A subinterpreter region (`to(InterpreterPoolExecutorConfig(...))`) requires Python 3.14 or later. "
-            f"Current version: {sys.version_info.major}.{sys.version_info.minor}"
-        )
-    try:
-        import concurrent.interpreters  # noqa: F401
-    except ImportError as e:
-        raise RuntimeError(
-            f"A subinterpreter region (`to(InterpreterPoolExecutorConfig(...))`) needs concurrent.interpreters: {e}"
-        ) from e
+    if (error := _interpreters_unavailable("A subinterpreter region (`to(InterpreterPoolExecutorConfig(...))`)")):
+        raise error
 
 
 def strip_executor(cfg: Any) -> Any:
@@ -102,12 +97,6 @@ def _threads_needed(cfg: Any) -> int:
     return 0
 
 
-def _dumps(obj: Any) -> bytes:
-    from multiprocessing.reduction import ForkingPickler  # its reducers: shared memory for tensors
-
-    return bytes(ForkingPickler.dumps(obj))
-
-
 ################################################################################
 # The worker side
 ################################################################################
@@ -120,23 +109,26 @@ def _worker_main(
     stages: Sequence[Any],
     build_kwargs: dict[str, Any],
     output_buffer_size: int,
-    initializer: Callable[..., object] | None,
+    initializer: Any,
     initargs: tuple[Any, ...],
-    parent_pid: int | None,
 ) -> None:
-    """A worker's body: the initializer, then one session per epoch until told to exit."""
-    if initializer is not None:
-        try:
-            initializer(*initargs)
-        except BaseException as e:  # noqa: BLE001 (relayed; the worker cannot serve)
-            _put(out_q, (_OUT_ERROR, worker, _describe(e, "the worker's initializer")), parent_pid)
-            return
-    while True:
-        msg = _get(in_q, parent_pid)
-        if msg is None or msg[0] == _IN_SHUTDOWN:
-            return
-        if not _session(msg, in_q, out_q, worker, stages, build_kwargs, output_buffer_size, parent_pid):
-            return
+    """A worker process's body: the initializer, then one session per epoch until told to exit (or until the
+    parent process is gone)."""
+    gone = _parent_watch(True)
+    try:
+        if initializer is not None:
+            try:
+                initializer(*initargs)
+            except BaseException as e:  # noqa: BLE001 (relayed; the worker cannot serve)
+                _put(out_q, (_OUT_ERROR, worker, _describe(e, "the worker's initializer")), gone)
+                return
+        while (msg := _get(in_q, gone))[0] != _IN_SHUTDOWN:
+            end = _session(msg, in_q, out_q, worker, stages, build_kwargs, output_buffer_size, gone)
+            if end[0] == _IN_SHUTDOWN:
+                return
+            _put(out_q, (_OUT_DONE, worker, end[1]), gone)
+    except _Aborted:
+        return
 
 
 def _session(
@@ -147,19 +139,20 @@ def _session(
     stages: Sequence[Any],
     build_kwargs: dict[str, Any],
     output_buffer_size: int,
-    parent_pid: int | None,
-) -> bool:
-    """One epoch: runs the stages over the items up to the epoch's end; ``False`` if the worker must exit."""
-    state: dict[str, Any] = {"end": None}  # the message that ended the input: (_IN_END, epoch) or shutdown
+    gone: Any,
+) -> tuple[int, Any]:
+    """One epoch: runs the stages over the items up to the epoch's end; returns the message that ended them
+    (``(_IN_END, epoch)`` or a shutdown)."""
+    state: dict[str, Any] = {"end": None if first[0] == _IN_ITEMS else first}
 
     def items() -> Iterator[Any]:
-        msg: tuple[int, Any] | None = first
-        while msg is not None and msg[0] == _IN_ITEMS:
+        msg = first
+        while msg[0] == _IN_ITEMS:
             yield from pickle.loads(msg[1])
-            msg = _get(in_q, parent_pid)
+            msg = _get(in_q, gone)
         state["end"] = msg
 
-    if first[0] == _IN_ITEMS:
+    if state["end"] is None:
         try:
             pipeline = _build(
                 defs.SourceConfig(items()), stages, buffer_size=_WORKER_SINK, region_step=region_step, **build_kwargs
@@ -177,22 +170,15 @@ def _session(
                     except TimeoutError:
                         pass
                     if chunk:
-                        _put(out_q, (_OUT_ITEMS, worker, _dumps(chunk)), parent_pid)
+                        _put(out_q, (_OUT_ITEMS, worker, _dumps(chunk)), gone)
                         del chunk
         except BaseException as e:  # noqa: BLE001 (relayed to the main process)
-            _put(out_q, (_OUT_ERROR, worker, _describe(e, "the region's pipeline")), parent_pid)
+            _put(out_q, (_OUT_ERROR, worker, _describe(e, "the region's pipeline")), gone)
             # Read on to the epoch's end, so that the next session starts at the next epoch.
             while state["end"] is None or state["end"][0] == _IN_ITEMS:
-                state["end"] = _get(in_q, parent_pid)
-                if state["end"] is None:
-                    return False
-    else:
-        state["end"] = first
-    end = state["end"]
-    if end is None or end[0] == _IN_SHUTDOWN:
-        return False
-    _put(out_q, (_OUT_DONE, worker, end[1]), parent_pid)
-    return True
+                state["end"] = _get(in_q, gone)
+    end: tuple[int, Any] = state["end"]
+    return end
 
 
 ################################################################################
@@ -203,8 +189,6 @@ def _session(
 class _ProcessBackend:
     """Workers as processes of a ``multiprocessing`` context."""
 
-    kind = "process"
-
     def __init__(self, mp_context: str | None) -> None:
         import multiprocessing
 
@@ -213,47 +197,28 @@ class _ProcessBackend:
     def make_queue(self, maxsize: int) -> Any:
         return self._ctx.Queue(maxsize=maxsize)
 
-    def spawn(self, target: Callable[..., object], args: tuple[Any, ...]) -> Any:
-        proc = self._ctx.Process(target=target, args=(*args, os.getpid()), daemon=True, name="spdl_rs-region")
+    def spawn(self, args: tuple[Any, ...]) -> _Worker:
+        proc = self._ctx.Process(target=_worker_main, args=args, daemon=True, name="spdl_rs-region")
         proc.start()
-        return proc
+        return _Worker(proc)
 
-    def dead(self, w: Any) -> str | None:
-        if w.exitcode is None:
-            return None
-        return f"worker process {w.pid} exited unexpectedly (exit code {w.exitcode})"
-
-    def exited(self, w: Any) -> bool:
-        return w.exitcode is not None
-
-    def stop(self, w: Any) -> None:
-        if w.exitcode is None:
-            w.terminate()
-            w.join(_JOIN_TIMEOUT)
-        if w.exitcode is None:
-            w.kill()
-            w.join(_JOIN_TIMEOUT)
-        w.close()
-
-    def close_queue(self, q: Any) -> None:
-        q.cancel_join_thread()
-        q.close()
+    def stop(self, w: _Worker, out_q: Any) -> None:
+        """Stops a worker that did not exit in the pool's grace period."""
+        w.stop(0.0, (out_q,), log=_LG.debug)
 
 
-class _InterpreterBackend:
+class _InterpreterBackend(_ProcessBackend):
     """Workers as subinterpreters (``concurrent.interpreters``, CPython 3.14+), each run on a thread.
 
     spdl_rs's native module cannot be loaded in a subinterpreter (PyO3 does not support them), so these
-    workers run the region's stages with the pure-Python runner of :py:mod:`._region_protocol`
+    workers run the region's stages with the pure-Python runner of :py:mod:`._run_protocol`
     (:py:func:`_interp_worker_main`): that file is loaded there by path, without the ``spdl_rs`` package, and the
     stages travel as plain tuples (:py:func:`_plain_stages`).
     """
 
-    kind = "subinterpreter"
-
     def __init__(self) -> None:
         check_interpreters_available()
-        import concurrent.interpreters as interpreters
+        import concurrent.interpreters as interpreters  # type: ignore[import-not-found, unused-ignore]
 
         self._interpreters = interpreters
 
@@ -268,43 +233,16 @@ class _InterpreterBackend:
         payload = pickle.dumps((_plain_stages(stages), output_buffer_size, initializer, tuple(initargs), fail_fast))
         return in_q, out_q, worker, payload
 
-    def spawn(self, target: Callable[..., object], args: tuple[Any, ...]) -> Any:
+    def spawn(self, args: tuple[Any, ...]) -> _Worker:
         in_q, out_q, worker, payload = self.worker_args(args)
-        interp = self._interpreters.create()
-        try:
-            interp.exec(_INTERP_LOADER.format(path=os.path.abspath(_region_protocol.__file__)))
-            interp.prepare_main(in_q=in_q, out_q=out_q, worker=worker, payload=payload)
-            thread = threading.Thread(
-                target=interp.exec,
-                args=("_spdl_rs_region._interp_worker_main(in_q, out_q, worker, payload)",),
-                name="spdl_rs-region-interp",
-                daemon=True,
-            )
-            thread.start()
-        except BaseException:
-            interp.close()
-            raise
-        return (interp, thread)
-
-    def dead(self, w: Any) -> str | None:
-        return None if w[1].is_alive() else "worker subinterpreter exited unexpectedly"
-
-    def exited(self, w: Any) -> bool:
-        return not w[1].is_alive()
-
-    def stop(self, w: Any) -> None:
-        interp, thread = w
-        thread.join(10 * _JOIN_TIMEOUT)
-        if thread.is_alive():
-            _LG.warning("A subinterpreter worker of a to() region did not exit; it is left running.")
-            return
-        try:
-            interp.close()
-        except Exception:  # noqa: BLE001
-            _LG.warning("Failed to close a subinterpreter worker", exc_info=True)
-
-    def close_queue(self, q: Any) -> None:
-        pass
+        return _start_interp(
+            "_interp_worker_main(in_q, out_q, worker, payload)",
+            "spdl_rs-region-interp",
+            in_q=in_q,
+            out_q=out_q,
+            worker=worker,
+            payload=payload,
+        )
 
 
 def _plain_stages(stages: Sequence[Any]) -> list[tuple[Any, ...]]:
@@ -352,7 +290,7 @@ class _Pool:
         capacity = max(4, 2 * n)
         self.in_qs = [self.backend.make_queue(capacity) for _ in range(n)]
         self.out_q = self.backend.make_queue(capacity)
-        self.workers: list[Any] = []
+        self.workers: list[_Worker] = []
         self.closed = False
         self.lock = threading.RLock()  # re-entrant: a finalizer (GC) may close this on a thread holding it
         try:
@@ -367,15 +305,19 @@ class _Pool:
                     target.initializer,
                     tuple(target.initargs),
                 )
-                self.workers.append(self.backend.spawn(_worker_main, args))
+                self.workers.append(self.backend.spawn(args))
         except BaseException:
             self.shutdown()
             raise
 
     def check_alive(self) -> None:
         for w in self.workers:
-            why = self.backend.dead(w)
-            if why is not None:
+            if not w.alive():
+                why = (
+                    "worker subinterpreter exited unexpectedly"
+                    if w.interp is not None
+                    else f"worker process {w.runner.pid} exited unexpectedly (exit code {w.runner.exitcode})"
+                )
                 raise RuntimeError(
                     f"{self.region_name}: a {why}; this epoch's remaining items are dropped and the worker pool is "
                     "restarted for the next epoch"
@@ -383,13 +325,15 @@ class _Pool:
 
     def put(self, i: int, msg: tuple[int, Any], abort: threading.Event) -> bool:
         """Puts ``msg`` on worker ``i``'s queue; ``False`` if ``abort`` was set first."""
-        while not abort.is_set():
-            try:
-                self.in_qs[i].put(msg, timeout=_POLL)
-                return True
-            except queue.Full:
-                self.check_alive()
-        return False
+        def gone() -> bool:
+            self.check_alive()
+            return abort.is_set()
+
+        try:
+            _put(self.in_qs[i], msg, gone)
+        except _Aborted:
+            return False
+        return True
 
     def shutdown(self) -> None:
         with self.lock:
@@ -399,32 +343,22 @@ class _Pool:
         for q in self.in_qs:
             # Nothing more is sent: what a worker has not taken yet is dropped, so that the shutdown message
             # fits (a subinterpreter worker cannot be terminated, it must read it).
-            try:
-                while True:
-                    q.get_nowait()
-            except Exception:  # noqa: BLE001 (empty)
-                pass
+            _drain(q)
             try:
                 q.put_nowait((_IN_SHUTDOWN, None))
             except Exception:  # noqa: BLE001 (full again, or closed: a process worker is terminated instead)
                 pass
         # Give the workers a moment to exit on their own, taking what they may be blocked putting.
         deadline = time.monotonic() + _GRACE
-        while time.monotonic() < deadline and not all(self.backend.exited(w) for w in self.workers):
+        while time.monotonic() < deadline and any(w.alive() for w in self.workers):
             try:
                 self.out_q.get(timeout=0.01)
             except Exception:  # noqa: BLE001 (empty, or broken by a killed worker)
                 pass
         for w in self.workers:
-            try:
-                self.backend.stop(w)
-            except Exception:  # noqa: BLE001
-                _LG.warning("Failed to stop a worker of %s", self.region_name, exc_info=True)
+            self.backend.stop(w, self.out_q)
         for q in (*self.in_qs, self.out_q):
-            try:
-                self.backend.close_queue(q)
-            except Exception:  # noqa: BLE001
-                pass
+            _close_queue(q)
         self.workers = []
         self.in_qs = []
 

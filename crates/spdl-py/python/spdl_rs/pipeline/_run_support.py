@@ -116,13 +116,8 @@ class _RebuiltExecutor(Executor):
         self._kwargs = kwargs
         self._executor: Executor | None = None
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {"cls": self._cls, "kwargs": self._kwargs}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self._cls = state["cls"]
-        self._kwargs = state["kwargs"]
-        self._executor = None
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_RebuiltExecutor, (self._cls, self._kwargs))
 
     def _get(self) -> Executor:
         if self._executor is None:
@@ -138,37 +133,20 @@ class _RebuiltExecutor(Executor):
 
 
 def _stand_in(executor: Any) -> Any:
+    cls = type(executor)
+    if cls not in (ThreadPoolExecutor, ProcessPoolExecutor):
+        return executor
     ex: Any = executor
-    if type(executor) is ThreadPoolExecutor:
-        if executor._threads:
-            raise ValueError(
-                "A ThreadPoolExecutor given to run_pipeline_in_subprocess must be freshly constructed (no work "
-                "submitted yet): its threads cannot move to the subprocess."
-            )
-        return _RebuiltExecutor(
-            ThreadPoolExecutor,
-            {
-                "max_workers": executor._max_workers,
-                "thread_name_prefix": executor._thread_name_prefix,
-                "initializer": executor._initializer,
-                "initargs": executor._initargs,
-            },
+    if ex._threads if cls is ThreadPoolExecutor else ex._processes:
+        what = "threads" if cls is ThreadPoolExecutor else "processes"
+        raise ValueError(
+            f"A {cls.__name__} given to run_pipeline_in_subprocess must be freshly constructed (no work "
+            f"submitted yet): its {what} cannot move to the subprocess."
         )
-    if type(executor) is ProcessPoolExecutor:
-        if executor._processes:
-            raise ValueError(
-                "A ProcessPoolExecutor given to run_pipeline_in_subprocess must be freshly constructed (no work "
-                "submitted yet): its processes cannot move to the subprocess."
-            )
-        return _RebuiltExecutor(
-            ProcessPoolExecutor,
-            {
-                "max_workers": ex._max_workers,
-                "initializer": ex._initializer,
-                "initargs": ex._initargs,
-            },
-        )
-    return executor
+    kwargs = {"max_workers": ex._max_workers, "initializer": ex._initializer, "initargs": ex._initargs}
+    if cls is ThreadPoolExecutor:
+        kwargs["thread_name_prefix"] = ex._thread_name_prefix
+    return _RebuiltExecutor(cls, kwargs)
 
 
 def _replace_executors(cfg: Any) -> Any:

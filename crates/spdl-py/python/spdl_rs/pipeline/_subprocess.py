@@ -12,21 +12,29 @@ import logging
 import multiprocessing as mp
 import os
 import pickle
-import signal
 import sys
 import threading
-import time
 import warnings
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from fractions import Fraction
 from functools import partial
 from multiprocessing.util import Finalize
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import _run_protocol, defs
+from . import defs
 from ._arena import _Arena
 from ._cache_iterator import cache_iterator
-from ._run_protocol import _Cmd, _drain, _execute_iterable, _normalize_initializers, _ParentLink
+from ._run_protocol import (
+    _close_queue,
+    _Cmd,
+    _execute_iterable,
+    _interpreters_unavailable,
+    _normalize_initializers,
+    _ParentLink,
+    _start_interp,
+    _Worker,
+)
 from ._run_support import _make_executors_picklable, _rng_initializers, _Wrapper
 
 if TYPE_CHECKING:
@@ -48,28 +56,14 @@ T = TypeVar("T")
 
 #: How long a stopping worker is given to exit on ``ABORT`` before it is terminated (then killed).
 _JOIN_TIMEOUT = 3.0
-#: How long each of terminate and kill is given.
-_KILL_TIMEOUT = 2.0
 
 
-def _exit_text(process: Any) -> str:
-    code = process.exitcode
-    if code is None:
-        return ""
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"(exit code {code}: killed by {name})"
-    return f"(exit code {code})"
+class _Handle:
+    """The parent's hold on one worker (a process or a subinterpreter): its queues, its arena, and its bounded
+    shutdown."""
 
-
-class _SubprocessHandle:
-    """The parent's hold on one worker process: its queues, its arena, and its bounded shutdown."""
-
-    def __init__(self, process: Any, cmd_q: Any, data_q: Any, timeout: float, arena: Any) -> None:
-        self.process = process
+    def __init__(self, worker: _Worker, cmd_q: Any, data_q: Any, timeout: float | None, arena: Any = None) -> None:
+        self.worker = worker
         self.cmd_q = cmd_q
         self.data_q = data_q
         self.arena = arena
@@ -77,65 +71,48 @@ class _SubprocessHandle:
         self._lock = threading.Lock()
         self.link = _ParentLink(
             data_q,
-            timeout,
-            "subprocess",
-            is_alive=process.is_alive,
-            exit_info=lambda: _exit_text(process),
+            float("inf") if timeout is None else timeout,
+            worker.kind,
+            is_alive=worker.alive,
+            exit_info=worker.exit_text,
             should_stop=self.closed.is_set,
         )
 
-    def _join(self, timeout: float) -> bool:
-        """Joins the process, draining its messages meanwhile (a worker blocked writing to a full pipe could
-        not exit). ``True`` once it exited."""
-        deadline = time.monotonic() + timeout
-        while True:
-            _drain(self.data_q)
-            self.process.join(0.05)
-            if self.process.exitcode is not None:
-                return True
-            if time.monotonic() > deadline:
-                return False
+    def start(self) -> _Handle:
+        """Waits for the worker's initialization; on failure, stops it and raises."""
+        try:
+            self.link.wait_for_init()
+        except BaseException:
+            # An initializer that blocks cannot read ABORT: terminate a process at once.
+            self.terminate(force=True)
+            raise
+        return self
 
     def terminate(self, *, force: bool = False) -> None:
-        """Stops the worker (``ABORT``, then SIGTERM, then SIGKILL, each bounded) and releases the queues and
-        the arena. Idempotent; never raises."""
+        """Stops the worker (``ABORT``, then, for a process, SIGTERM, then SIGKILL, each bounded) and releases
+        the queues and the arena. Idempotent; never raises."""
         with self._lock:
             if self.closed.is_set():
                 return
             self.closed.set()
         try:
-            started = self.process.pid is not None
-            if started and self.process.exitcode is None:
-                if force:
-                    self.process.terminate()
+            if self.worker.alive():
+                if force and self.worker.interp is None:
+                    self.worker.runner.terminate()
                 else:
                     try:
                         self.cmd_q.put_nowait(int(_Cmd.ABORT))
                     except Exception:  # noqa: BLE001 (the queue may be closed: terminate below)
-                        _LG.debug("Could not send ABORT to the worker subprocess.", exc_info=True)
-            if self.arena is not None:
-                shutdown = getattr(self.arena, "shutdown_arena", None)
-                if shutdown is not None:
-                    try:
-                        shutdown()
-                    except Exception:  # noqa: BLE001
-                        _LG.debug("Could not wake the arena's writer.", exc_info=True)
-            if started:
-                if not self._join(_JOIN_TIMEOUT):
-                    _LG.warning("Terminating the worker process.")
-                    self.process.terminate()
-                    if not self._join(_KILL_TIMEOUT):
-                        _LG.warning("Killing the worker process.")
-                        self.process.kill()
-                        if not self._join(_KILL_TIMEOUT):
-                            _LG.warning("Failed to kill the worker process (pid %s).", self.process.pid)
-        finally:
-            for q in (self.cmd_q, self.data_q):
+                        _LG.debug("Could not send ABORT to the worker.", exc_info=True)
+            if self.arena is not None and (shutdown := getattr(self.arena, "shutdown_arena", None)) is not None:
                 try:
-                    q.cancel_join_thread()
-                    q.close()
+                    shutdown()
                 except Exception:  # noqa: BLE001
-                    _LG.debug("Failed to close a queue of the worker subprocess.", exc_info=True)
+                    _LG.debug("Could not wake the arena's writer.", exc_info=True)
+            self.worker.stop(_JOIN_TIMEOUT, drain=(self.data_q,))
+        finally:
+            _close_queue(self.cmd_q)
+            _close_queue(self.data_q)
             if self.arena is not None:
                 try:
                     self.arena.close()
@@ -148,22 +125,24 @@ class _SubprocessHandle:
                         _LG.warning("Failed to unlink the shared-memory arena.", exc_info=True)
 
 
-class _SubprocessIterable(Iterable[T]):
-    """Iterates the worker process's iterable; each ``iter()`` starts a new iteration in the same process."""
+class _WorkerIterable(Iterable[T]):
+    """Iterates the worker's iterable; each ``iter()`` starts a new iteration in the same worker."""
 
-    def __init__(self, handle: _SubprocessHandle) -> None:
-        self._handle: _SubprocessHandle | None = handle
-        # Runs on garbage collection, and at interpreter exit before multiprocessing joins its children. The
-        # priority is above the queues' own exit finalizers (10), which close their feeder threads: run after
-        # them, the ABORT would never be sent and the worker would be terminated only after the join timeout.
-        self._finalizer = Finalize(self, handle.terminate, exitpriority=100)
-        self._arena: Any = None
-        if handle.arena is not None:
-            self._arena = _Arena(handle.arena)
+    def __init__(self, handle: _Handle) -> None:
+        self._handle: _Handle | None = handle
+        if handle.worker.interp is None:
+            # Runs on garbage collection, and at interpreter exit before multiprocessing joins its children. The
+            # priority is above the queues' own exit finalizers (10), which close their feeder threads: run after
+            # them, the ABORT would never be sent and the worker would be terminated only after the join timeout.
+            self._finalizer: Callable[[], Any] = Finalize(self, handle.terminate, exitpriority=100)
+        else:
+            self._finalizer = weakref.finalize(self, handle.terminate)
+        self._gone = "worker process" if handle.worker.interp is None else "subinterpreter"
+        self._arena: Any = None if handle.arena is None else _Arena(handle.arena)
 
     def __iter__(self) -> Iterator[T]:
         if (h := self._handle) is None:
-            raise RuntimeError("The worker process is shutdown. Cannot iterate again.")
+            raise RuntimeError(f"The {self._gone} is shutdown. Cannot iterate again.")
         if h.closed.is_set():
             return
         arena = self._arena
@@ -179,20 +158,13 @@ class _SubprocessIterable(Iterable[T]):
             if arena is not None:
                 arena.reader.reset()
             for payload in h.link.iterate_results():
-                if arena is None:
-                    yield pickle.loads(payload)
-                else:
-                    yield arena.restore(payload)
+                yield pickle.loads(payload) if arena is None else arena.restore(payload)
         except GeneratorExit:
             return
         except BaseException:
-            self._shutdown()
-            raise
-
-    def _shutdown(self) -> None:
-        if self._handle is not None:
             self._handle = None
             self._finalizer()
+            raise
 
 
 def iterate_in_subprocess(
@@ -241,104 +213,18 @@ def iterate_in_subprocess(
         args=(cmd_q, data_q, fn, initializers, arena, os.getpid(), _Arena),
         daemon=daemon,
     )
-    handle = _SubprocessHandle(process, cmd_q, data_q, float("inf") if timeout is None else timeout, arena)
+    handle = _Handle(_Worker(process), cmd_q, data_q, timeout, arena)
     try:
         process.start()
-        handle.link.wait_for_init()
     except BaseException:
-        # An initializer that blocks cannot read ABORT: terminate at once.
         handle.terminate(force=True)
         raise
-    return _SubprocessIterable(handle)
+    return _WorkerIterable(handle.start())
 
 
 ################################################################################
 # Subinterpreters
 ################################################################################
-
-
-def _interpreters_unavailable(func: str) -> RuntimeError | None:
-    if sys.version_info < (3, 14):
-        return RuntimeError(
-            f"{func} requires Python 3.14 or later. "
-            f"Current version: {sys.version_info.major}.{sys.version_info.minor}"
-        )
-    try:
-        import concurrent.interpreters  # noqa: F401
-    except ImportError as e:
-        return RuntimeError(f"{func} needs concurrent.interpreters, which this interpreter lacks: {e}")
-    return None
-
-
-class _SubinterpreterHandle:
-    """The parent's hold on one worker subinterpreter (run on a thread of this process)."""
-
-    def __init__(self, interp: Any, thread: threading.Thread, cmd_q: Any, data_q: Any, timeout: float) -> None:
-        self.interp = interp
-        self.thread = thread
-        self.cmd_q = cmd_q
-        self.data_q = data_q
-        self.closed = threading.Event()
-        self._lock = threading.Lock()
-        self.link = _ParentLink(data_q, timeout, "subinterpreter", is_alive=thread.is_alive)
-
-    def terminate(self) -> None:
-        """Sends ``ABORT``, waits (bounded) for the worker thread, and closes the interpreter. A worker stuck in
-        user code cannot be interrupted: its interpreter is then closed by a daemon thread once it returns."""
-        with self._lock:
-            if self.closed.is_set():
-                return
-            self.closed.set()
-        if self.thread.is_alive():
-            try:
-                self.cmd_q.put(int(_Cmd.ABORT))
-            except Exception:  # noqa: BLE001
-                _LG.debug("Could not send ABORT to the worker subinterpreter.", exc_info=True)
-        deadline = time.monotonic() + _JOIN_TIMEOUT
-        while self.thread.is_alive() and time.monotonic() < deadline:
-            _drain(self.data_q)
-            self.thread.join(0.05)
-        if self.thread.is_alive():
-            _LG.warning("The worker subinterpreter did not stop; it is closed once its thread returns.")
-
-            def close_later() -> None:
-                self.thread.join()
-                self._close()
-
-            threading.Thread(target=close_later, name="spdl_rs-subinterpreter-close", daemon=True).start()
-            return
-        self._close()
-
-    def _close(self) -> None:
-        try:
-            self.interp.close()
-        except Exception:  # noqa: BLE001
-            _LG.warning("Failed to close the worker subinterpreter.", exc_info=True)
-
-
-class _SubinterpreterIterable(Iterable[T]):
-    """Iterates the worker subinterpreter's iterable; each ``iter()`` starts a new iteration there."""
-
-    def __init__(self, handle: _SubinterpreterHandle) -> None:
-        self._handle: _SubinterpreterHandle | None = handle
-        import weakref
-
-        self._finalizer = weakref.finalize(self, handle.terminate)
-
-    def __iter__(self) -> Iterator[T]:
-        if (h := self._handle) is None:
-            raise RuntimeError("The subinterpreter is shutdown. Cannot iterate again.")
-        try:
-            if not h.link.enter_iteration_mode(h.cmd_q, None):
-                return
-            for payload in h.link.iterate_results():
-                yield pickle.loads(payload)
-        except GeneratorExit:
-            return
-        except (Exception, KeyboardInterrupt):
-            self._handle = None
-            self._finalizer()
-            raise
 
 
 def iterate_in_subinterpreter(
@@ -370,28 +256,11 @@ def iterate_in_subinterpreter(
     payload = pickle.dumps((list(sys.path), pickle.dumps((fn, _normalize_initializers(initializer)))))
     cmd_q = interpreters.create_queue()
     data_q = interpreters.create_queue(maxsize=max(buffer_size, 0))
-    interp = interpreters.create()
-    try:
-        # The worker runs the protocol module loaded by path: the spdl_rs package cannot be imported there.
-        interp.exec(_run_protocol._INTERP_LOADER.format(path=os.path.abspath(_run_protocol.__file__)))
-        interp.prepare_main(cmd_q=cmd_q, data_q=data_q, payload=payload)
-        thread = threading.Thread(
-            target=interp.exec,
-            args=("_spdl_rs_run_protocol._interp_main(cmd_q, data_q, payload)",),
-            name="spdl_rs-subinterpreter",
-            daemon=True,
-        )
-        thread.start()
-    except BaseException:
-        interp.close()
-        raise
-    handle = _SubinterpreterHandle(interp, thread, cmd_q, data_q, float("inf") if timeout is None else timeout)
-    try:
-        handle.link.wait_for_init()
-    except BaseException:
-        handle.terminate()
-        raise
-    return _SubinterpreterIterable(handle)
+    # The worker runs the protocol module loaded by path: the spdl_rs package cannot be imported there.
+    worker = _start_interp(
+        "_interp_main(cmd_q, data_q, payload)", "spdl_rs-subinterpreter", cmd_q=cmd_q, data_q=data_q, payload=payload
+    )
+    return _WorkerIterable(_Handle(worker, cmd_q, data_q, timeout).start())
 
 
 ################################################################################

@@ -4,6 +4,7 @@
 
 mod bridge;
 mod failure_log;
+pub(crate) mod observe;
 mod ops;
 pub(crate) mod spec;
 pub(crate) mod tstate;

@@ -84,6 +84,9 @@ fn sysconf(name: libc::c_int) -> u64 {
 /// previous one (the CPU and network ones `None` where they could not be read).
 type Counters = (Option<u64>, u64, Option<u64>, Option<u64>);
 
+/// What a snapshot returns: its fields, its counters and its warnings (see [`_process_group_sample`]).
+type Sample = (Py<PyDict>, Counters, Vec<(&'static str, String)>);
+
 /// Microseconds on a monotonic clock (since this process first asked).
 fn monotonic_usec() -> u64 {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
@@ -106,7 +109,7 @@ pub fn _process_group_sample(
     prev_time_usec: Option<u64>,
     prev_net_rx_bytes: Option<u64>,
     prev_net_tx_bytes: Option<u64>,
-) -> PyResult<(Py<PyDict>, Counters, Vec<(&'static str, String)>)> {
+) -> PyResult<Sample> {
     let now_usec = monotonic_usec();
     let (usage, net) = py.detach(|| {
         let net = std::fs::read_to_string("/proc/net/dev").unwrap_or_default();

@@ -673,7 +673,7 @@ pub fn _stage_figures(raw: &Bound<'_, PyAny>, next_raw: Option<&Bound<'_, PyAny>
 /// One measurement of `profile_pipeline`: a stage at one concurrency, over the window from its pipeline's
 /// start to the end of its output. `concurrency`, `qps` and `occupancy_rate` are SPDL's; the rest (spdl_rs
 /// only) come from the same window.
-#[pyclass(module = "spdl_rs.pipeline._profile", name = "_ProfileStats", frozen, eq, get_all)]
+#[pyclass(module = "spdl_rs.pipeline._profile", name = "_ProfileStats", frozen, get_all)]
 #[derive(Debug, PartialEq)]
 pub struct ProfileStats {
     /// The stage's concurrency.
@@ -753,6 +753,11 @@ impl ProfileStats {
             num_items: if duration > 0.0 { (rate * duration).round() as i64 } else { num_outputs },
             duration,
         })
+    }
+
+    /// Equal to another `_ProfileStats` with the same fields.
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        other.cast::<Self>().is_ok_and(|o| o.get() == self)
     }
 
     /// Pickles as the constructor's arguments.

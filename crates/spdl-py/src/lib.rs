@@ -123,7 +123,12 @@ mod native {
         #[pymodule_export]
         use crate::checkpoint::{CheckpointEpoch, CheckpointInput, CheckpointTracker, Keyed, KeyedAggregator, KeyedOp};
         #[pymodule_export]
-        use crate::pgrp::{_network_bytes, _process_group_usage};
+        use crate::pgrp::_process_group_sample;
+        #[pymodule_export]
+        use crate::pipeline::observe::{
+            _get_env_bool, _log_task_result, _queue_stats_line, _stage_figures, _task_stats_line, ProfileStats,
+            QueueStats, StatsCounter, TaskStats, set_compact_log,
+        };
         #[pymodule_export]
         use crate::pipeline::spec::{ThroughStep, check, check_aggregate, check_regions, check_source, op_kind};
         #[pymodule_export]

@@ -8,9 +8,11 @@
 //! excluded).
 
 use std::collections::HashMap;
+use std::sync::OnceLock;
+use std::time::Instant;
 
-use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 
 /// The fields of one `/proc/<pid>/stat` that a snapshot uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,34 +80,77 @@ fn sysconf(name: libc::c_int) -> u64 {
     u64::try_from(v).unwrap_or(0)
 }
 
-/// Resource usage summed over the processes of process group `pgid`, as a dict: `cpu_usec`, `rss_bytes`,
-/// `pss_bytes` and `private_bytes` (`None` where no process had `smaps_rollup`), `disk_read_bytes`,
-/// `disk_write_bytes`, `num_procs`, and `warnings`: `(kind, message)` for each file that could not be parsed
-/// (kind: `proc_stat`, `smaps_rollup` or `proc_io`; that process's file is left out).
-///
-/// Raises `RuntimeError` if `/proc` cannot be listed.
-#[pyfunction]
-#[pyo3(signature = (pgid) -> "dict[str, Any]")]
-pub fn _process_group_usage(py: Python<'_>, pgid: i64) -> PyResult<Py<pyo3::types::PyDict>> {
-    let totals = py.detach(|| process_group_usage(pgid)).map_err(PyRuntimeError::new_err)?;
-    let d = pyo3::types::PyDict::new(py);
-    d.set_item("cpu_usec", totals.ticks.saturating_mul(1_000_000) / sysconf(libc::_SC_CLK_TCK).max(1))?;
-    d.set_item("rss_bytes", totals.rss_pages.saturating_mul(sysconf(libc::_SC_PAGESIZE)))?;
-    d.set_item("pss_bytes", totals.has_smaps.then_some(totals.pss))?;
-    d.set_item("private_bytes", totals.has_smaps.then_some(totals.private))?;
-    d.set_item("disk_read_bytes", totals.read_bytes)?;
-    d.set_item("disk_write_bytes", totals.write_bytes)?;
-    d.set_item("num_procs", totals.procs)?;
-    d.set_item("warnings", totals.warnings)?;
-    Ok(d.unbind())
+/// The counters a snapshot is compared with: `(cpu_usec, time_usec, net_rx_bytes, net_tx_bytes)` of the
+/// previous one (the CPU and network ones `None` where they could not be read).
+type Counters = (Option<u64>, u64, Option<u64>, Option<u64>);
+
+/// What a snapshot returns: its fields, its counters and its warnings (see [`_process_group_sample`]).
+type Sample = (Py<PyDict>, Counters, Vec<(&'static str, String)>);
+
+/// Microseconds on a monotonic clock (since this process first asked).
+fn monotonic_usec() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    u64::try_from(EPOCH.get_or_init(Instant::now).elapsed().as_micros()).unwrap_or(u64::MAX)
 }
 
-/// Received and sent bytes over every network interface but `lo` (`/proc/net/dev`, host-wide); `(0, 0)`
-/// where the file is missing. Raises `RuntimeError` on a line it cannot parse.
+/// One snapshot of process group `pgid`, with the deltas against the previous snapshot's counters.
+///
+/// Returns `(fields, counters, warnings)`: `fields`, the `ProcessGroupResourceUsage` fields read (`cpu_percent`
+/// and the network deltas only when the previous counters are given); `counters`, what to pass to the next
+/// call; `warnings`, `(kind, message)` for each thing that could not be read (kind: `pgrp_stats` when `/proc`
+/// cannot be listed, `net_dev` for `/proc/net/dev`, `proc_stat`, `smaps_rollup` or `proc_io` for one process's
+/// file, which is left out).
 #[pyfunction]
-pub fn _network_bytes() -> PyResult<(u64, u64)> {
-    let content = std::fs::read_to_string("/proc/net/dev").unwrap_or_default();
-    parse_net_dev(&content).map_err(PyRuntimeError::new_err)
+#[pyo3(signature = (pgid, prev_cpu_usec=None, prev_time_usec=None, prev_net_rx_bytes=None, prev_net_tx_bytes=None))]
+pub fn _process_group_sample(
+    py: Python<'_>,
+    pgid: i64,
+    prev_cpu_usec: Option<u64>,
+    prev_time_usec: Option<u64>,
+    prev_net_rx_bytes: Option<u64>,
+    prev_net_tx_bytes: Option<u64>,
+) -> PyResult<Sample> {
+    let now_usec = monotonic_usec();
+    let (usage, net) = py.detach(|| {
+        let net = std::fs::read_to_string("/proc/net/dev").unwrap_or_default();
+        (process_group_usage(pgid), parse_net_dev(&net))
+    });
+    let d = PyDict::new(py);
+    let mut warnings = Vec::new();
+    let mut cpu_usec = None;
+    match usage {
+        Err(e) => warnings.push(("pgrp_stats", e)),
+        Ok(mut t) => {
+            let cpu = t.ticks.saturating_mul(1_000_000) / sysconf(libc::_SC_CLK_TCK).max(1);
+            cpu_usec = Some(cpu);
+            if let (Some(prev_cpu), Some(prev_time)) = (prev_cpu_usec, prev_time_usec)
+                && now_usec > prev_time
+            {
+                let percent = (cpu as f64 - prev_cpu as f64) / (now_usec - prev_time) as f64 * 100.0;
+                d.set_item("cpu_percent", percent)?;
+            }
+            d.set_item("rss_bytes", t.rss_pages.saturating_mul(sysconf(libc::_SC_PAGESIZE)))?;
+            d.set_item("pss_bytes", t.has_smaps.then_some(t.pss))?;
+            d.set_item("private_bytes", t.has_smaps.then_some(t.private))?;
+            d.set_item("disk_read_bytes", t.read_bytes)?;
+            d.set_item("disk_write_bytes", t.write_bytes)?;
+            d.set_item("num_procs", t.procs)?;
+            warnings.append(&mut t.warnings);
+        }
+    }
+    let (mut rx, mut tx) = (None, None);
+    match net {
+        Err(e) => warnings.push(("net_dev", e)),
+        Ok((r, t)) => {
+            if let (Some(prev_r), Some(prev_t)) = (prev_net_rx_bytes, prev_net_tx_bytes) {
+                // Wrapping: a counter that went back (an interface gone) gives a negative delta.
+                d.set_item("net_rx_bytes", r.wrapping_sub(prev_r) as i64)?;
+                d.set_item("net_tx_bytes", t.wrapping_sub(prev_t) as i64)?;
+            }
+            (rx, tx) = (Some(r), Some(t));
+        }
+    }
+    Ok((d.unbind(), (cpu_usec, now_usec, rx, tx), warnings))
 }
 
 #[derive(Debug, Default)]

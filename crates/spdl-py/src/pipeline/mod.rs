@@ -6,6 +6,7 @@ mod bridge;
 mod cache;
 mod failure_log;
 mod life;
+pub(crate) mod observe;
 mod ops;
 mod priority;
 pub(crate) mod spec;

@@ -1,9 +1,8 @@
 """Resource usage of this process's process group: SPDL's ``ProcessGroupResourceUsage`` and
 ``ProcessGroupStatsMonitor``.
 
-``/proc`` is read natively (``_native.pipeline._process_group_usage`` and ``_network_bytes``, which say what
-they sum); the monitor collects one snapshot per interval in a subprocess of its own and hands it to an async
-callback there.
+``/proc`` is read natively (``_native.pipeline._process_group_sample``, which says what it sums); the monitor
+collects one snapshot per interval in a subprocess of its own and hands it to an async callback there.
 """
 
 from __future__ import annotations
@@ -72,42 +71,19 @@ class ProcessGroupResourceUsage:
 
 
 def _collect_pgrp_stats(
-    prev_cpu_usec: int | None = None,
-    prev_time_usec: int | None = None,
-    prev_net_rx_bytes: int | None = None,
-    prev_net_tx_bytes: int | None = None,
+    *prev: int | None,
 ) -> tuple[ProcessGroupResourceUsage, int | None, int, int | None, int | None]:
-    """One snapshot, with the deltas against the previous one's counters.
+    """One snapshot, with the deltas against the previous one's counters (``prev``: what the previous call
+    returned after the usage; none the first time).
 
     Returns ``(usage, cpu_usec, time_usec, net_rx_bytes, net_tx_bytes)``: the counters to pass to the next call
     (the CPU and network ones are ``None`` when they could not be read).
     """
-    now_usec = int(time.monotonic() * 1_000_000)
-    usage = ProcessGroupResourceUsage(pid=os.getpid(), pgid=os.getpgrp())
-    cpu_usec: int | None = None
-    rx: int | None = None
-    tx: int | None = None
-    try:
-        t = _native.pipeline._process_group_usage(usage.pgid)
-    except RuntimeError as e:
-        _warn_once("pgrp_stats", "%s", e)
-    else:
-        for kind, message in t.pop("warnings"):
-            _warn_once(kind, "%s", message)
-        cpu_usec = t.pop("cpu_usec")
-        if prev_cpu_usec is not None and prev_time_usec is not None and now_usec > prev_time_usec:
-            usage.cpu_percent = (cpu_usec - prev_cpu_usec) / (now_usec - prev_time_usec) * 100.0
-        for name, value in t.items():
-            setattr(usage, name, value)
-    try:
-        rx, tx = _native.pipeline._network_bytes()
-    except RuntimeError as e:
-        _warn_once("net_dev", "%s", e)
-    else:
-        if prev_net_rx_bytes is not None and prev_net_tx_bytes is not None:
-            usage.net_rx_bytes = rx - prev_net_rx_bytes
-            usage.net_tx_bytes = tx - prev_net_tx_bytes
-    return usage, cpu_usec, now_usec, rx, tx
+    pgid = os.getpgrp()
+    fields, counters, warnings = _native.pipeline._process_group_sample(pgid, *prev)
+    for kind, message in warnings:
+        _warn_once(kind, "%s", message)
+    return (ProcessGroupResourceUsage(pid=os.getpid(), pgid=pgid, **fields), *counters)
 
 
 def _monitor_main(interval: float, callback: Callable[[ProcessGroupResourceUsage], Awaitable[None]]) -> None:

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from .. import _native
 from . import _region, defs
 from ._core import _build
 from ._hooks import _get_env_bool
@@ -70,31 +71,9 @@ class _NoOpHook(ProfileHook):
         yield
 
 
-@dataclass
-class _ProfileStats:
-    """One measurement: the stage at one concurrency, over the window from its pipeline's start to the end of
-    its output. The first three fields are SPDL's; the rest (spdl_rs only) come from the same window."""
-
-    concurrency: int
-    qps: float
-    """Items the stage put out per second (the window's rate of the stage)."""
-    occupancy_rate: float
-    """Share of the window its output queue held an item (1 - the share the consumer waited for one)."""
-    busy: float = 0.0
-    """Share of the stage's capacity (``concurrency`` x the window) spent in its function."""
-    starved: float = 0.0
-    """Share of the window the stage's workers waited for input."""
-    blocked: float = 0.0
-    """Share of the window the stage's workers waited for room in the output queue."""
-    task_mean: float = 0.0
-    """Mean seconds per call."""
-    throughput: float = 0.0
-    """Input items per second (items out of the source over the window; differs from ``qps`` for an
-    aggregate or disaggregate)."""
-    num_items: int = 0
-    """Items the stage put out in the window."""
-    duration: float = 0.0
-    """The window's length in seconds (from the pipeline's start to the end of its output)."""
+#: One measurement: the stage at one concurrency (``concurrency``, ``qps`` and ``occupancy_rate`` as SPDL's,
+#: and the rest of the engine's window over the stage's run).
+_ProfileStats = _native.pipeline._ProfileStats
 
 
 @dataclass
@@ -146,29 +125,7 @@ def _run(pipeline: Pipeline[U], concurrency: int) -> tuple[list[U], _ProfileStat
         for item in pipeline:
             outputs.append(item)
         window = pipeline.stats_window()
-    return outputs, _stats_of(window, concurrency, len(outputs))
-
-
-def _stats_of(window: dict[str, Any], concurrency: int, num_outputs: int) -> _ProfileStats:
-    """The profiled stage's figures in ``window``: its row is the one before the sink."""
-    rows = window["stages"]
-    if len(rows) < 3 or rows[-1]["kind"] != "sink":
-        names = [r["name"] for r in rows]
-        raise RuntimeError(f"[INTERNAL ERROR] a profiled pipeline has the rows {names}, not source, stage, sink")
-    stage, sink = rows[-2], rows[-1]
-    duration = float(window["duration"])
-    return _ProfileStats(
-        concurrency=concurrency,
-        qps=float(stage["rate"]) if duration > 0 else float("nan"),
-        occupancy_rate=min(1.0, max(0.0, 1.0 - float(sink["starved"]))),
-        busy=float(stage["busy"]),
-        starved=float(stage["starved"]),
-        blocked=float(stage["blocked"]),
-        task_mean=float(stage["task_mean"]),
-        throughput=float(window["throughput"]),
-        num_items=round(float(stage["rate"]) * duration) if duration > 0 else num_outputs,
-        duration=duration,
-    )
+    return outputs, _ProfileStats.from_window(window, concurrency, len(outputs))
 
 
 def _fetch_inputs(src: Any, num_items: int) -> list[Any]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .. import _native
+
 __all__ = ["TaskPerfStats", "QueuePerfStats", "StageStats"]
 
 
@@ -86,46 +88,8 @@ class StageStats:
     lists, tuples and dicts); ``None`` until measured, or for rows that are not ops."""
 
 
-def _per_item(total: float, n: int) -> float:
-    return total / n if n else 0.0
-
-
-def _occupancy(next_raw: dict[str, Any] | None) -> float:
-    """The share of the time a queue was not empty, from its consumer's waits for input: the consumer's
-    workers together waited ``starved`` seconds of ``concurrency * elapsed``."""
-    if next_raw is None:
-        return 0.0
-    elapsed = float(next_raw["elapsed"]) * max(1, int(next_raw["concurrency"]))
-    if elapsed <= 0:
-        return 0.0
-    return min(1.0, max(0.0, 1.0 - float(next_raw["starved"]) / elapsed))
-
-
 def from_raw(raw: dict[str, Any], next_raw: dict[str, Any] | None = None) -> StageStats:
     """Builds a :py:class:`StageStats` from one dict of ``PipelineCore.stats()`` (and the next stage's, for
-    the occupancy of the queue between them)."""
-    calls = int(raw["items_in"])
-    return StageStats(
-        name=raw["name"],
-        kind=raw["kind"],
-        concurrency=int(raw["concurrency"]),
-        busy=float(raw["busy"]),
-        task=TaskPerfStats(
-            num_tasks=calls,
-            num_failures=int(raw["items_failed"]),
-            ave_time=float(raw["task_mean"]),
-            p90_time=float(raw["task_p90"]),
-            p99_time=float(raw["task_p99"]),
-            p50_time=float(raw["task_p50"]),
-        ),
-        queue=QueuePerfStats(
-            elapsed=float(raw["elapsed"]),
-            num_items=int(raw["items_out"]),
-            ave_put_time=_per_item(float(raw["blocked"]), int(raw["items_out"])),
-            ave_get_time=_per_item(float(raw["starved"]), calls),
-            occupancy_rate=_occupancy(next_raw),
-            queue_len=int(raw["queue_len"]),
-            capacity=int(raw["queue_capacity"]),
-        ),
-        item_bytes=None if raw.get("item_bytes") is None else int(raw["item_bytes"]),
-    )
+    the occupancy of the queue between them: see ``_native.pipeline._stage_figures``)."""
+    name, kind, concurrency, busy, task, queue, item_bytes = _native.pipeline._stage_figures(raw, next_raw)
+    return StageStats(name, kind, concurrency, busy, TaskPerfStats(*task), QueuePerfStats(*queue), item_bytes)

@@ -161,7 +161,7 @@ mod native {
         };
         #[cfg(feature = "io")]
         #[pymodule_export]
-        use crate::io::encode::{encode_image_array, encode_image_file, save_image};
+        use crate::io::encode::{encode_image, encode_image_file, save_image};
         #[cfg(feature = "io")]
         #[pymodule_export]
         use crate::io::filter_desc::{
@@ -193,10 +193,10 @@ mod native {
         };
         #[cfg(feature = "ffmpeg")]
         #[pymodule_export]
-        use crate::io::spdl_form::load_video_any;
+        use crate::io::spdl_form::load_video;
         #[cfg(feature = "io")]
         #[pymodule_export]
-        use crate::io::spdl_form::{decode_image_any, load_audio_any, load_image_any, load_image_batch_any};
+        use crate::io::spdl_form::{decode_image, load_audio, load_image, load_image_batch};
         #[cfg(feature = "io")]
         #[pymodule_export]
         use crate::io::tar::{TarStream, tar_index};

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use spdl_io::image::{EncodeColor, EncodeOptions, encode_image};
+use spdl_io::image::{EncodeColor, EncodeOptions, encode_image as encode_pixels};
 
 use super::io_err;
 
@@ -34,7 +34,7 @@ pub(crate) fn encode_image_file(
     };
     let opts = EncodeOptions { quality, compression };
     crate::lifecycle::detach(py, || {
-        let bytes = encode_image(data, width, height, color, &path, &opts)?;
+        let bytes = encode_pixels(data, width, height, color, &path, &opts)?;
         std::fs::write(&path, bytes).map_err(|source| spdl_io::Error::Io { path: path.clone(), source })
     })
     .map_err(io_err)
@@ -110,7 +110,7 @@ fn write_image(
     opts: EncodeOptions,
 ) -> PyResult<()> {
     crate::lifecycle::detach(py, || {
-        let bytes = encode_image(&data, width, height, color, &path, &opts)?;
+        let bytes = encode_pixels(&data, width, height, color, &path, &opts)?;
         std::fs::write(&path, bytes).map_err(|source| spdl_io::Error::Io { path: path.clone(), source })
     })
     .map_err(io_err)
@@ -127,8 +127,8 @@ fn write_image(
 ///     pix_fmt: See ``data``.
 ///     encode_config: SPDL's encoder configuration; only ``None`` is accepted (resize before encoding).
 #[pyfunction]
-#[pyo3(name = "encode_image", signature = (path, data, pix_fmt="rgb24", *, encode_config=None))]
-pub(crate) fn encode_image_array(
+#[pyo3(signature = (path, data, pix_fmt="rgb24", *, encode_config=None))]
+pub(crate) fn encode_image(
     py: Python<'_>,
     path: PathBuf,
     data: &Bound<'_, PyAny>,

@@ -1,7 +1,7 @@
 //! `spdl_rs.io.load_image`, `decode_image`, `load_image_batch`, `load_audio` and `load_video`: one function
 //! each that takes both SPDL's form (``filter_desc``, ``demux_config``, ``decode_config``, ``device_config``,
 //! ``storage``: demux, decode through an FFmpeg filter graph, convert, move to a device) and spdl_rs's own
-//! keywords (decoded in Rust by [`super::load_image`] and the like). SPDL's spellings (``pix_fmt``,
+//! keywords (decoded in Rust by `super::load_image` and the like). SPDL's spellings (``pix_fmt``,
 //! ``timestamp=(start, end)``, encoded bytes to ``load_image``) are translated here, once.
 
 use pyo3::exceptions::{PyException, PyRuntimeError, PyTypeError, PyValueError};
@@ -205,12 +205,15 @@ fn pixel_format_of<'py>(
     }
 }
 
+/// ``start`` and ``duration`` of a window, each when given.
+type Window<'py> = (Option<Bound<'py, PyAny>>, Option<Bound<'py, PyAny>>);
+
 /// ``timestamp=(start, end)`` (SPDL) as ``start``/``duration``.
 fn window<'py>(
     timestamp: Option<&Bound<'py, PyAny>>,
     start: Option<Bound<'py, PyAny>>,
     duration: Option<Bound<'py, PyAny>>,
-) -> PyResult<(Option<Bound<'py, PyAny>>, Option<Bound<'py, PyAny>>)> {
+) -> PyResult<Window<'py>> {
     let Some(t) = timestamp else { return Ok((start, duration)) };
     if start.is_some() || duration.is_some() {
         return Err(PyValueError::new_err("give either timestamp=(start, end) or start/duration, not both"));
@@ -239,7 +242,7 @@ fn bounds(t: &Bound<'_, PyAny>) -> PyResult<(f64, f64)> {
 fn empty(timestamp: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
     let Some(t) = timestamp else { return Ok(false) };
     let (start, end) = bounds(t)?;
-    Ok(!(end > start))
+    Ok(end.partial_cmp(&start) != Some(std::cmp::Ordering::Greater))
 }
 
 fn truthy(v: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
@@ -282,46 +285,36 @@ fn dict<'py>(py: Python<'py>, items: &[(&str, Option<&Bound<'py, PyAny>>)]) -> P
 ///         graph (``None``: the decoder's own format), :py:func:`convert_frames`, and a transfer to the
 ///         device. spdl_rs's own keywords cannot be combined with it. ``storage``: ``None`` only.
 #[pyfunction]
-#[pyo3(name = "load_image", signature = (
-    src, *, size=None, pixel_format=None, filter=None, exif_orientation=None, name="<bytes>", pix_fmt=None, **spdl
+#[pyo3(signature = (
+    src, *, size=None, pixel_format="rgb", filter="bilinear", exif_orientation=false, name="<bytes>", pix_fmt=None,
+    **spdl
 ), text_signature = "(src, *, size=None, pixel_format='rgb', filter='bilinear', exif_orientation=False, \
     name='<bytes>', pix_fmt=None, **spdl)")]
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn load_image_any<'py>(
+pub(crate) fn load_image<'py>(
     py: Python<'py>,
     src: &Bound<'py, PyAny>,
     size: Option<&Bound<'py, PyAny>>,
-    pixel_format: Option<&Bound<'py, PyAny>>,
-    filter: Option<&Bound<'py, PyAny>>,
-    exif_orientation: Option<&Bound<'py, PyAny>>,
+    pixel_format: &str,
+    filter: &str,
+    exif_orientation: bool,
     name: &str,
     pix_fmt: Option<&Bound<'py, PyAny>>,
     spdl: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<Py<PyAny>> {
     let spdl = Spdl::new(py, "load_image", spdl)?;
-    let pf = pixel_format.cloned().unwrap_or_else(|| PyString::new(py, "rgb").into_any());
-    let filter = filter.cloned().unwrap_or_else(|| PyString::new(py, "bilinear").into_any());
     let own = [
         ("size", truthy(size)?),
         ("pix_fmt", truthy(pix_fmt)?),
-        ("exif_orientation", truthy(exif_orientation)?),
-        ("pixel_format", differs(&pf, "rgb")?),
-        ("filter", differs(&filter, "bilinear")?),
+        ("exif_orientation", exif_orientation),
+        ("pixel_format", pixel_format != "rgb"),
+        ("filter", filter != "bilinear"),
     ];
     let spdl_name = (name != "<bytes>").then_some(name);
     if spdl.form(&own)? || spdl.get("device_config")?.is_some() {
         return spdl.load("image", src, None, spdl_name);
     }
-    let exif = exif_orientation.cloned().unwrap_or_else(|| PyBool::new(py, false).to_owned().into_any());
-    let options = dict(
-        py,
-        &[
-            ("size", size),
-            ("pixel_format", Some(&pixel_format_of(&pf, pix_fmt)?)),
-            ("filter", Some(&filter)),
-            ("exif_orientation", Some(&exif)),
-        ],
-    )?;
+    let options = image_options(py, size, pixel_format, filter, exif_orientation, pix_fmt)?;
     let buffer: PyBuffer = if is_bytes(src)? {
         super::decode_image(py, src, name, Some(&options))?
     } else {
@@ -330,41 +323,51 @@ pub(crate) fn load_image_any<'py>(
     Ok(Py::new(py, buffer)?.into_any())
 }
 
-/// `value`, or the string `default` when not given.
-fn or_str<'py>(py: Python<'py>, value: Option<&Bound<'py, PyAny>>, default: &str) -> Bound<'py, PyAny> {
-    value.cloned().unwrap_or_else(|| PyString::new(py, default).into_any())
+/// The options of one image's decode.
+fn image_options<'py>(
+    py: Python<'py>,
+    size: Option<&Bound<'py, PyAny>>,
+    pixel_format: &str,
+    filter: &str,
+    exif_orientation: bool,
+    pix_fmt: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let pf = pixel_format_of(&PyString::new(py, pixel_format).into_any(), pix_fmt)?;
+    let (filter, exif) =
+        (PyString::new(py, filter).into_any(), PyBool::new(py, exif_orientation).to_owned().into_any());
+    dict(
+        py,
+        &[("size", size), ("pixel_format", Some(&pf)), ("filter", Some(&filter)), ("exif_orientation", Some(&exif))],
+    )
+}
+
+/// `value` as a Python `str`.
+fn or_str<'py>(py: Python<'py>, value: &str) -> Bound<'py, PyAny> {
+    PyString::new(py, value).into_any()
 }
 
 /// Decodes one encoded image (JPEG, PNG, WebP, GIF, BMP, TIFF; bytes or a buffer) into an HWC ``uint8``
 /// :py:class:`spdl_rs.Buffer` (GIL released). Arguments as :py:func:`load_image`.
 #[pyfunction]
-#[pyo3(name = "decode_image", signature = (
-    data, *, size=None, pixel_format=None, filter=None, exif_orientation=None, name="<bytes>", pix_fmt=None, **spdl
+#[pyo3(signature = (
+    data, *, size=None, pixel_format="rgb", filter="bilinear", exif_orientation=false, name="<bytes>", pix_fmt=None,
+    **spdl
 ), text_signature = "(data, *, size=None, pixel_format='rgb', filter='bilinear', exif_orientation=False, \
     name='<bytes>', pix_fmt=None, **spdl)")]
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn decode_image_any<'py>(
+pub(crate) fn decode_image<'py>(
     py: Python<'py>,
     data: &Bound<'py, PyAny>,
     size: Option<&Bound<'py, PyAny>>,
-    pixel_format: Option<&Bound<'py, PyAny>>,
-    filter: Option<&Bound<'py, PyAny>>,
-    exif_orientation: Option<&Bound<'py, PyAny>>,
+    pixel_format: &str,
+    filter: &str,
+    exif_orientation: bool,
     name: &str,
     pix_fmt: Option<&Bound<'py, PyAny>>,
     spdl: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<PyBuffer> {
     Spdl::new(py, "decode_image", spdl)?.refuse(IMAGE_INSTEAD, false)?;
-    let exif = exif_orientation.cloned().unwrap_or_else(|| PyBool::new(py, false).to_owned().into_any());
-    let options = dict(
-        py,
-        &[
-            ("size", size),
-            ("pixel_format", Some(&pixel_format_of(&or_str(py, pixel_format, "rgb"), pix_fmt)?)),
-            ("filter", Some(&or_str(py, filter, "bilinear"))),
-            ("exif_orientation", Some(&exif)),
-        ],
-    )?;
+    let options = image_options(py, size, pixel_format, filter, exif_orientation, pix_fmt)?;
     super::decode_image(py, data, name, Some(&options))
 }
 
@@ -398,35 +401,36 @@ pub(crate) fn decode_image_any<'py>(
 ///         ``pix_fmt``), failed images logged and left out (``strict``: any failure raises), the rest converted
 ///         into one buffer (their shapes must agree). ``storage``: ``None`` only.
 #[pyfunction]
-#[pyo3(name = "load_image_batch", signature = (
-    srcs, width=None, height=None, *, layout=None, normalize=None, pixel_format=None, filter=None, strict=None,
-    num_threads=None, return_info=false, transform=None, seed=None, keys=None, pix_fmt=None, **spdl
+#[pyo3(signature = (
+    srcs, width=None, height=None, *, layout="NHWC", normalize=None, pixel_format="rgb", filter="bilinear",
+    strict=true, num_threads=None, return_info=false, transform="resize", seed=Int::from(0), keys=None, pix_fmt=None,
+    **spdl
 ), text_signature = "(srcs, width=None, height=None, *, layout='NHWC', normalize=None, pixel_format='rgb', \
     filter='bilinear', strict=True, num_threads=None, return_info=False, transform='resize', seed=0, keys=None, \
     pix_fmt=None, **spdl)")]
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn load_image_batch_any<'py>(
+pub(crate) fn load_image_batch<'py>(
     py: Python<'py>,
     srcs: &Bound<'py, PyAny>,
     width: Option<Int>,
     height: Option<Int>,
-    layout: Option<&Bound<'py, PyAny>>,
+    layout: &str,
     normalize: Option<&Bound<'py, PyAny>>,
-    pixel_format: Option<&Bound<'py, PyAny>>,
-    filter: Option<&Bound<'py, PyAny>>,
-    strict: Option<&Bound<'py, PyAny>>,
+    pixel_format: &str,
+    filter: &str,
+    strict: bool,
     num_threads: Option<&Bound<'py, PyAny>>,
     return_info: bool,
-    transform: Option<&Bound<'py, PyAny>>,
-    seed: Option<&Bound<'py, PyAny>>,
+    transform: &str,
+    seed: Int,
     keys: Option<&Bound<'py, PyAny>>,
     pix_fmt: Option<&Bound<'py, PyAny>>,
     spdl: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<Py<PyAny>> {
     let spdl = Spdl::new(py, "load_image_batch", spdl)?;
-    let strict = strict.cloned().unwrap_or_else(|| PyBool::new(py, true).to_owned().into_any());
-    let (layout, pf) = (or_str(py, layout, "NHWC"), or_str(py, pixel_format, "rgb"));
-    let (filter, transform) = (or_str(py, filter, "bilinear"), or_str(py, transform, "resize"));
+    let (layout, pf) = (or_str(py, layout), or_str(py, pixel_format));
+    let (filter, transform) = (or_str(py, filter), or_str(py, transform));
+    let seed = seed.value().into_pyobject(py)?.into_any();
     let own = [
         ("layout", differs(&layout, "NHWC")?),
         ("normalize", truthy(normalize)?),
@@ -435,17 +439,17 @@ pub(crate) fn load_image_batch_any<'py>(
         ("num_threads", truthy(num_threads)?),
         ("return_info", return_info),
         ("transform", differs(&transform, "resize")?),
-        ("seed", truthy(seed)?),
+        ("seed", seed.is_truthy()?),
         ("keys", truthy(keys)?),
     ];
     let (Some(w), Some(h), false) = (&width, &height, spdl.form(&own)?) else {
         if width.is_none() && height.is_none() && own.iter().any(|(_, on)| *on) {
             return Err(PyValueError::new_err("load_image_batch: width and height are needed with spdl_rs's keywords"));
         }
-        return load_image_batch_spdl(srcs, width.as_ref(), height.as_ref(), pix_fmt, strict.is_truthy()?, &spdl);
+        return load_image_batch_spdl(srcs, width.as_ref(), height.as_ref(), pix_fmt, strict, &spdl);
     };
     spdl.refuse("width=, height=, filter= and pix_fmt=", false)?;
-    let zero = 0i64.into_pyobject(py)?.into_any();
+    let strict = PyBool::new(py, strict).to_owned().into_any();
     let options = dict(
         py,
         &[
@@ -456,7 +460,7 @@ pub(crate) fn load_image_batch_any<'py>(
             ("strict", Some(&strict)),
             ("num_threads", num_threads),
             ("transform", Some(&transform)),
-            ("seed", Some(seed.unwrap_or(&zero))),
+            ("seed", Some(&seed)),
         ],
     )?;
     let keys = keys.filter(|k| !k.is_none()).map(|k| k.extract::<Vec<u64>>()).transpose()?;
@@ -577,14 +581,14 @@ fn load_image_batch_spdl<'py>(
 ///     ValueError: Invalid options (e.g. a channel the file does not have).
 ///     RuntimeError: The input is empty, corrupt, in an unknown format or over a limit; the message names it.
 #[pyfunction]
-#[pyo3(name = "load_audio", signature = (
-    src, timestamp=None, *, start=None, duration=None, sample_rate=None, channels=None, dtype=None, layout=None,
-    num_samples=None, backend=None, limits=None, name=None, return_info=false, **spdl
+#[pyo3(signature = (
+    src, timestamp=None, *, start=None, duration=None, sample_rate=None, channels=None, dtype="float32",
+    layout="channels_first", num_samples=None, backend="auto", limits=None, name=None, return_info=false, **spdl
 ), text_signature = "(src, timestamp=None, *, start=None, duration=None, sample_rate=None, channels=None, \
     dtype='float32', layout='channels_first', num_samples=None, backend='auto', limits=None, name=None, \
     return_info=False, **spdl)")]
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn load_audio_any<'py>(
+pub(crate) fn load_audio<'py>(
     py: Python<'py>,
     src: &Bound<'py, PyAny>,
     timestamp: Option<&Bound<'py, PyAny>>,
@@ -592,18 +596,17 @@ pub(crate) fn load_audio_any<'py>(
     duration: Option<Bound<'py, PyAny>>,
     sample_rate: Option<&Bound<'py, PyAny>>,
     channels: Option<&Bound<'py, PyAny>>,
-    dtype: Option<&Bound<'py, PyAny>>,
-    layout: Option<&Bound<'py, PyAny>>,
+    dtype: &str,
+    layout: &str,
     num_samples: Option<&Bound<'py, PyAny>>,
-    backend: Option<&Bound<'py, PyAny>>,
+    backend: &str,
     limits: Option<&Bound<'py, PyAny>>,
     name: Option<&str>,
     return_info: bool,
     spdl: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<Py<PyAny>> {
     let spdl = Spdl::new(py, "load_audio", spdl)?;
-    let (dtype, layout) = (or_str(py, dtype, "float32"), or_str(py, layout, "channels_first"));
-    let backend = or_str(py, backend, "auto");
+    let (dtype, layout, backend) = (or_str(py, dtype), or_str(py, layout), or_str(py, backend));
     let own = [
         ("start", start.is_some()),
         ("duration", duration.is_some()),
@@ -669,14 +672,15 @@ pub(crate) fn load_audio_any<'py>(
 ///     RuntimeError: The input is corrupt, has no video stream or is over a limit; the message names it.
 #[cfg(feature = "ffmpeg")]
 #[pyfunction]
-#[pyo3(name = "load_video", signature = (
+#[pyo3(signature = (
     src, timestamp=None, *, start=None, duration=None, fps=None, every_k=None, num_frames=None, width=None,
-    height=None, pix_fmt=None, filter=None, threads=None, limits=None, name=None, return_info=false, **spdl
+    height=None, pix_fmt="rgb24", filter="bicubic", threads=Int::from(1), limits=None, name=None, return_info=false,
+    **spdl
 ), text_signature = "(src, timestamp=None, *, start=None, duration=None, fps=None, every_k=None, \
     num_frames=None, width=None, height=None, pix_fmt='rgb24', filter='bicubic', threads=1, limits=None, \
     name=None, return_info=False, **spdl)")]
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn load_video_any<'py>(
+pub(crate) fn load_video<'py>(
     py: Python<'py>,
     src: &Bound<'py, PyAny>,
     timestamp: Option<&Bound<'py, PyAny>>,
@@ -687,18 +691,17 @@ pub(crate) fn load_video_any<'py>(
     num_frames: Option<&Bound<'py, PyAny>>,
     width: Option<&Bound<'py, PyAny>>,
     height: Option<&Bound<'py, PyAny>>,
-    pix_fmt: Option<&Bound<'py, PyAny>>,
-    filter: Option<&Bound<'py, PyAny>>,
-    threads: Option<&Bound<'py, PyAny>>,
+    pix_fmt: &str,
+    filter: &str,
+    threads: Int,
     limits: Option<&Bound<'py, PyAny>>,
     name: Option<&str>,
     return_info: bool,
     spdl: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<Py<PyAny>> {
     let spdl = Spdl::new(py, "load_video", spdl)?;
-    let (pix_fmt, filter) = (or_str(py, pix_fmt, "rgb24"), or_str(py, filter, "bicubic"));
-    let one = 1i64.into_pyobject(py)?.into_any();
-    let threads = threads.cloned().unwrap_or(one);
+    let (pix_fmt, filter) = (or_str(py, pix_fmt), or_str(py, filter));
+    let threads = threads.value().into_pyobject(py)?.into_any();
     let own = [
         ("start", start.is_some()),
         ("duration", duration.is_some()),

@@ -13,6 +13,7 @@ pub(crate) mod audio;
 #[cfg(feature = "ffmpeg")]
 pub(crate) mod clips;
 pub(crate) mod encode;
+pub(crate) mod filter_desc;
 pub(crate) mod literal;
 #[cfg(feature = "ffmpeg")]
 pub(crate) mod media;
@@ -24,7 +25,9 @@ pub(crate) mod media_decode;
 pub(crate) mod mux;
 pub(crate) mod npy;
 pub(crate) mod ray;
+pub(crate) mod spdl_form;
 pub(crate) mod tar;
+pub(crate) mod utils;
 #[cfg(feature = "ffmpeg")]
 pub(crate) mod video;
 pub(crate) mod wav;
@@ -333,8 +336,6 @@ impl ImageSpec {
 ///     pixel_format: ``"rgb"``, ``"rgba"`` or ``"gray"``.
 ///     filter: The resize filter (``"bilinear"``, ``"nearest"``, ``"box"``, ``"hamming"``, ``"bicubic"``).
 ///     exif_orientation: Apply the EXIF orientation.
-#[pyfunction]
-#[pyo3(signature = (path, **options: "Unpack[ImageArgs]"))]
 pub(crate) fn load_image(py: Python<'_>, path: PathBuf, options: Option<&Bound<'_, PyDict>>) -> PyResult<PyBuffer> {
     let spec = ImageSpec::from_kwargs("load_image", options)?;
     let src = Src::Path(path);
@@ -343,8 +344,6 @@ pub(crate) fn load_image(py: Python<'_>, path: PathBuf, options: Option<&Bound<'
 
 /// Decodes one encoded image (JPEG, PNG, WebP, GIF, BMP, TIFF) into an HWC `uint8` :py:class:`spdl_rs.Buffer`
 /// (GIL released). Arguments as :py:func:`load_image`; ``name`` appears in error messages.
-#[pyfunction]
-#[pyo3(signature = (data, *, name="<bytes>", **options: "Unpack[ImageArgs]"))]
 pub(crate) fn decode_image(
     py: Python<'_>,
     data: &Bound<'_, PyAny>,
@@ -488,8 +487,6 @@ fn batch_transform(name: &str, width: u32, height: u32, filter_name: &str, seed:
 ///     seed: Seed of the random crop and flip.
 ///     keys: One integer per item that seeds its crop and flip with ``seed`` (e.g. its index in the dataset
 ///         mixed with the epoch); default: its position in the batch.
-#[pyfunction]
-#[pyo3(signature = (srcs, width, height, *, return_info=false, keys=None, **options: "Unpack[ImageBatchArgs]"))]
 pub(crate) fn load_image_batch(
     py: Python<'_>,
     srcs: &Bound<'_, PyAny>,

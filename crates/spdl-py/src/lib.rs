@@ -160,7 +160,7 @@ mod native {
         use crate::io::array::{npy_header, npz_entries, npz_inflate, zip_directory};
         #[cfg(feature = "io")]
         #[pymodule_export]
-        use crate::io::audio::{load_audio, load_audio_batch, load_audio_batch_op, load_audio_op, probe};
+        use crate::io::audio::{load_audio_batch, load_audio_batch_op, load_audio_op, probe};
         #[cfg(feature = "ffmpeg")]
         #[pymodule_export]
         use crate::io::clips::{
@@ -169,7 +169,12 @@ mod native {
         };
         #[cfg(feature = "io")]
         #[pymodule_export]
-        use crate::io::encode::encode_image_file;
+        use crate::io::encode::{encode_image, encode_image_file, save_image};
+        #[cfg(feature = "io")]
+        #[pymodule_export]
+        use crate::io::filter_desc::{
+            get_abuffer_desc, get_audio_filter_desc, get_buffer_desc, get_filter_desc, get_video_filter_desc,
+        };
         #[cfg(feature = "ffmpeg")]
         #[pymodule_export]
         use crate::io::media::{
@@ -190,21 +195,35 @@ mod native {
         };
         #[cfg(feature = "ffmpeg")]
         #[pymodule_export]
-        use crate::io::mux::{PyAudioEncodeConfig, PyAudioEncoder, PyMediaMuxer, PyVideoEncodeConfig, PyVideoEncoder};
+        use crate::io::mux::{
+            PyAudioEncodeConfig, PyAudioEncoder, PyMuxer, PyVideoEncodeConfig, PyVideoEncoder, audio_encode_config,
+            video_encode_config,
+        };
+        #[cfg(feature = "ffmpeg")]
+        #[pymodule_export]
+        use crate::io::spdl_form::load_video;
+        #[cfg(feature = "io")]
+        #[pymodule_export]
+        use crate::io::spdl_form::{decode_image, load_audio, load_image, load_image_batch};
         #[cfg(feature = "io")]
         #[pymodule_export]
         use crate::io::tar::{TarStream, tar_index};
+        #[cfg(feature = "io")]
+        #[pymodule_export]
+        use crate::io::utils::{
+            PyTraceSession, built_with_cuda, built_with_nvcodec, built_with_nvjpeg, get_ffmpeg_filters,
+            get_ffmpeg_log_level, get_ffmpeg_versions, set_ffmpeg_log_level, trace, trace_counter, trace_start,
+        };
         #[cfg(feature = "ffmpeg")]
         #[pymodule_export]
-        use crate::io::video::{decode_packets_op, demux_video_op, load_video, load_video_op};
+        use crate::io::video::{decode_packets_op, demux_video_op, load_video_op};
         #[cfg(feature = "io")]
         #[pymodule_export]
         use crate::io::wav::{WavHeader, wav_header, wav_samples};
         #[cfg(feature = "io")]
         #[pymodule_export]
         use crate::io::{
-            decode_image, decode_image_op, decode_memory_budget, image_info, load_image, load_image_batch,
-            load_image_batch_op, set_decode_memory_budget,
+            decode_image_op, decode_memory_budget, image_info, load_image_batch_op, set_decode_memory_budget,
         };
     }
 

@@ -225,8 +225,6 @@ fn batch_failures(batch: &AudioBatch) -> super::FailedItems {
 ///     OSError: The file cannot be read.
 ///     ValueError: Invalid options (e.g. a channel the file does not have).
 ///     RuntimeError: The input is empty, corrupt, in an unknown format or over a limit; the message names it.
-#[pyfunction]
-#[pyo3(signature = (src, *, name=None, return_info=false, **options: "Unpack[AudioArgs]"))]
 pub(crate) fn load_audio(
     py: Python<'_>,
     src: &Bound<'_, PyAny>,

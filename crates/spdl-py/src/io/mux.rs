@@ -1,5 +1,5 @@
 //! SPDL's encoding and muxing objects (feature `ffmpeg`), over spdl-io's `media` module: the encode
-//! configurations, a native `MediaMuxer` (which `spdl_rs.io.Muxer` wraps) and the `AudioEncoder` and
+//! configurations, the `Muxer` and the `AudioEncoder` and
 //! `VideoEncoder` it hands out. Every call that opens an encoder, encodes, writes or closes releases the GIL;
 //! every object is safe to share between threads (calls on one object run one at a time, behind a lock that
 //! is never held while Python runs).
@@ -11,6 +11,7 @@ use pyo3::exceptions::{
     PyFileNotFoundError, PyIsADirectoryError, PyOSError, PyPermissionError, PyTypeError, PyValueError,
 };
 use pyo3::prelude::*;
+use pyo3::types::PyMapping;
 use spdl_io::media::{AudioEncodeConfig, AudioEncoder, EncoderChoice, Muxer, VideoEncodeConfig, VideoEncoder};
 
 use super::io_err;
@@ -64,7 +65,7 @@ impl PyAudioEncodeConfig {
         *, num_channels, sample_rate, sample_fmt=None, bit_rate=Int::from(-1), compression_level=Int::from(-1),
         qscale=Int::from(-1)
     ))]
-    fn new(
+    pub(crate) fn new(
         num_channels: Int,
         sample_rate: Int,
         sample_fmt: Option<String>,
@@ -145,7 +146,7 @@ impl PyVideoEncodeConfig {
         color_primaries=None, color_trc=None
     ))]
     #[allow(clippy::too_many_arguments)]
-    fn new(
+    pub(crate) fn new(
         height: Int,
         width: Int,
         frame_rate: Option<(Int, Int)>,
@@ -338,27 +339,150 @@ impl PyVideoEncoder {
     }
 }
 
-/// A container being written (``spdl_rs.io.Muxer`` wraps it): streams are added, then it is opened,
-/// written, flushed and closed. Thread-safe: calls run one at a time.
-#[pyclass(name = "MediaMuxer", module = "spdl_rs._native.io", frozen)]
+/// The options of an encoder, a muxer or an output protocol: a mapping whose keys and values are taken as
+/// ``str(key)``/``str(value)``; ``None``: none.
+fn str_options(what: &str, options: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<(String, String)>> {
+    let Some(options) = options.filter(|o| !o.is_none()) else { return Ok(Vec::new()) };
+    let mapping = options.cast::<PyMapping>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{what} must be a mapping of option names to values, got {}",
+            options.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+        ))
+    })?;
+    let mut out = std::collections::BTreeMap::new();
+    for item in mapping.items()?.iter() {
+        let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract()?;
+        out.insert(k.str()?.to_string(), v.str()?.to_string());
+    }
+    Ok(out.into_iter().collect())
+}
+
+/// How to encode audio (SPDL's factory of :py:class:`AudioEncodeConfig`).
+///
+/// Args:
+///     num_channels: Channels of the frames to encode.
+///     sample_rate: Their sample rate (Hz).
+///     sample_fmt: Their sample format, which the encoder must take: ``"u8"``, ``"s16"``, ``"s32"``,
+///         ``"flt"``, ``"dbl"`` for samples interleaved by channel (arrays ``[N, C]``), the same with a ``p``
+///         suffix for one plane per channel (``"fltp"``, arrays ``[C, N]``). ``pcm_s16le`` (WAV) takes
+///         ``"s16"``, FLAC ``"s16"``/``"s32"``, AAC and Vorbis ``"fltp"``.
+///     bit_rate: Bits per second (``-1``: the encoder's default).
+///     compression_level: The encoder's compression level (``-1``: its default).
+///     qscale: A fixed quantizer on the encoder's scale (``-1``: none).
+#[pyfunction]
+#[pyo3(signature = (
+    *, num_channels, sample_rate, sample_fmt="fltp".to_owned(), bit_rate=Int::from(-1),
+    compression_level=Int::from(-1), qscale=Int::from(-1)
+), text_signature = "(*, num_channels, sample_rate, sample_fmt='fltp', bit_rate=-1, compression_level=-1, qscale=-1)")]
+pub(crate) fn audio_encode_config(
+    num_channels: Int,
+    sample_rate: Int,
+    sample_fmt: String,
+    bit_rate: Int,
+    compression_level: Int,
+    qscale: Int,
+) -> PyResult<PyAudioEncodeConfig> {
+    PyAudioEncodeConfig::new(num_channels, sample_rate, Some(sample_fmt), bit_rate, compression_level, qscale)
+}
+
+/// How to encode video (SPDL's factory of :py:class:`VideoEncodeConfig`).
+///
+/// Args:
+///     height: Height of the frames to encode.
+///     width: Their width.
+///     frame_rate: Frames per second, ``(numerator, denominator)`` (each taken as ``int(...)``); ``None``: the
+///         encoder's default rate, which most encoders (``libx264``, ``mpeg4``) do not have.
+///     pix_fmt: The pixel format of the frames given to the encoder (the default ``"rgb24"`` is an
+///         ``[N, H, W, 3]`` ``uint8`` array). When the encoder does not take it (``libx264`` and ``mpeg4`` do
+///         not take ``rgb24``), each frame is converted with swscale to the encoder's first format
+///         (``yuv420p`` for both); SPDL 0.8.0 refuses such a configuration instead.
+///     bit_rate: Bits per second (``-1``: the encoder's default).
+///     compression_level: The encoder's compression level (``-1``: its default).
+///     qscale: A fixed quantizer on the encoder's scale (``-1``: none).
+///     gop_size: Frames from one keyframe to the next (``-1``: the encoder's default).
+///     max_b_frames: The most consecutive B-frames (``-1``: the encoder's default).
+///     colorspace: The color matrix written in the stream, e.g. ``"bt709"``; an RGB input is converted with
+///         it (swscale's default otherwise: BT.601).
+///     color_primaries: The color primaries written in the stream, e.g. ``"bt709"``.
+///     color_trc: The transfer characteristics written in the stream, e.g. ``"bt709"``.
+#[pyfunction]
+#[pyo3(signature = (
+    *, height, width, frame_rate=None, pix_fmt="rgb24".to_owned(), bit_rate=Int::from(-1),
+    compression_level=Int::from(-1), qscale=Int::from(-1), gop_size=Int::from(-1), max_b_frames=Int::from(-1),
+    colorspace=None, color_primaries=None, color_trc=None
+), text_signature = "(*, height, width, frame_rate=None, pix_fmt='rgb24', bit_rate=-1, compression_level=-1, \
+    qscale=-1, gop_size=-1, max_b_frames=-1, colorspace=None, color_primaries=None, color_trc=None)")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn video_encode_config(
+    height: Int,
+    width: Int,
+    #[pyo3(from_py_with = int_pair)] frame_rate: Option<(Int, Int)>,
+    pix_fmt: String,
+    bit_rate: Int,
+    compression_level: Int,
+    qscale: Int,
+    gop_size: Int,
+    max_b_frames: Int,
+    colorspace: Option<String>,
+    color_primaries: Option<String>,
+    color_trc: Option<String>,
+) -> PyResult<PyVideoEncodeConfig> {
+    PyVideoEncodeConfig::new(
+        height,
+        width,
+        frame_rate,
+        Some(pix_fmt),
+        bit_rate,
+        compression_level,
+        qscale,
+        gop_size,
+        max_b_frames,
+        colorspace,
+        color_primaries,
+        color_trc,
+    )
+}
+
+/// ``(int(a), int(b))`` of a pair ``(a, b)``, or ``None``.
+fn int_pair(obj: &Bound<'_, PyAny>) -> PyResult<Option<(Int, Int)>> {
+    if obj.is_none() {
+        return Ok(None);
+    }
+    let (a, b): (Bound<'_, PyAny>, Bound<'_, PyAny>) = obj.extract()?;
+    let int = obj.py().get_type::<pyo3::types::PyInt>();
+    Ok(Some((int.call1((a,))?.extract()?, int.call1((b,))?.extract()?)))
+}
+
+/// Writes streams of packets into one container (SPDL's ``Muxer``): a video file, an audio file, or any
+/// output FFmpeg writes to.
+///
+/// Add the streams first (:py:meth:`add_encode_stream`, :py:meth:`add_remux_stream`; stream ``i`` is the
+/// ``i``-th added), then :py:meth:`open` the output, :py:meth:`write` packets to each stream, and end with
+/// :py:meth:`flush` and :py:meth:`close` (a ``with muxer.open():`` block does both). Thread-safe: calls run
+/// one at a time.
+///
+/// Args:
+///     dst: Where to write: a path, or a URL of an FFmpeg protocol (``pipe:1``, ``rtmp://...``).
+///     format: The container, an FFmpeg muxer name (``ffmpeg -muxers``; the ``-f`` of the ``ffmpeg`` CLI),
+///         for a destination whose extension does not tell it, or an output device. ``None``: from the
+///         extension of ``dst``.
+#[pyclass(name = "Muxer", module = "spdl_rs._native.io", frozen)]
 #[derive(Debug)]
-pub struct PyMediaMuxer {
+pub struct PyMuxer {
     inner: Mutex<Muxer>,
     dst: String,
 }
 
-impl PyMediaMuxer {
+impl PyMuxer {
     fn with<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut Muxer) -> spdl_io::Result<T> + Send) -> PyResult<T> {
         crate::lifecycle::detach(py, || f(&mut lock(&self.inner))).map_err(mux_err)
     }
 }
 
 #[pymethods]
-impl PyMediaMuxer {
-    /// A muxer writing ``dst`` (a path, or a URL FFmpeg writes to) in container ``format`` (an FFmpeg muxer
-    /// name; ``None``: from ``dst``'s extension). Nothing is written before :py:meth:`open`.
+impl PyMuxer {
     #[new]
-    #[pyo3(signature = (dst, *, format=None))]
+    #[pyo3(signature = (dst, /, *, format=None))]
     fn new(py: Python<'_>, dst: PathBuf, format: Option<String>) -> PyResult<Self> {
         let dst = dst
             .to_str()
@@ -380,68 +504,127 @@ impl PyMediaMuxer {
         lock(&self.inner).num_streams()
     }
 
-    /// Adds a stream encoded from frames: an ``AudioEncoder`` for an ``AudioEncodeConfig``, a
-    /// ``VideoEncoder`` for a ``VideoEncodeConfig``. ``encoder``: by name (``ffmpeg -encoders``; default:
-    /// the container's); ``encoder_config``: its options (``ffmpeg -h encoder=NAME``).
+    /// Adds a stream that is encoded from frames, and returns its encoder.
+    ///
+    /// Args:
+    ///     config: What the frames are (:py:func:`audio_encode_config`, :py:func:`video_encode_config`).
+    ///     encoder: An encoder by name (``ffmpeg -encoders``: ``"libx264"``, ``"mpeg4"``, ``"aac"``,
+    ///         ``"flac"``, ...); ``None``: the container's default encoder for the medium.
+    ///     encoder_config: The encoder's options (``ffmpeg -h encoder=NAME``; e.g. ``{"crf": "18"}``).
+    ///         Encoding is single-threaded unless ``"threads"`` is given; an option the encoder does not take
+    ///         is an error.
+    ///
+    /// Returns:
+    ///     The encoder: ``encoder.encode(frames)`` gives packets (or ``None`` while it holds them back) to
+    ///     :py:meth:`write`, ``encoder.flush()`` the rest at the end.
     #[pyo3(signature = (config, *, encoder=None, encoder_config=None))]
     fn add_encode_stream(
         &self,
         py: Python<'_>,
         config: &Bound<'_, PyAny>,
         encoder: Option<String>,
-        encoder_config: Option<std::collections::BTreeMap<String, String>>,
+        encoder_config: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
-        let choice = EncoderChoice { encoder, options: encoder_config.unwrap_or_default().into_iter().collect() };
-        if let Ok(c) = config.cast::<PyAudioEncodeConfig>() {
-            let config = c.get().config.clone();
-            let enc = self.with(py, |m| m.add_audio_encode_stream(&config, &choice))?;
-            let (frame_size, item) = (enc.frame_size(), enc.item().to_owned());
-            return Ok(Py::new(py, PyAudioEncoder { inner: Mutex::new(enc), frame_size, item })?.into_any());
+        let audio = config.cast::<PyAudioEncodeConfig>().ok();
+        let video = config.cast::<PyVideoEncodeConfig>().ok();
+        let choice = || -> PyResult<EncoderChoice> {
+            Ok(EncoderChoice { encoder: encoder.clone(), options: str_options("encoder_config", encoder_config)? })
+        };
+        match (audio, video) {
+            (Some(c), _) => {
+                let (config, choice) = (c.get().config.clone(), choice()?);
+                let enc = self.with(py, |m| m.add_audio_encode_stream(&config, &choice))?;
+                let (frame_size, item) = (enc.frame_size(), enc.item().to_owned());
+                Ok(Py::new(py, PyAudioEncoder { inner: Mutex::new(enc), frame_size, item })?.into_any())
+            }
+            (None, Some(c)) => {
+                let (config, choice) = (c.get().config.clone(), choice()?);
+                let enc = self.with(py, |m| m.add_video_encode_stream(&config, &choice))?;
+                let item = enc.item().to_owned();
+                Ok(Py::new(py, PyVideoEncoder { inner: Mutex::new(enc), item })?.into_any())
+            }
+            (None, None) => Err(PyTypeError::new_err(format!(
+                "add_encode_stream takes the result of audio_encode_config(...) or video_encode_config(...), got {}",
+                config.get_type().name()?
+            ))),
         }
-        if let Ok(c) = config.cast::<PyVideoEncodeConfig>() {
-            let config = c.get().config.clone();
-            let enc = self.with(py, |m| m.add_video_encode_stream(&config, &choice))?;
-            let item = enc.item().to_owned();
-            return Ok(Py::new(py, PyVideoEncoder { inner: Mutex::new(enc), item })?.into_any());
-        }
-        Err(PyTypeError::new_err(format!(
-            "add_encode_stream takes an AudioEncodeConfig or a VideoEncodeConfig (audio_encode_config(...), \
-             video_encode_config(...)), got {}",
-            config.get_type().name()?
-        )))
     }
 
-    /// Adds a stream for packets of ``codec`` copied as they are (no re-encoding): its index.
-    fn add_remux_stream(&self, py: Python<'_>, codec: &Bound<'_, PyAny>) -> PyResult<usize> {
+    /// Adds a stream whose packets are written as they are, without decoding them: demuxed packets of another
+    /// source (``Demuxer.audio_codec``, ``.video_codec``, or ``packets.codec``).
+    ///
+    /// Example::
+    ///
+    ///     demuxer = spdl_rs.io.Demuxer("source.mp4")
+    ///     muxer = spdl_rs.io.Muxer("audio_only.m4a")
+    ///     muxer.add_remux_stream(demuxer.audio_codec)
+    ///     with muxer.open():
+    ///         for packets in demuxer.streaming_demux(demuxer.audio_stream_index, num_packets=64):
+    ///             muxer.write(0, packets)
+    fn add_remux_stream(&self, py: Python<'_>, codec: &Bound<'_, PyAny>) -> PyResult<()> {
         let codec = codec_from(codec)?;
-        self.with(py, |m| m.add_remux_stream(&codec))
+        self.with(py, |m| m.add_remux_stream(&codec)).map(drop)
     }
 
-    /// Opens the output and writes the header; ``muxer_config``: options of the output protocol and the muxer.
+    /// Opens the output and writes the container's header; returns the muxer (for ``with muxer.open():``).
+    ///
+    /// Args:
+    ///     muxer_config: Options of the output protocol and of the muxer (``ffmpeg -h muxer=NAME``; e.g.
+    ///         ``{"movflags": "+faststart"}`` for MP4, ``{"listen": "1"}`` for an RTMP server). An option
+    ///         neither takes is an error.
     #[pyo3(signature = (muxer_config=None))]
-    fn open(&self, py: Python<'_>, muxer_config: Option<std::collections::BTreeMap<String, String>>) -> PyResult<()> {
-        let options: Vec<(String, String)> = muxer_config.unwrap_or_default().into_iter().collect();
-        self.with(py, |m| m.open(&options))
+    fn open<'py>(slf: &Bound<'py, Self>, muxer_config: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, Self>> {
+        let options = str_options("muxer_config", muxer_config)?;
+        slf.get().with(slf.py(), |m| m.open(&options))?;
+        Ok(slf.clone())
     }
 
-    /// Writes ``packets`` (not consumed) to stream ``stream_index``, their timestamps rescaled to the stream's.
+    /// Writes packets to one stream (the packets stay usable).
+    ///
+    /// Args:
+    ///     stream_index: The stream, in the order the streams were added (from 0).
+    ///     packets: Packets of that stream's codec: from its encoder, or demuxed (remux streams). Their
+    ///         timestamps are rescaled from their codec's time base to the stream's.
     fn write(&self, py: Python<'_>, stream_index: Int, packets: &Bound<'_, PyAny>) -> PyResult<()> {
         let index = args::int_in("stream_index", &stream_index, 0, i64::from(u32::MAX))? as usize;
         let p = packets_state(packets)?.cloned()?;
         self.with(py, |m| m.write(index, &p))
     }
 
-    /// Writes what the interleaving still holds.
+    /// Writes the packets FFmpeg still holds to interleave the streams (after the last :py:meth:`write`).
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
         self.with(py, |m| m.flush())
     }
 
-    /// Writes the trailer and closes the output (later calls do nothing; later writes raise).
+    /// Writes the container's trailer and closes the output. Closing again does nothing.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         self.with(py, |m| m.close())
     }
 
-    fn __repr__(&self) -> String {
-        format!("MediaMuxer<dst={:?}, num_streams={}>", self.dst, lock(&self.inner).num_streams())
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    /// Flushes and closes; when the block raised, closes without masking its exception.
+    #[pyo3(signature = (exc_type, _exc=None, _tb=None))]
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: Option<&Bound<'_, PyAny>>,
+        _exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        if exc_type.is_none_or(|t| t.is_none()) {
+            self.flush(py)?;
+            return self.close(py);
+        }
+        // The block's exception is the one to see.
+        let _ = self.close(py);
+        Ok(())
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let dst = pyo3::types::PyString::new(py, &self.dst).repr()?;
+        Ok(format!("Muxer({dst}, num_streams={})", lock(&self.inner).num_streams()))
     }
 }

@@ -160,8 +160,6 @@ fn frames_result(py: Python<'_>, frames: Frames, return_info: bool) -> PyResult<
 ///     OSError: The file cannot be read.
 ///     ValueError: Invalid options.
 ///     RuntimeError: The input is corrupt, has no video stream or is over a limit; the message names it.
-#[pyfunction]
-#[pyo3(signature = (src, *, name=None, return_info=false, **options: "Unpack[VideoArgs]"))]
 pub(crate) fn load_video(
     py: Python<'_>,
     src: &Bound<'_, PyAny>,

@@ -689,7 +689,7 @@ pub(crate) fn _deterministic_sampler(
 ///         ``weights``.
 ///     weights: One non-negative, finite weight per index (at least one positive); enables drawing with
 ///         replacement.
-///     seed: The seed of the first iterations.
+///     seed: The seed of the first iterations (``None``: 0, SPDL's default).
 ///     ddp_drop_last_distributed_round: Leave out the short last round (the default), or draw it.
 ///
 /// Raises:
@@ -743,9 +743,6 @@ fn normalized_weights<'py>(py: Python<'py>, weights: &Bound<'py, PyAny>, n: u64)
 impl PyDistributedRandomSampler {
     #[new]
     #[pyo3(signature = (n, /, *, rank, world_size, num_draws=None, weights=None, seed=None, ddp_drop_last_distributed_round=true))]
-    #[pyo3(
-        text_signature = "(n, /, *, rank, world_size, num_draws=None, weights=None, seed=0, ddp_drop_last_distributed_round=True)"
-    )]
     #[allow(clippy::too_many_arguments, reason = "SPDL's signature")]
     fn new(
         py: Python<'_>,

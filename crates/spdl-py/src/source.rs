@@ -530,6 +530,9 @@ impl PyStore {
     }
 }
 
+/// What a sampler's `__reduce__` returns: the function that rebuilds it and its arguments.
+type Pickled<'py, A> = PyResult<(Bound<'py, PyAny>, A)>;
+
 /// SPDL's checks of a distributed sampler's dataset size `n`, `rank` and `world_size`, with its `ValueError`
 /// messages, then the module's cap on `world_size`; returns `(rank, world_size)`.
 fn check_rank(n: &Int, rank: &Int, world_size: &Int) -> PyResult<(u64, u64)> {
@@ -613,7 +616,7 @@ impl PyDistributedDeterministicSampler {
                     n.show()
                 )));
             }
-            if n_value % u128::from(world_size) != 0 {
+            if !n_value.is_multiple_of(u128::from(world_size)) {
                 let msg = format!(
                     "The size of dataset ({}) is not divisible by the world size ({world_size}). Some samples are \
                      never visited.",
@@ -639,7 +642,7 @@ impl PyDistributedDeterministicSampler {
     }
 
     /// Pickles as the dealt share (unpickling neither checks nor warns again).
-    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, (u64, u64, u128, u128))> {
+    fn __reduce__<'py>(&self, py: Python<'py>) -> Pickled<'py, (u64, u64, u128, u128)> {
         let rebuild = py.import("spdl_rs._native.source")?.getattr("_deterministic_sampler")?;
         Ok((rebuild, (self.rank, self.world_size, self.len, self.total)))
     }
@@ -818,17 +821,16 @@ impl PyDistributedRandomSampler {
     }
 
     /// Pickles as the checked configuration and the current seed.
-    #[allow(clippy::type_complexity, reason = "pickle's tuple")]
-    fn __reduce__<'py>(
-        &self,
-        py: Python<'py>,
-    ) -> PyResult<(Bound<'py, PyAny>, (u64, u64, u64, Py<PyAny>, Py<PyAny>, u64, u64))> {
+    fn __reduce__<'py>(&self, py: Python<'py>) -> Pickled<'py, RandomSamplerState> {
         let rebuild = py.import("spdl_rs._native.source")?.getattr("_random_sampler")?;
         let seed = self.seed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone_ref(py);
         let state = (self.n, self.rank, self.world_size, self.weights.clone_ref(py), seed, self.len, self.num_draws);
         Ok((rebuild, state))
     }
 }
+
+/// What a pickled `DistributedRandomSampler` holds: `(n, rank, world_size, weights, seed, len, num_draws)`.
+type RandomSamplerState = (u64, u64, u64, Py<PyAny>, Py<PyAny>, u64, u64);
 
 /// `_random_sampler(n, rank, world_size, weights, seed, len, num_draws)`: a `DistributedRandomSampler`
 /// unpickled.

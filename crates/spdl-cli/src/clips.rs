@@ -38,7 +38,7 @@ pub fn run(path: &Path, args: &LoaderArgs, clip_args: ClipArgs) -> Result<()> {
     use spdl_loader::{ClipLoader, ClipLoaderOptions, ListOptions, Listing, VIDEO_EXTENSIONS};
 
     use crate::report::StageReport;
-    use crate::usage;
+    use spdl_loader::usage;
 
     if args.size == 0 {
         bail!("--size must be at least 1");

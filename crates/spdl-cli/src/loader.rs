@@ -13,7 +13,7 @@ use spdl_loader::{GpuMode, GpuStatus, ImageLoader, ListOptions, Listing, LoaderE
 
 use crate::LoaderArgs;
 use crate::report::{AutotuneSummary, Report, StageReport};
-use crate::usage;
+use spdl_loader::usage;
 
 /// Where `spdl bench` reads bytes from when they are not local files: an object store (`s3://bucket/prefix`,
 /// `http(s)://host/path`) given as the PATH (listed) or with `--store` (PATH is then a list file of its keys).

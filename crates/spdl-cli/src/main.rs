@@ -22,7 +22,6 @@ mod data;
 mod loader;
 mod probe;
 mod report;
-mod usage;
 
 /// Scalable and performant data loading: a thread-based pipeline that keeps GPUs fed.
 #[derive(Debug, Parser)]

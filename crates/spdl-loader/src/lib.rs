@@ -47,6 +47,7 @@ use spdl_source::{DedicatedStore, FolderLayout, SourceError, StoreOptions};
 
 #[cfg(feature = "video")]
 mod clips;
+pub mod usage;
 #[cfg(feature = "video")]
 pub use clips::{ClipBatch, ClipLoader, ClipLoaderOptions, ClipSampling, MAX_CLIP_FRAMES, MAX_CLIP_SIDE};
 

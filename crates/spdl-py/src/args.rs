@@ -56,7 +56,8 @@ impl Int {
         self.value
     }
 
-    fn show(&self) -> String {
+    /// The value as Python shows it.
+    pub(crate) fn show(&self) -> String {
         self.shown.clone().unwrap_or_else(|| self.value.to_string())
     }
 }

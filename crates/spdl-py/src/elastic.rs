@@ -164,25 +164,9 @@ impl PyElasticSampler {
         start: &Bound<'py, PyDict>,
         delivered: Vec<(usize, Bound<'py, PyAny>)>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let n: usize = get(start, "n")?.extract()?;
-        let order = CanonicalOrder::new(
-            n,
-            get(start, "num_partitions")?.extract()?,
-            get(start, "seed")?.extract()?,
-            get(start, "shuffle")?.extract()?,
-        )
-        .map_err(err)?;
-        let world_size: usize = get(start, "world_size")?.extract()?;
-        let remainder = if get(start, "drop_remainder")?.extract()? { Remainder::Drop } else { Remainder::Pad };
-        let progress =
-            EpochProgress { epoch: get(start, "epoch")?.extract()?, done: spans_from_py(&get(start, "done")?)? };
         let delivered: Vec<(usize, Spans)> =
             delivered.iter().map(|(r, s)| Ok((*r, spans_from_py(s)?))).collect::<PyResult<_>>()?;
-        let shard = ElasticShard::new(order, Shard::new(0, world_size).map_err(err)?, remainder);
-        let merged = crate::lifecycle::detach(py, || shard.merge(&progress, &delivered)).map_err(err)?;
-        let out = start.copy()?;
-        out.set_item("done", spans_to_py(py, &merged.done)?)?;
-        Ok(out)
+        merge_progress(py, start, &delivered)
     }
 
     fn __repr__(&self) -> String {
@@ -227,4 +211,185 @@ impl PyElasticSampler {
         }
         Ok(EpochProgress { epoch: get(state, "epoch")?.extract()?, done })
     }
+}
+
+/// [`PyElasticSampler::merge_progress`] on spans already read.
+fn merge_progress<'py>(
+    py: Python<'py>,
+    start: &Bound<'py, PyDict>,
+    delivered: &[(usize, Spans)],
+) -> PyResult<Bound<'py, PyDict>> {
+    let n: usize = get(start, "n")?.extract()?;
+    let order = CanonicalOrder::new(
+        n,
+        get(start, "num_partitions")?.extract()?,
+        get(start, "seed")?.extract()?,
+        get(start, "shuffle")?.extract()?,
+    )
+    .map_err(err)?;
+    let world_size: usize = get(start, "world_size")?.extract()?;
+    let remainder = if get(start, "drop_remainder")?.extract()? { Remainder::Drop } else { Remainder::Pad };
+    let progress = EpochProgress { epoch: get(start, "epoch")?.extract()?, done: spans_from_py(&get(start, "done")?)? };
+    let shard = ElasticShard::new(order, Shard::new(0, world_size).map_err(err)?, remainder);
+    let merged = crate::lifecycle::detach(py, || shard.merge(&progress, delivered)).map_err(err)?;
+    let out = start.copy()?;
+    out.set_item("done", spans_to_py(py, &merged.done)?)?;
+    Ok(out)
+}
+
+/// The positions of its share a rank delivered in one epoch: its open epoch's state (the watermark, the
+/// spans delivered past it, the failures), or, for an epoch it has no state of, all of `share` if it
+/// completed the epoch and nothing otherwise.
+fn delivered_spans(epoch_state: Option<&Bound<'_, PyAny>>, completed: bool, share: u64) -> PyResult<Spans> {
+    let Some(e) = epoch_state else {
+        let pairs = if completed && share > 0 { vec![(0, share)] } else { Vec::new() };
+        return Spans::from_pairs(pairs).map_err(err);
+    };
+    let watermark: u64 = e.get_item("watermark")?.extract()?;
+    let mut pairs = if watermark > 0 { vec![(0, watermark)] } else { Vec::new() };
+    pairs.extend(spans_from_py(&e.get_item("delivered")?)?.pairs());
+    for failure in e.get_item("failures")?.try_iter()? {
+        let at: u64 = failure?.get_item(0)?.extract()?;
+        pairs.push((at, at + 1));
+    }
+    Spans::from_pairs(pairs).map_err(err)
+}
+
+/// The ElasticSampler state a pipeline input starts from: its first open epoch's, else its next epoch's.
+fn sampler_state<'py>(inp: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
+    let epochs = inp.get_item("epochs")?;
+    let src = if epochs.len()? > 0 { epochs.get_item(0)?.get_item("source")? } else { inp.get_item("next_source")? };
+    match src.cast_into::<PyDict>() {
+        Ok(d) if d.contains("world_size")? && d.contains("done")? => Ok(d),
+        _ => Err(PyValueError::new_err("merge_rank_states: the source is not an ElasticSampler")),
+    }
+}
+
+/// The epochs of an input's state, each with its number.
+fn open_epochs<'py>(inp: &Bound<'py, PyAny>) -> PyResult<Vec<(u64, Bound<'py, PyAny>)>> {
+    inp.get_item("epochs")?.try_iter()?.map(|e| e.and_then(|e| Ok((e.get_item("epoch")?.extract()?, e)))).collect()
+}
+
+/// Merges the :py:meth:`~spdl_rs.pipeline.Pipeline.state_dict` of every rank of a job (each a pipeline over an
+/// :py:class:`~spdl_rs.source.ElasticSampler`, one source) into one state that a pipeline of **any** rank
+/// of **any** world size loads: over the union of the new ranks, every sample of the epoch not yet delivered
+/// anywhere is delivered once (padding aside), then the following epochs go on as if never interrupted.
+///
+/// Gather the states first (e.g. ``torch.distributed.all_gather_object``); pass all of them, one per rank.
+///
+/// Raises:
+///     ValueError: The states are not from one job's ranks (other samplers, missing or repeated ranks, more
+///         than one source).
+#[pyfunction]
+pub(crate) fn merge_rank_states<'py>(py: Python<'py>, states: Vec<Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyDict>> {
+    let Some(state0) = states.first() else {
+        return Err(PyValueError::new_err("merge_rank_states needs the state of every rank, got none"));
+    };
+    let mut inputs = Vec::with_capacity(states.len());
+    for s in &states {
+        let one = match s.cast::<PyDict>() {
+            Ok(d) => d.get_item("inputs")?.filter(|i| i.len().is_ok_and(|n| n == 1)),
+            Err(_) => None,
+        };
+        let Some(one) = one else {
+            return Err(PyValueError::new_err("merge_rank_states takes pipeline states with exactly one source each"));
+        };
+        inputs.push(one.get_item(0)?);
+    }
+    let first = sampler_state(&inputs[0])?;
+    let world_size: u64 = get(&first, "world_size")?.extract()?;
+    let mut by_rank: Vec<(u64, &Bound<'py, PyAny>)> =
+        inputs.iter().map(|inp| Ok((get(&sampler_state(inp)?, "rank")?.extract()?, inp))).collect::<PyResult<_>>()?;
+    by_rank.sort_by_key(|(r, _)| *r);
+    let ranks: Vec<u64> = by_rank.iter().map(|(r, _)| *r).collect();
+    if !ranks.iter().copied().eq(0..world_size) {
+        return Err(PyValueError::new_err(format!(
+            "merge_rank_states needs one state per rank 0..{}, got ranks {ranks:?}",
+            world_size as i128 - 1
+        )));
+    }
+    let field = |inp: &Bound<'py, PyAny>, key: &str| -> PyResult<u64> { inp.get_item(key)?.extract() };
+
+    // Every epoch some rank has open or not yet begun: its start state, and each rank's part of it.
+    let mut epochs: Vec<u64> = Vec::new();
+    for inp in &inputs {
+        epochs.extend(open_epochs(inp)?.into_iter().map(|(e, _)| e));
+    }
+    epochs.sort_unstable();
+    epochs.dedup();
+    let mut next_epoch = 0;
+    let mut failures_done = 0;
+    for inp in &inputs {
+        next_epoch = next_epoch.max(field(inp, "next_epoch")?);
+        failures_done += field(inp, "failures_done")?;
+    }
+    let merged_epochs = PyList::empty(py);
+    for &epoch in &epochs {
+        let mut start = None;
+        for inp in &inputs {
+            if let Some((_, e)) = open_epochs(inp)?.into_iter().find(|(n, _)| *n == epoch) {
+                start = Some(e.get_item("source")?);
+            } else if field(inp, "next_epoch")? == epoch {
+                start = Some(inp.get_item("next_source")?);
+            }
+            if start.is_some() {
+                break;
+            }
+        }
+        let Some(start) = start else { continue }; // an open epoch has a start state on the rank that has it open
+        let start = start.cast_into::<PyDict>()?.copy()?;
+        start.set_item("world_size", world_size)?;
+        let sampler = PyElasticSampler::new(
+            Int::from(i128::from(get(&start, "n")?.extract::<u64>()?)),
+            Int::from(0),
+            Int::from(i128::from(world_size)),
+            get(&start, "seed")?.extract()?,
+            get(&start, "shuffle")?.extract()?,
+            Int::from(i128::from(get(&start, "num_partitions")?.extract::<u64>()?)),
+            get(&start, "drop_remainder")?.extract()?,
+        )?;
+        sampler.load_state_dict(&start)?;
+        let share = sampler.__len__() as u64;
+        let mut delivered = Vec::with_capacity(by_rank.len());
+        for &(rank, inp) in &by_rank {
+            let mine = open_epochs(inp)?.into_iter().find(|(n, _)| *n == epoch).map(|(_, e)| e);
+            if let Some(m) = &mine {
+                failures_done += m.get_item("failures")?.len()? as u64;
+            }
+            delivered.push((rank as usize, delivered_spans(mine.as_ref(), field(inp, "next_epoch")? > epoch, share)?));
+        }
+        let progress = merge_progress(py, &start, &delivered)?;
+        let done = spans_from_py(&get(&progress, "done")?)?.count();
+        if done < get(&start, "n")?.extract::<u64>()? {
+            let e = PyDict::new(py);
+            e.set_item("epoch", epoch)?;
+            e.set_item("source", progress)?;
+            e.set_item("watermark", 0)?;
+            e.set_item("delivered", PyList::empty(py))?;
+            e.set_item("failures", PyList::empty(py))?;
+            merged_epochs.append(e)?;
+        }
+    }
+    // The sampler's epoch runs ahead of the pipeline's epoch count by a fixed offset (set_epoch before the
+    // first run); the next epoch starts with nothing delivered.
+    let inp0 = &inputs[0];
+    let offset: i128 = match open_epochs(inp0)?.into_iter().next() {
+        Some((epoch, e)) => e.get_item("source")?.get_item("epoch")?.extract::<i128>()? - i128::from(epoch),
+        None => {
+            inp0.get_item("next_source")?.get_item("epoch")?.extract::<i128>()? - i128::from(field(inp0, "next_epoch")?)
+        }
+    };
+    let next_source = first.copy()?;
+    next_source.set_item("epoch", i128::from(next_epoch) + offset)?;
+    next_source.set_item("done", PyList::empty(py))?;
+    next_source.set_item("world_size", world_size)?;
+    let input = PyDict::new(py);
+    input.set_item("epochs", merged_epochs)?;
+    input.set_item("next_epoch", next_epoch)?;
+    input.set_item("next_source", next_source)?;
+    input.set_item("failures_done", failures_done)?;
+    let out = PyDict::new(py);
+    out.set_item("version", state0.get_item("version")?)?;
+    out.set_item("inputs", PyList::new(py, [input])?)?;
+    Ok(out)
 }

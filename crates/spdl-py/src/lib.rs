@@ -243,10 +243,13 @@ mod native {
     mod source {
         #[cfg(feature = "source")]
         #[pymodule_export]
-        use crate::elastic::PyElasticSampler;
+        use crate::elastic::{PyElasticSampler, merge_rank_states};
         #[cfg(feature = "source")]
         #[pymodule_export]
-        use crate::source::{PySampler, PyStore, list_dataset};
+        use crate::source::{
+            _deterministic_sampler, _random_sampler, PyDistributedDeterministicSampler, PyDistributedRandomSampler,
+            PySampler, PyStore, list_dataset,
+        };
     }
 
     /// `spdl_rs._native.loader`: what `spdl_rs.loader` wraps.
@@ -257,7 +260,7 @@ mod native {
         use crate::loader::ClipLoader;
         #[cfg(feature = "loader")]
         #[pymodule_export]
-        use crate::loader::ImageLoader;
+        use crate::loader::{ImageLoader, run_demo};
     }
 
     /// What the module does when it is imported, besides adding its items: the interpreter-exit and fork
@@ -275,6 +278,12 @@ mod native {
             let module = m.getattr(sub)?;
             let full = format!("{parent}.{sub}");
             module.setattr("__name__", &full)?;
+            if sub == "source" && cfg!(feature = "source") {
+                // What the samplers' `__reduce__` names: pickle finds them under the module's full name.
+                for f in ["_deterministic_sampler", "_random_sampler"] {
+                    module.getattr(f)?.setattr("__module__", &full)?;
+                }
+            }
             modules.set_item(full, module)?;
         }
         Ok(())

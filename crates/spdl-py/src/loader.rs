@@ -16,6 +16,9 @@ use crate::buffer::PyBuffer;
 use crate::io::options::{KeywordOptions, keyword_options};
 use crate::signals::{SIGNAL_POLL, wait_with_signals};
 
+mod demo;
+pub(crate) use demo::run_demo;
+
 /// The next batch of `pipeline`, waiting without the GIL (Ctrl-C raises `KeyboardInterrupt`); `None` at the end.
 fn next_batch<T: Send + 'static>(py: Python<'_>, pipeline: &spdl_exec::Pipeline<T>, what: &str) -> PyResult<Option<T>> {
     let next = wait_with_signals(py, || match pipeline.get_item(Some(SIGNAL_POLL)) {

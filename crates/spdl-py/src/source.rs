@@ -529,3 +529,321 @@ impl PyStore {
         format!("Store({:?})", self.url)
     }
 }
+
+/// What a sampler's `__reduce__` returns: the function that rebuilds it and its arguments.
+type Pickled<'py, A> = PyResult<(Bound<'py, PyAny>, A)>;
+
+/// SPDL's checks of a distributed sampler's dataset size `n`, `rank` and `world_size`, with its `ValueError`
+/// messages, then the module's cap on `world_size`; returns `(rank, world_size)`.
+fn check_rank(n: &Int, rank: &Int, world_size: &Int) -> PyResult<(u64, u64)> {
+    let err = |msg: String| Err(PyValueError::new_err(msg));
+    if n.value() <= 0 {
+        return err(format!("The size of dataset must be larger than 0. Found: {}", n.show()));
+    }
+    if world_size.value() <= 0 {
+        return err(format!("`world_size` must be greater than zero. Found: {}", world_size.show()));
+    }
+    if rank.value() < 0 || rank.value() >= world_size.value() {
+        return err(format!("`rank` ({}) must be within the range [0, {}).", rank.show(), world_size.show()));
+    }
+    let world_size = args::size_bytes("world_size", world_size, 1, args::MAX_WORLD_SIZE)?;
+    Ok((rank.value() as u64, world_size))
+}
+
+/// `(this rank's count, the positions handed out over all ranks)` for `total` positions dealt round-robin:
+/// the short last round left out (`drop_last_round`) or handed to the first ranks.
+fn share(total: u128, rank: u64, world_size: u64, drop_last_round: bool) -> (u128, u128) {
+    let (rank, world_size) = (u128::from(rank), u128::from(world_size));
+    if drop_last_round {
+        let per_rank = total / world_size;
+        return (per_rank, per_rank * world_size);
+    }
+    (total / world_size + u128::from(rank < total % world_size), total)
+}
+
+/// Deals the indices ``0 .. n-1`` out to the ranks round-robin, in the same order at every iteration.
+///
+/// Rank ``r`` of ``world_size`` gets ``r, r + world_size, r + 2 * world_size, ...``: the ranks' shares are
+/// disjoint. For a new order at each epoch use :py:class:`DistributedRandomSampler`.
+///
+/// When ``n`` is not a multiple of ``world_size``, the last round is short. By default it is left out, so
+/// that every rank gets ``n // world_size`` indices (a warning says that some are never visited); with
+/// ``ddp_drop_last_distributed_round=False`` every index is handed out and the first ``n % world_size``
+/// ranks get one more.
+///
+/// .. code-block:: python
+///
+///     list(DistributedDeterministicSampler(10, rank=1, world_size=4))  # [1, 5]
+///     list(DistributedDeterministicSampler(10, rank=1, world_size=4,
+///                                          ddp_drop_last_distributed_round=False))  # [1, 5, 9]
+///
+/// Args:
+///     n: The size of the dataset (positive).
+///     rank: This process's rank, in ``[0, world_size)`` (e.g. ``torch.distributed.get_rank()``).
+///     world_size: The number of ranks (e.g. ``torch.distributed.get_world_size()``).
+///     ddp_drop_last_distributed_round: Leave out the short last round (the default), or hand it out.
+///
+/// Raises:
+///     ValueError: ``n`` or ``world_size`` is not positive, ``rank`` is out of range, or the last round is
+///         dropped while ``n < world_size``.
+#[pyclass(name = "DistributedDeterministicSampler", module = "spdl_rs.source", frozen)]
+#[derive(Debug)]
+pub struct PyDistributedDeterministicSampler {
+    rank: u64,
+    world_size: u64,
+    len: u128,
+    total: u128,
+}
+
+#[pymethods]
+impl PyDistributedDeterministicSampler {
+    #[new]
+    #[pyo3(signature = (n, /, *, rank, world_size, ddp_drop_last_distributed_round=true))]
+    fn new(
+        py: Python<'_>,
+        n: Int,
+        rank: Int,
+        world_size: Int,
+        ddp_drop_last_distributed_round: bool,
+    ) -> PyResult<Self> {
+        let (rank, world_size) = check_rank(&n, &rank, &world_size)?;
+        let n_value = n.value() as u128;
+        if ddp_drop_last_distributed_round {
+            if n_value < u128::from(world_size) {
+                return Err(PyValueError::new_err(format!(
+                    "The size of dataset ({}) must be larger than or equal to the world size ({world_size}) when \
+                     ddp_drop_last_distributed_round=True",
+                    n.show()
+                )));
+            }
+            if !n_value.is_multiple_of(u128::from(world_size)) {
+                let msg = format!(
+                    "The size of dataset ({}) is not divisible by the world size ({world_size}). Some samples are \
+                     never visited.",
+                    n.show()
+                );
+                let category = py.get_type::<pyo3::exceptions::PyUserWarning>();
+                PyErr::warn(py, &category, &std::ffi::CString::new(msg)?, 1)?;
+            }
+        }
+        let (len, total) = share(n_value, rank, world_size, ddp_drop_last_distributed_round);
+        Ok(Self { rank, world_size, len, total })
+    }
+
+    /// The number of indices one iteration yields.
+    fn __len__(&self) -> PyResult<usize> {
+        usize::try_from(self.len).map_err(|_| pyo3::exceptions::PyOverflowError::new_err("the share is too large"))
+    }
+
+    /// Yields this rank's indices.
+    fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyIterator>> {
+        let range = py.get_type::<pyo3::types::PyRange>().call1((self.rank, self.total, self.world_size))?;
+        range.try_iter()
+    }
+
+    /// Pickles as the dealt share (unpickling neither checks nor warns again).
+    fn __reduce__<'py>(&self, py: Python<'py>) -> Pickled<'py, (u64, u64, u128, u128)> {
+        let rebuild = py.import("spdl_rs._native.source")?.getattr("_deterministic_sampler")?;
+        Ok((rebuild, (self.rank, self.world_size, self.len, self.total)))
+    }
+}
+
+/// `_deterministic_sampler(rank, world_size, len, total)`: a `DistributedDeterministicSampler` unpickled.
+#[pyfunction]
+pub(crate) fn _deterministic_sampler(
+    rank: u64,
+    world_size: u64,
+    len: u128,
+    total: u128,
+) -> PyDistributedDeterministicSampler {
+    PyDistributedDeterministicSampler { rank, world_size, len, total }
+}
+
+/// Draws a random order of dataset indices and deals it out to the ranks round-robin.
+///
+/// One iteration draws ``num_draws`` indices (default: ``n``) from NumPy's ``default_rng(seed)``; rank ``r``
+/// gets draws ``r, r + world_size, ...``. Without ``weights`` the draw is a permutation (no index twice, the
+/// ranks' shares are disjoint); with ``weights`` indices are drawn with replacement, with probability
+/// proportional to their weight, and ``num_draws`` may exceed ``n``.
+///
+/// Every iteration yields the same sequence until :py:meth:`shuffle` sets another seed; the sequence depends
+/// only on the current seed. Call ``sampler.shuffle(seed=epoch)`` before each epoch, or wrap the sampler
+/// with :py:func:`spdl_rs.source.utils.embed_shuffle` (which also works when the sampler is iterated in a
+/// subprocess).
+///
+/// When the number of draws is not a multiple of ``world_size``, the short last round is not drawn by default
+/// (every rank gets ``num_draws // world_size``); with ``ddp_drop_last_distributed_round=False`` all draws
+/// are made and the first ``num_draws % world_size`` ranks get one more.
+///
+/// .. code-block:: python
+///
+///     list(DistributedRandomSampler(9, rank=0, world_size=3))  # [0, 7, 4]
+///     list(DistributedRandomSampler(9, rank=1, world_size=3))  # [8, 2, 6]
+///     sampler = DistributedRandomSampler(5, rank=0, world_size=1, weights=[0, 0, 1, 1, 1], num_draws=10)
+///     list(sampler)  # [3, 2, 2, 2, 4, 4, 3, 4, 3, 4]
+///
+/// Indices are yielded as Python ``int`` values (SPDL yields NumPy integers of the same values).
+///
+/// Args:
+///     n: The size of the dataset (positive).
+///     rank: This process's rank, in ``[0, world_size)``.
+///     world_size: The number of ranks.
+///     num_draws: Indices drawn per iteration over all ranks (default ``n``); at most ``n`` without
+///         ``weights``.
+///     weights: One non-negative, finite weight per index (at least one positive); enables drawing with
+///         replacement.
+///     seed: The seed of the first iterations (``None``: 0, SPDL's default).
+///     ddp_drop_last_distributed_round: Leave out the short last round (the default), or draw it.
+///
+/// Raises:
+///     ValueError: For a non-positive ``n``, ``world_size`` or ``num_draws``, an out-of-range ``rank``, fewer
+///         draws than ranks while dropping the last round, more draws than ``n`` without weights, or weights
+///         of the wrong length, negative, not finite, or summing to zero.
+#[pyclass(name = "DistributedRandomSampler", module = "spdl_rs.source", frozen)]
+#[derive(Debug)]
+pub struct PyDistributedRandomSampler {
+    n: u64,
+    rank: u64,
+    world_size: u64,
+    /// The weights over their sum (a NumPy `float64` array), or `None`: a permutation.
+    weights: Py<PyAny>,
+    /// The seed of the next iterations (any Python int NumPy's `default_rng` takes).
+    seed: std::sync::Mutex<Py<PyAny>>,
+    len: u64,
+    num_draws: u64,
+}
+
+/// The weights over their sum as a NumPy array (SPDL's checks and messages; NumPy's sum, as SPDL's).
+fn normalized_weights<'py>(py: Python<'py>, weights: &Bound<'py, PyAny>, n: u64) -> PyResult<Bound<'py, PyAny>> {
+    use pyo3::types::IntoPyDict;
+    let size = weights.len()?;
+    if size as u64 != n {
+        return Err(PyValueError::new_err(format!(
+            "When provided, the number of elements in `weights` ({size}) must be same as the size of dataset ({n})"
+        )));
+    }
+    let np = py.import("numpy")?;
+    let w = np.getattr("array")?.call((weights,), Some(&[("dtype", np.getattr("float64")?)].into_py_dict(py)?))?;
+    let values: Vec<f64> = w.call_method0("tolist")?.extract()?;
+    if values.iter().any(|v| !v.is_finite() || *v < 0.0) {
+        return Err(PyValueError::new_err(
+            "Failed to normalize the sample weight. Some elements are negative or not finite.",
+        ));
+    }
+    let quiet = [("over", "ignore"), ("invalid", "ignore")].into_py_dict(py)?;
+    let errstate = np.getattr("errstate")?.call((), Some(&quiet))?;
+    errstate.call_method0("__enter__")?;
+    let total = np.getattr("sum")?.call1((&w,));
+    errstate.call_method1("__exit__", (py.None(), py.None(), py.None()))?;
+    let total: f64 = total?.extract()?;
+    if !total.is_finite() || total <= 0.0 {
+        return Err(PyValueError::new_err("The sum of `weights` must be positive and finite."));
+    }
+    w.call_method1("__truediv__", (total,))
+}
+
+#[pymethods]
+impl PyDistributedRandomSampler {
+    #[new]
+    #[pyo3(signature = (n, /, *, rank, world_size, num_draws=None, weights=None, seed=None, ddp_drop_last_distributed_round=true))]
+    #[allow(clippy::too_many_arguments, reason = "SPDL's signature")]
+    fn new(
+        py: Python<'_>,
+        n: Int,
+        rank: Int,
+        world_size: Int,
+        num_draws: Option<Int>,
+        weights: Option<Bound<'_, PyAny>>,
+        seed: Option<Py<PyAny>>,
+        ddp_drop_last_distributed_round: bool,
+    ) -> PyResult<Self> {
+        let (rank, world_size) = check_rank(&n, &rank, &world_size)?;
+        if let Some(d) = num_draws.as_ref().filter(|d| d.value() <= 0) {
+            return Err(PyValueError::new_err(format!("`num_draws` must be greater than zero. Found: {}", d.show())));
+        }
+        // Each iteration draws (and, without replacement, permutes) in memory: sizes within the order cap.
+        let n = args::size_bytes("n", &n, 1, args::MAX_ITEMS)?;
+        let total = match &num_draws {
+            Some(d) => args::size_bytes("num_draws", d, 1, args::MAX_ITEMS)?,
+            None => n,
+        };
+        if ddp_drop_last_distributed_round && total < world_size {
+            return Err(PyValueError::new_err(format!(
+                "The number of draws must be greater than or equal to `world_size` when \
+                 ddp_drop_last_distributed_round=True. Found: num_draws={total}, world_size={world_size}"
+            )));
+        }
+        let weights = match &weights {
+            None if total > n => {
+                return Err(PyValueError::new_err(format!(
+                    "`num_draws` cannot exceed the dataset size when sampling without replacement. Found: \
+                     num_draws={total}, dataset size={n}"
+                )));
+            }
+            None => py.None(),
+            Some(w) => normalized_weights(py, w, n)?.unbind(),
+        };
+        let (len, num_draws) = share(u128::from(total), rank, world_size, ddp_drop_last_distributed_round);
+        let seed = seed.unwrap_or_else(|| pyo3::types::PyInt::new(py, 0).into_any().unbind());
+        Ok(Self {
+            n,
+            rank,
+            world_size,
+            weights,
+            seed: std::sync::Mutex::new(seed),
+            len: len as u64,
+            num_draws: num_draws as u64,
+        })
+    }
+
+    /// The number of indices one iteration yields.
+    fn __len__(&self) -> usize {
+        self.len as usize
+    }
+
+    /// Yields this rank's share of the draws made with the current seed.
+    fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyIterator>> {
+        use pyo3::types::IntoPyDict;
+        let np = py.import("numpy")?;
+        let seed = self.seed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone_ref(py);
+        let rng = np.getattr("random")?.getattr("default_rng")?.call1((seed,))?;
+        let kwargs = [("size", self.num_draws.into_pyobject(py)?.into_any())].into_py_dict(py)?;
+        kwargs.set_item("replace", !self.weights.is_none(py))?;
+        kwargs.set_item("p", &self.weights)?;
+        let drawn = rng.getattr("choice")?.call((self.n,), Some(&kwargs))?;
+        let slice = pyo3::types::PySlice::new(py, self.rank as isize, isize::MAX, self.world_size as isize);
+        drawn.get_item(slice)?.call_method0("tolist")?.try_iter()
+    }
+
+    /// Sets the seed of the following iterations (the order depends on this seed alone, not on history).
+    fn shuffle(&self, seed: Py<PyAny>) {
+        *self.seed.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = seed;
+    }
+
+    /// Pickles as the checked configuration and the current seed.
+    fn __reduce__<'py>(&self, py: Python<'py>) -> Pickled<'py, RandomSamplerState> {
+        let rebuild = py.import("spdl_rs._native.source")?.getattr("_random_sampler")?;
+        let seed = self.seed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone_ref(py);
+        let state = (self.n, self.rank, self.world_size, self.weights.clone_ref(py), seed, self.len, self.num_draws);
+        Ok((rebuild, state))
+    }
+}
+
+/// What a pickled `DistributedRandomSampler` holds: `(n, rank, world_size, weights, seed, len, num_draws)`.
+type RandomSamplerState = (u64, u64, u64, Py<PyAny>, Py<PyAny>, u64, u64);
+
+/// `_random_sampler(n, rank, world_size, weights, seed, len, num_draws)`: a `DistributedRandomSampler`
+/// unpickled.
+#[pyfunction]
+#[allow(clippy::too_many_arguments, reason = "the pickled fields")]
+pub(crate) fn _random_sampler(
+    n: u64,
+    rank: u64,
+    world_size: u64,
+    weights: Py<PyAny>,
+    seed: Py<PyAny>,
+    len: u64,
+    num_draws: u64,
+) -> PyDistributedRandomSampler {
+    PyDistributedRandomSampler { n, rank, world_size, weights, seed: std::sync::Mutex::new(seed), len, num_draws }
+}

@@ -2,19 +2,52 @@
 
 - ``python -m spdl_rs demo``: make a small image dataset (once, cached) and run the image loader on it,
   printing the per-stage statistics, images/s, CPU time and peak RSS; then, where video decoding works, a
-  video clip loader over a few H.264 test videos. ``--json`` prints one JSON object instead.
+  video clip loader over a few H.264 test videos. ``--json`` prints one JSON object instead. The demo itself is
+  native (``spdl_rs._native.loader.run_demo``, the recipe of ``spdl demo``); this module parses the command line.
 - ``python -m spdl_rs --version``: the package version and, where available, what the build contains.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import spdl_rs
+import spdl_rs.io
 
-from ._demo import run_demo
+from ._native import loader as _loader
+
+
+def default_dir() -> Path:
+    """``$XDG_CACHE_HOME/spdl-rs/demo-py``, else ``~/.cache/spdl-rs/demo-py``."""
+    cache = os.environ.get("XDG_CACHE_HOME")
+    return (Path(cache) if cache else Path.home() / ".cache") / "spdl-rs" / "demo-py"
+
+
+def run_demo(*, dir: str | None, images: int, batch_size: int, threads: int | None, json_output: bool) -> int:
+    """``python -m spdl_rs demo`` (made and run natively); returns the exit status."""
+    root = Path(dir).expanduser() if dir is not None else default_dir()
+    if not json_output:
+        print(f"spdl_rs {spdl_rs.__version__}: demo in {root}", file=sys.stderr)
+    try:
+        figures = _loader.run_demo(
+            root, images=images, batch_size=batch_size, threads=threads, json_output=json_output,
+            has_video=spdl_rs.io.has_video(),
+        )  # fmt: skip
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except (OSError, RuntimeError, ValueError) as e:
+        print(f"python -m spdl_rs demo: error: {e}", file=sys.stderr)
+        return 1
+    if json_output:
+        head = {"mode": "demo", "version": spdl_rs.__version__, "build_info": spdl_rs.build_info()}
+        print(json.dumps({**head, **figures}, indent=2, default=str))
+    return 0
 
 
 def _version_text() -> str:

@@ -7,12 +7,14 @@ change the Rust declarations (types, ``#[pyo3(signature = ...)]`` annotations) a
 __all__ = [
     "ClipLoader",
     "ImageLoader",
+    "run_demo",
 ]
 
 from collections.abc import Sequence
 from typing import Any, Literal, TypedDict, type_check_only
 from typing_extensions import Unpack
 from spdl_rs._native import Buffer
+from os import PathLike
 from typing import final
 
 @final
@@ -38,6 +40,8 @@ class ImageLoader:
     def images_per_epoch(self, /) -> int: ...
     def stats_table(self, /) -> str: ...
     def stop(self, /) -> None: ...
+
+def run_demo(root: str |PathLike, *, images: int, batch_size: int, threads: int |None, json_output: bool, has_video: bool) -> dict: ...
 
 # The keyword options (`keyword_options!` in crates/spdl-py/src):
 

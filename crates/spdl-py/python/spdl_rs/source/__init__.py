@@ -27,9 +27,12 @@ as in ``spdl.source.utils``. SPDL's index samplers :py:class:`DistributedRandomS
 """
 
 from .._native import HAS_SOURCE
-from .._native.source import ElasticSampler
-from ._elastic import merge_rank_states
-from ._sampler import DistributedDeterministicSampler, DistributedRandomSampler
+from .._native.source import (
+    DistributedDeterministicSampler,
+    DistributedRandomSampler,
+    ElasticSampler,
+    merge_rank_states,
+)
 from ._types import IterableWithShuffle, SizedIterable, SizedIterableWithShuffle
 
 if HAS_SOURCE:

@@ -1,4 +1,5 @@
-//! Process resource figures for the reports: CPU seconds and peak RSS.
+//! Process resource figures for the reports of `spdl demo`/`bench` and `python -m spdl_rs demo`: CPU
+//! seconds and peak RSS.
 
 /// CPU time (user + system) this process has used so far, in seconds.
 pub fn cpu_seconds() -> f64 {

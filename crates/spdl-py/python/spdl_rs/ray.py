@@ -35,11 +35,43 @@ checkpoints compose with Ray's iterators.
 
 from __future__ import annotations
 
-from ._native.ray import ImageBatchDecoder, RayDataSource, import_ray
+import inspect
+from typing import Any
 
-try:
-    from ._native.ray import VideoClipDecoder
-except ImportError:  # a build without the `ffmpeg` feature decodes no video
-    pass
+from ._native import ray as _ray
+from ._native.ray import RayDataSource, import_ray
 
 __all__ = ["ImageBatchDecoder", "RayDataSource", "VideoClipDecoder", "import_ray"]
+
+
+class _Decoder:
+    """A Python class around a native decoder: given the class, Ray Data subclasses it for its actors (a wrapper
+    whose ``__init__`` calls ``super().__init__(*args, **kwargs)``), which a native class cannot take."""
+
+    _native: Any
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._decoder = self._native(*args, **kwargs)
+
+    def __call__(self, batch: Any) -> dict[str, Any]:
+        return self._decoder(batch)
+
+    def __repr__(self) -> str:
+        return repr(self._decoder)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # not before `__init__` ran (unpickling looks up `__setstate__`)
+            raise AttributeError(name)
+        return getattr(self._decoder, name)
+
+
+class ImageBatchDecoder(_Decoder):
+    __doc__ = _ray.ImageBatchDecoder.__doc__
+    __signature__ = inspect.signature(_ray.ImageBatchDecoder)
+    _native = _ray.ImageBatchDecoder
+
+
+class VideoClipDecoder(_Decoder):
+    __doc__ = getattr(_ray, "VideoClipDecoder", _Decoder).__doc__  # a build without `ffmpeg` decodes no video
+    __signature__ = inspect.signature(getattr(_ray, "VideoClipDecoder", _Decoder))
+    _native = getattr(_ray, "VideoClipDecoder", None)

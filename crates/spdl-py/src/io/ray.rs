@@ -205,7 +205,7 @@ impl Columns {
 ///
 /// Raises:
 ///     ValueError: An invalid argument (checked here, on the driver, before Ray ships the callable).
-#[pyclass(module = "spdl_rs._native.ray", frozen, subclass)]
+#[pyclass(module = "spdl_rs._native.ray", frozen)]
 pub(crate) struct ImageBatchDecoder {
     #[pyo3(get)]
     width: u32,
@@ -224,9 +224,9 @@ pub(crate) struct ImageBatchDecoder {
 impl ImageBatchDecoder {
     #[new]
     #[pyo3(signature = (
-        width, height, *, column="bytes".to_owned(), output_column="image".to_owned(), keep_input=false,
-        layout="NHWC".to_owned(), normalize=None, pixel_format="rgb".to_owned(), filter="bilinear".to_owned(),
-        transform="resize".to_owned(), seed=0, key_column=None, strict=true, num_threads=1,
+        width, height, *, column="bytes", output_column="image", keep_input=false,
+        layout="NHWC", normalize=None, pixel_format="rgb", filter="bilinear",
+        transform="resize", seed=0, key_column=None, strict=true, num_threads=1,
         name_column=Some("path".to_owned()),
     ))]
     #[allow(clippy::too_many_arguments)]
@@ -234,14 +234,14 @@ impl ImageBatchDecoder {
         py: Python<'_>,
         width: Int,
         height: Int,
-        column: String,
-        output_column: String,
+        column: &str,
+        output_column: &str,
         keep_input: bool,
-        layout: String,
+        layout: &str,
         normalize: Option<Py<PyAny>>,
-        pixel_format: String,
-        filter: String,
-        transform: String,
+        pixel_format: &str,
+        filter: &str,
+        transform: &str,
         seed: u64,
         key_column: Option<String>,
         strict: bool,
@@ -249,13 +249,14 @@ impl ImageBatchDecoder {
         name_column: Option<String>,
     ) -> PyResult<Self> {
         let who = "ImageBatchDecoder";
+        let (column, output_column) = (column.to_owned(), output_column.to_owned());
         let columns = Columns { who, column, output_column, keep_input, key_column, strict, name_column }.check()?;
         let options = PyDict::new(py);
-        options.set_item("layout", &layout)?;
+        options.set_item("layout", layout)?;
         options.set_item("normalize", &normalize)?;
-        options.set_item("pixel_format", &pixel_format)?;
-        options.set_item("filter", &filter)?;
-        options.set_item("transform", &transform)?;
+        options.set_item("pixel_format", pixel_format)?;
+        options.set_item("filter", filter)?;
+        options.set_item("transform", transform)?;
         options.set_item("seed", seed)?;
         options.set_item("num_threads", num_threads)?;
         let inner = options.copy()?;
@@ -263,7 +264,7 @@ impl ImageBatchDecoder {
         inner.set_item("strict", false)?;
         let spec = BatchSpec::from_kwargs(py, who, &width, &height, Some(&inner), None)?;
         let (w, h) = (super::side("width", &width)?, super::side("height", &height)?);
-        let c = usize::from(pixel_format_channels(&pixel_format)?);
+        let c = usize::from(pixel_format_channels(pixel_format)?);
         let shape = if layout.eq_ignore_ascii_case("NCHW") {
             vec![0, c, h as usize, w as usize]
         } else {
@@ -280,11 +281,6 @@ impl ImageBatchDecoder {
             random_keys: transform == "random-resized-crop",
         })
     }
-
-    /// Everything is set by ``__new__``; this takes the constructor's arguments and ignores them, so that a
-    /// subclass's ``__init__`` can pass them on (Ray's actor wrapper calls ``super().__init__(*args, **kwargs)``).
-    #[pyo3(signature = (*_args, **_kwargs))]
-    fn __init__(&self, _args: &Bound<'_, PyTuple>, _kwargs: Option<&Bound<'_, PyDict>>) {}
 
     fn __getnewargs_ex__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyTuple>, Bound<'py, PyDict>)> {
         let kwargs = self.columns.kwargs(py)?;
@@ -412,7 +408,7 @@ const CLIP_SAMPLERS: [&str; 4] = ["random_indices", "regular_indices", "random_t
 /// Raises:
 ///     ValueError: An invalid argument (checked here, on the driver).
 #[cfg(feature = "ffmpeg")]
-#[pyclass(module = "spdl_rs._native.ray", frozen, subclass)]
+#[pyclass(module = "spdl_rs._native.ray", frozen)]
 pub(crate) struct VideoClipDecoder {
     #[pyo3(get)]
     num_clips: usize,
@@ -433,9 +429,9 @@ pub(crate) struct VideoClipDecoder {
 impl VideoClipDecoder {
     #[new]
     #[pyo3(signature = (
-        num_clips, num_frames, *, width, height, sampler="random_indices".to_owned(), stride=1, seed=0,
-        key_column=None, policy="repeat_last".to_owned(), pix_fmt="rgb24".to_owned(), column="bytes".to_owned(),
-        output_column="clips".to_owned(), keep_input=false, strict=true, num_threads=1,
+        num_clips, num_frames, *, width, height, sampler="random_indices", stride=1, seed=0,
+        key_column=None, policy="repeat_last", pix_fmt="rgb24", column="bytes",
+        output_column="clips", keep_input=false, strict=true, num_threads=1,
         name_column=Some("path".to_owned()),
     ))]
     #[allow(clippy::too_many_arguments)]
@@ -445,14 +441,14 @@ impl VideoClipDecoder {
         num_frames: Int,
         width: Int,
         height: Int,
-        sampler: String,
+        sampler: &str,
         stride: i64,
         seed: u64,
         key_column: Option<String>,
-        policy: String,
-        pix_fmt: String,
-        column: String,
-        output_column: String,
+        policy: &str,
+        pix_fmt: &str,
+        column: &str,
+        output_column: &str,
         keep_input: bool,
         strict: bool,
         num_threads: i64,
@@ -460,21 +456,22 @@ impl VideoClipDecoder {
     ) -> PyResult<Self> {
         use crate::args::{MAX_SIDE, MAX_THREADS, count};
         let who = "VideoClipDecoder";
+        let (column, output_column) = (column.to_owned(), output_column.to_owned());
         let columns = Columns { who, column, output_column, keep_input, key_column, strict, name_column }.check()?;
         let num_clips = count("num_clips", &num_clips, 1, spdl_io::video::MAX_SAMPLED_CLIPS as u64)?;
         let num_frames = count("num_frames", &num_frames, 1, u32::MAX as u64)?;
         let (w, h) = (count("width", &width, 1, MAX_SIDE)?, count("height", &height, 1, MAX_SIDE)?);
         let stride = count("stride", &Int::from(i128::from(stride)), 1, u32::MAX as u64)?;
         let threads = count("num_threads", &Int::from(i128::from(num_threads)), 1, MAX_THREADS)?;
-        if !CLIP_SAMPLERS.contains(&sampler.as_str()) {
+        if !CLIP_SAMPLERS.contains(&sampler) {
             return Err(PyValueError::new_err(format!("sampler must be one of {CLIP_SAMPLERS:?}, got {sampler:?}")));
         }
-        if !["repeat_last", "wrap", "error"].contains(&policy.as_str()) {
+        if !["repeat_last", "wrap", "error"].contains(&policy) {
             return Err(PyValueError::new_err(format!(
                 "policy must be \"repeat_last\", \"wrap\" or \"error\", got {policy:?}"
             )));
         }
-        let channels = match pix_fmt.as_str() {
+        let channels = match pix_fmt {
             "rgb24" => 3,
             "gray" => 1,
             other => {
@@ -485,10 +482,10 @@ impl VideoClipDecoder {
         options.set_item("width", w)?;
         options.set_item("height", h)?;
         options.set_item("stride", stride)?;
-        options.set_item("policy", &policy)?;
-        options.set_item("pix_fmt", &pix_fmt)?;
+        options.set_item("policy", policy)?;
+        options.set_item("pix_fmt", pix_fmt)?;
         let spec = super::clips::ClipArgs::from_kwargs(who, Some(&options))?.spec(py)?;
-        options.set_item("sampler", &sampler)?;
+        options.set_item("sampler", sampler)?;
         options.set_item("seed", seed)?;
         options.set_item("num_threads", threads)?;
         Ok(Self {
@@ -496,18 +493,13 @@ impl VideoClipDecoder {
             num_frames,
             columns,
             options: options.unbind(),
-            sampler,
+            sampler: sampler.to_owned(),
             seed,
             spec,
             threads,
             row_shape: [num_clips, num_frames, h, w, channels],
         })
     }
-
-    /// Everything is set by ``__new__``; this takes the constructor's arguments and ignores them, so that a
-    /// subclass's ``__init__`` can pass them on (Ray's actor wrapper calls ``super().__init__(*args, **kwargs)``).
-    #[pyo3(signature = (*_args, **_kwargs))]
-    fn __init__(&self, _args: &Bound<'_, PyTuple>, _kwargs: Option<&Bound<'_, PyDict>>) {}
 
     fn __getnewargs_ex__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyTuple>, Bound<'py, PyDict>)> {
         let kwargs = self.columns.kwargs(py)?;
@@ -701,21 +693,21 @@ impl RayDataSource {
 impl RayDataSource {
     #[new]
     #[pyo3(signature = (
-        iterator, *, batch_size=Some(256), batch_format="numpy".to_owned(), rows=false, drop_last=false,
-        prefetch_batches=1, local_shuffle_buffer_size=None, local_shuffle_seed=None, mid_epoch="error".to_owned(),
+        iterator, *, batch_size=Some(256), batch_format="numpy", rows=false, drop_last=false,
+        prefetch_batches=1, local_shuffle_buffer_size=None, local_shuffle_seed=None, mid_epoch="error",
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         iterator: Bound<'_, PyAny>,
         batch_size: Option<i64>,
-        batch_format: String,
+        batch_format: &str,
         rows: bool,
         drop_last: bool,
         prefetch_batches: i64,
         local_shuffle_buffer_size: Option<Py<PyAny>>,
         local_shuffle_seed: Option<Py<PyAny>>,
-        mid_epoch: String,
+        mid_epoch: &str,
     ) -> PyResult<Self> {
         import_ray(py)?;
         if !(iterator.hasattr("iter_batches")? && iterator.hasattr("iter_rows")?) {
@@ -732,7 +724,7 @@ impl RayDataSource {
                 "prefetch_batches must be a non-negative integer, got {prefetch_batches}"
             )));
         }
-        let mid_epoch = match mid_epoch.as_str() {
+        let mid_epoch = match mid_epoch {
             "error" => MidEpoch::Error,
             "skip" => MidEpoch::Skip,
             "restart" => MidEpoch::Restart,

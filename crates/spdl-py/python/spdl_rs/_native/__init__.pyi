@@ -24,12 +24,14 @@ __all__ = [
     "io",
     "loader",
     "pipeline",
+    "ray",
     "source",
 ]
 
 from spdl_rs._native import io as io
 from spdl_rs._native import loader as loader
 from spdl_rs._native import pipeline as pipeline
+from spdl_rs._native import ray as ray
 from spdl_rs._native import source as source
 from collections.abc import Sequence
 from typing import Any, Final, final
